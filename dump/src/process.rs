@@ -1,0 +1,245 @@
+//! The process-wide recorder of one writer kind: created lazily at the first event, one ring per
+//! thread cached in a const thread-local, a new file in a forked child, a clean-exit mark from
+//! `atexit`, and a one-way switch to "disabled" (with one line on stderr) when anything fails.
+//!
+//! State machine: `UNINIT → CREATING → READY`, or `→ DISABLED` (final for this process image;
+//! a forked child starts again at `UNINIT`). Events that arrive while another thread is creating
+//! the file are skipped and counted, never waited for: the host's threads never block on us.
+
+use crate::config::{disabled_by_env, RecorderConfig};
+use crate::layout::{counters, flags, WriterKind};
+use crate::writer::{Recorder, RingWriter};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+
+const UNINIT: u8 = 0;
+const CREATING: u8 = 1;
+const READY: u8 = 2;
+const DISABLED: u8 = 3;
+
+/// How many `ProcessRecorder`s one shared object may define (the shim's own, and the profiler's
+/// when both live in one library); each gets a thread-local ring cache slot.
+pub const MAX_RECORDERS: usize = 2;
+
+/// A lazily created recorder for one writer kind; meant to live in a `static`.
+pub struct ProcessRecorder {
+    kind: WriterKind,
+    tls_index: usize,
+    on_create: Option<fn(&'static Recorder)>,
+    state: AtomicU8,
+    recorder: AtomicPtr<Recorder>,
+    /// Bumped in a forked child so thread-local ring caches from the parent are ignored.
+    generation: AtomicU64,
+    skipped: AtomicU64,
+}
+
+#[derive(Clone, Copy)]
+struct CachedRing {
+    generation: u64,
+    writer: Option<RingWriter>,
+}
+
+const NO_RING: CachedRing = CachedRing {
+    generation: 0,
+    writer: None,
+};
+
+thread_local! {
+    static RINGS: [Cell<CachedRing>; MAX_RECORDERS] = const { [Cell::new(NO_RING), Cell::new(NO_RING)] };
+}
+
+static REGISTERED: [AtomicPtr<ProcessRecorder>; MAX_RECORDERS] =
+    [AtomicPtr::new(std::ptr::null_mut()), AtomicPtr::new(std::ptr::null_mut())];
+static HOOKS_INSTALLED: AtomicBool = AtomicBool::new(false);
+
+impl ProcessRecorder {
+    /// `tls_index` must be distinct for each recorder in one shared object (< `MAX_RECORDERS`).
+    /// `on_create` runs once, on the thread that created the file (snapshots go there).
+    pub const fn new(
+        kind: WriterKind,
+        tls_index: usize,
+        on_create: Option<fn(&'static Recorder)>,
+    ) -> Self {
+        assert!(tls_index < MAX_RECORDERS);
+        Self {
+            kind,
+            tls_index,
+            on_create,
+            state: AtomicU8::new(UNINIT),
+            recorder: AtomicPtr::new(std::ptr::null_mut()),
+            generation: AtomicU64::new(1),
+            skipped: AtomicU64::new(0),
+        }
+    }
+
+    /// The recorder if it exists (never creates one).
+    #[inline]
+    pub fn existing(&self) -> Option<&'static Recorder> {
+        if self.state.load(Ordering::Acquire) != READY {
+            return None;
+        }
+        let p = self.recorder.load(Ordering::Acquire);
+        // SAFETY: a READY state means `recorder` holds a leaked Box that is never freed.
+        unsafe { p.as_ref() }
+    }
+
+    /// The recorder, created on first use. `None` while another thread creates it, when
+    /// disabled, or when creation failed.
+    #[inline]
+    pub fn get(&'static self) -> Option<&'static Recorder> {
+        match self.state.load(Ordering::Acquire) {
+            READY => self.existing(),
+            UNINIT => self.create(),
+            _ => {
+                self.skipped.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    #[cold]
+    fn create(&'static self) -> Option<&'static Recorder> {
+        if self
+            .state
+            .compare_exchange(UNINIT, CREATING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return self.existing();
+        }
+        if disabled_by_env() {
+            self.state.store(DISABLED, Ordering::Release);
+            return None;
+        }
+        let config = RecorderConfig::from_env(self.kind);
+        match Recorder::create(&config) {
+            Ok(r) => {
+                let r: &'static Recorder = Box::leak(Box::new(r));
+                r.add_counter(counters::EVENTS_SKIPPED, self.skipped.swap(0, Ordering::Relaxed));
+                self.recorder.store((r as *const Recorder).cast_mut(), Ordering::Release);
+                self.register();
+                self.state.store(READY, Ordering::Release);
+                if let Some(hook) = self.on_create {
+                    hook(r);
+                }
+                Some(r)
+            }
+            Err(e) => {
+                self.state.store(DISABLED, Ordering::Release);
+                say_once(&format!(
+                    "ncclshim: recording disabled ({} dump): {e}; the program continues unaffected\n",
+                    self.kind.file_tag()
+                ));
+                None
+            }
+        }
+    }
+
+    fn register(&'static self) {
+        let me = (self as *const Self).cast_mut();
+        for slot in &REGISTERED {
+            let cur = slot.load(Ordering::Acquire);
+            if cur == me {
+                break;
+            }
+            if cur.is_null()
+                && slot
+                    .compare_exchange(std::ptr::null_mut(), me, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                break;
+            }
+        }
+        if !HOOKS_INSTALLED.swap(true, Ordering::AcqRel) {
+            // SAFETY: both handlers are plain extern "C" functions valid for the process
+            // lifetime; they touch only atomics and the never-unmapped mapping.
+            unsafe {
+                libc::pthread_atfork(None, None, Some(after_fork_in_child));
+                libc::atexit(at_exit);
+            }
+        }
+    }
+
+    /// Runs `f` with the recorder and this thread's ring; `None` when not recording.
+    #[inline]
+    pub fn with_ring<R>(
+        &'static self,
+        f: impl FnOnce(&'static Recorder, &RingWriter) -> R,
+    ) -> Option<R> {
+        let recorder = self.get()?;
+        let generation = self.generation.load(Ordering::Relaxed);
+        let writer = RINGS
+            .try_with(|rings| {
+                let cell = &rings[self.tls_index];
+                let cached = cell.get();
+                match cached.writer {
+                    Some(w) if cached.generation == generation => w,
+                    _ => {
+                        let w = recorder.claim_ring();
+                        cell.set(CachedRing {
+                            generation,
+                            writer: Some(w),
+                        });
+                        w
+                    }
+                }
+            })
+            .ok()?;
+        Some(f(recorder, &writer))
+    }
+
+    /// Turns recording off for good in this process, marks the dump, and says why once.
+    #[cold]
+    pub fn disable(&self, why: &str) {
+        let was = self.state.swap(DISABLED, Ordering::AcqRel);
+        if was == READY {
+            if let Some(r) =
+                // SAFETY: the pointer was published under READY and is never freed.
+                unsafe { self.recorder.load(Ordering::Acquire).as_ref() }
+            {
+                r.set_flag(flags::DISABLED);
+            }
+        }
+        if was != DISABLED {
+            say_once(&format!(
+                "ncclshim: recording disabled ({} dump): {why}; the program continues unaffected\n",
+                self.kind.file_tag()
+            ));
+        }
+    }
+
+    pub fn is_disabled(&self) -> bool {
+        self.state.load(Ordering::Acquire) == DISABLED
+    }
+}
+
+/// Writes one line to stderr without std's lock or buffering (safe inside any host state).
+fn say_once(msg: &str) {
+    // SAFETY: writing a valid buffer to fd 2; a short or failed write is acceptable.
+    unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+}
+
+extern "C" fn after_fork_in_child() {
+    for slot in &REGISTERED {
+        // SAFETY: registered pointers are 'static ProcessRecorders.
+        if let Some(r) = unsafe { slot.load(Ordering::Acquire).as_ref() } {
+            // The parent's mapping stays (it is the parent's file); the child makes its own.
+            r.recorder.store(std::ptr::null_mut(), Ordering::Release);
+            r.generation.fetch_add(1, Ordering::AcqRel);
+            let s = r.state.load(Ordering::Acquire);
+            if s == READY || s == CREATING {
+                r.state.store(UNINIT, Ordering::Release);
+            }
+        }
+    }
+}
+
+extern "C" fn at_exit() {
+    for slot in &REGISTERED {
+        // SAFETY: as above.
+        if let Some(r) = unsafe { slot.load(Ordering::Acquire).as_ref() } {
+            if let Some(rec) = r.existing() {
+                rec.mark_clean_exit();
+            }
+        }
+    }
+}

@@ -1,0 +1,573 @@
+//! The defensive reader: decodes a dump into typed records without trusting a single byte.
+//!
+//! Every offset and length is checked against the real file size before it is used, so
+//! allocations are bounded by the file itself; problems that leave the rest readable (a torn
+//! slot, a truncated tail, a bad blob) become warnings, and only an unusable header is an error.
+//! A file that is still being written is read with a seqlock check: slots whose commit word
+//! changed while they were copied are counted as torn instead of returned half-updated.
+
+use crate::identity::writer_may_be_alive;
+use crate::layout::*;
+use crate::schema::{BlobKind, CallId, RecordKind};
+use crate::writer::SlotRef;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Why a file could not be read as a dump at all. Always names the file and the offset.
+#[derive(Debug, thiserror::Error)]
+pub enum DumpError {
+    #[error("{path}: cannot read: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: {len} bytes is too short for a dump header (needs {HEADER_SIZE})")]
+    TooShort { path: PathBuf, len: u64 },
+    #[error("{path}: not an ncclshim dump (offset 0: magic {found:02x?})")]
+    NotADump { path: PathBuf, found: [u8; 8] },
+    #[error("{path}: the header is not written yet (offset 0: magic missing, major version {major}); the writer may be starting")]
+    Incomplete { path: PathBuf, major: u16 },
+    #[error("{path}: format {major}.{minor} is newer than this reader understands ({FORMAT_MAJOR}.x); upgrade ncclshim")]
+    UnsupportedVersion {
+        path: PathBuf,
+        major: u16,
+        minor: u16,
+    },
+    #[error("{path}: written on a machine of the other byte order (offset 12: {marker:#010x})")]
+    WrongEndian { path: PathBuf, marker: u32 },
+    #[error("{path}: corrupt header at offset {offset}: {what}")]
+    BadHeader {
+        path: PathBuf,
+        offset: u64,
+        what: String,
+    },
+}
+
+/// Something wrong in one part of a file that did not stop the rest from being read.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Warning {
+    pub offset: u64,
+    pub message: String,
+}
+
+/// The decoded header.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HeaderInfo {
+    pub major: u16,
+    pub minor: u16,
+    pub writer_kind: Option<WriterKind>,
+    pub writer_kind_raw: u32,
+    pub writer_version: String,
+    pub pid: u32,
+    pub ppid: u32,
+    pub pid_start_ticks: u64,
+    pub boot_id: String,
+    pub hostname: String,
+    pub clocksource: String,
+    pub clock: ClockPair,
+    pub ring_count: u32,
+    pub slots_per_ring: u32,
+    pub file_size: u64,
+    pub arena_size: u64,
+    pub flags: u32,
+    pub clean_exit: bool,
+    pub disabled: bool,
+    pub nccl_static: bool,
+    pub rings_claimed: u32,
+    pub arena_used: u64,
+    pub dropped_blobs: u64,
+    pub counters: [u64; HEADER_COUNTERS],
+    pub exit_monotonic_ns: Option<u64>,
+    /// The writing process may still be running (same boot, pid and start time, no clean exit).
+    pub writer_alive: bool,
+}
+
+/// One thread's ring.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RingInfo {
+    pub index: u32,
+    pub tid: u32,
+    pub thread_name: String,
+    pub shared: bool,
+    pub head: u64,
+    pub records: u64,
+    pub torn: u64,
+    pub lost: u64,
+}
+
+/// One decoded record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub ring: u32,
+    pub seq: u64,
+    pub tid: u32,
+    pub kind_raw: u16,
+    pub call_raw: u16,
+    pub t_enter_ns: u64,
+    /// `None` while the call is in flight (or was when the process died).
+    pub t_exit_ns: Option<u64>,
+    pub rc: i32,
+    pub flags: u32,
+    pub comm: u64,
+    pub blob: u64,
+    pub args: [u64; SLOT_ARGS],
+}
+
+impl Record {
+    pub fn kind(&self) -> Option<RecordKind> {
+        RecordKind::from_u16(self.kind_raw)
+    }
+
+    pub fn call(&self) -> Option<CallId> {
+        CallId::from_u16(self.call_raw)
+    }
+
+    pub fn in_flight(&self) -> bool {
+        self.t_exit_ns.is_none()
+    }
+
+    pub fn slot_ref(&self) -> SlotRef {
+        SlotRef {
+            ring: self.ring,
+            seq: self.seq,
+        }
+    }
+
+    /// The call's name, or `call_0x....` for an id this reader does not know.
+    pub fn call_name(&self) -> String {
+        self.call()
+            .map(|c| c.name().to_owned())
+            .unwrap_or_else(|| format!("call_{:#06x}", self.call_raw))
+    }
+
+    /// An argument by its schema name.
+    pub fn arg(&self, name: &str) -> Option<u64> {
+        let names = self.call()?.arg_names();
+        let i = names.iter().position(|n| *n == name)?;
+        self.args.get(i).copied()
+    }
+}
+
+/// One blob from the arena.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blob {
+    pub offset: u64,
+    pub kind_raw: u16,
+    pub bytes: Vec<u8>,
+}
+
+impl Blob {
+    pub fn kind(&self) -> Option<BlobKind> {
+        BlobKind::from_u16(self.kind_raw)
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+}
+
+/// Counts over the whole file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Summary {
+    pub records: u64,
+    pub torn: u64,
+    pub lost: u64,
+    pub in_flight: u64,
+}
+
+/// A decoded dump.
+#[derive(Debug, Clone)]
+pub struct Dump {
+    pub path: PathBuf,
+    pub header: HeaderInfo,
+    pub rings: Vec<RingInfo>,
+    /// Per ring in sequence order, rings in index order.
+    pub records: Vec<Record>,
+    /// Committed blobs by file offset.
+    pub blobs: BTreeMap<u64, Blob>,
+    pub summary: Summary,
+    pub warnings: Vec<Warning>,
+}
+
+impl Dump {
+    pub fn blob(&self, offset: u64) -> Option<&Blob> {
+        self.blobs.get(&offset)
+    }
+
+    /// Records sorted by entry time (ties by ring and sequence).
+    pub fn records_by_time(&self) -> Vec<&Record> {
+        let mut v: Vec<&Record> = self.records.iter().collect();
+        v.sort_by_key(|r| (r.t_enter_ns, r.ring, r.seq));
+        v
+    }
+}
+
+/// Random access to the bytes of a dump: a file (read with `pread`, so a file that shrinks
+/// under us gives an error instead of SIGBUS) or a byte slice (tests, fuzzing).
+pub trait Source {
+    fn len(&self) -> io::Result<u64>;
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+}
+
+impl Source for File {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.read_exact_at(buf, offset)
+    }
+}
+
+impl Source for [u8] {
+    fn len(&self) -> io::Result<u64> {
+        Ok(<[u8]>::len(self) as u64)
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let start = usize::try_from(offset).map_err(|_| io::ErrorKind::UnexpectedEof)?;
+        let end = start
+            .checked_add(buf.len())
+            .filter(|&e| e <= <[u8]>::len(self))
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        buf.copy_from_slice(&self[start..end]);
+        Ok(())
+    }
+}
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+fn i32_at(b: &[u8], o: usize) -> i32 {
+    u32_at(b, o) as i32
+}
+
+/// Reads a dump file from disk.
+pub fn read_dump(path: &Path) -> Result<Dump, DumpError> {
+    let file = File::open(path).map_err(|source| DumpError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    decode(&file, path)
+}
+
+/// Decodes a dump from bytes in memory (`path` is only used in messages).
+pub fn decode_bytes(bytes: &[u8], path: &Path) -> Result<Dump, DumpError> {
+    decode(bytes, path)
+}
+
+struct Geo {
+    ring_dir_offset: u64,
+    rings_offset: u64,
+    arena_offset: u64,
+    arena_size: u64,
+}
+
+/// Decodes any `Source`.
+pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpError> {
+    let p = || path.to_path_buf();
+    let io_err = |source| DumpError::Io { path: p(), source };
+    let len = src.len().map_err(io_err)?;
+    if len < HEADER_SIZE as u64 {
+        return Err(DumpError::TooShort { path: p(), len });
+    }
+    let mut h = vec![0u8; HEADER_SIZE];
+    src.read_at(0, &mut h).map_err(io_err)?;
+    let magic: [u8; 8] = h[0..8].try_into().expect("8 bytes");
+    let major = u16_at(&h, 8);
+    let minor = u16_at(&h, 10);
+    if magic != MAGIC {
+        // A writer fills the header and stores the magic last.
+        if magic == [0; 8] && major == FORMAT_MAJOR {
+            return Err(DumpError::Incomplete { path: p(), major });
+        }
+        return Err(DumpError::NotADump {
+            path: p(),
+            found: magic,
+        });
+    }
+    let endian = u32_at(&h, 12);
+    if endian != ENDIAN_MARKER {
+        if endian.swap_bytes() == ENDIAN_MARKER {
+            return Err(DumpError::WrongEndian {
+                path: p(),
+                marker: endian,
+            });
+        }
+        return bad(path, 12, format!("endian marker {endian:#x}"));
+    }
+    if major != FORMAT_MAJOR {
+        return Err(DumpError::UnsupportedVersion {
+            path: p(),
+            major,
+            minor,
+        });
+    }
+    let (header_size, slot_size) = (u32_at(&h, 16), u32_at(&h, 20));
+    if header_size as usize != HEADER_SIZE || slot_size as usize != SLOT_SIZE {
+        return bad(
+            path,
+            16,
+            format!("header size {header_size} / slot size {slot_size}"),
+        );
+    }
+    let ring_count = u32_at(&h, 216);
+    let slots_per_ring = u32_at(&h, 220);
+    let claimed = (u64_at(&h, 224), u64_at(&h, 232), u64_at(&h, 240), u64_at(&h, 248));
+    let file_size = u64_at(&h, 256);
+    // The geometry is recomputed from the counts, never taken on trust.
+    let geo = Geometry::new(ring_count, slots_per_ring, claimed.3)
+        .filter(|g| {
+            (g.ring_dir_offset, g.rings_offset, g.arena_offset, g.arena_size, g.file_size)
+                == (claimed.0, claimed.1, claimed.2, claimed.3, file_size)
+        })
+        .ok_or_else(|| DumpError::BadHeader {
+            path: p(),
+            offset: 216,
+            what: format!(
+                "inconsistent geometry: {ring_count} rings x {slots_per_ring} slots, offsets {claimed:?}, size {file_size}"
+            ),
+        })?;
+    let mut warnings = Vec::new();
+    if len < file_size {
+        warnings.push(Warning {
+            offset: len,
+            message: format!("file truncated: {len} of {file_size} bytes present"),
+        });
+    }
+    let flags_v = u32_at(&h, 264);
+    let counters: [u64; HEADER_COUNTERS] =
+        std::array::from_fn(|i| u64_at(&h, 288 + 8 * i));
+    let exit_ns = u64_at(&h, 352);
+    let boot_id = fixed_str(&h[64..104]);
+    let pid = u32_at(&h, 48);
+    let pid_start_ticks = u64_at(&h, 56);
+    let clean_exit = flags_v & flags::CLEAN_EXIT != 0;
+    let writer_alive = !clean_exit && writer_may_be_alive(&boot_id, pid, pid_start_ticks);
+    let writer_kind_raw = u32_at(&h, 28);
+    let header = HeaderInfo {
+        major,
+        minor,
+        writer_kind: WriterKind::from_u32(writer_kind_raw),
+        writer_kind_raw,
+        writer_version: fixed_str(&h[32..48]),
+        pid,
+        ppid: u32_at(&h, 52),
+        pid_start_ticks,
+        boot_id,
+        hostname: fixed_str(&h[104..168]),
+        clocksource: fixed_str(&h[168..184]),
+        clock: ClockPair {
+            monotonic_ns: u64_at(&h, 184),
+            realtime_ns: u64_at(&h, 192),
+            boottime_ns: u64_at(&h, 200),
+            uncertainty_ns: u64_at(&h, 208),
+        },
+        ring_count,
+        slots_per_ring,
+        file_size,
+        arena_size: geo.arena_size,
+        flags: flags_v,
+        clean_exit,
+        disabled: flags_v & flags::DISABLED != 0,
+        nccl_static: flags_v & flags::NCCL_STATIC != 0,
+        rings_claimed: u32_at(&h, 268).min(ring_count),
+        arena_used: u64_at(&h, 272).min(geo.arena_size),
+        dropped_blobs: u64_at(&h, 280),
+        counters,
+        exit_monotonic_ns: (clean_exit && exit_ns != 0).then_some(exit_ns),
+        writer_alive,
+    };
+    let g = Geo {
+        ring_dir_offset: geo.ring_dir_offset,
+        rings_offset: geo.rings_offset,
+        arena_offset: geo.arena_offset,
+        arena_size: geo.arena_size,
+    };
+    let mut dump = Dump {
+        path: p(),
+        header,
+        rings: Vec::new(),
+        records: Vec::new(),
+        blobs: BTreeMap::new(),
+        summary: Summary::default(),
+        warnings,
+    };
+    read_rings(src, &g, &mut dump);
+    read_blobs(src, &g, &mut dump);
+    Ok(dump)
+}
+
+fn bad<T>(path: &Path, offset: u64, what: String) -> Result<T, DumpError> {
+    Err(DumpError::BadHeader {
+        path: path.to_path_buf(),
+        offset,
+        what,
+    })
+}
+
+fn read_rings<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
+    let ring_count = dump.header.ring_count;
+    let cap = u64::from(dump.header.slots_per_ring);
+    let live = dump.header.writer_alive;
+    let mut dir = vec![0u8; (ring_count as usize + 1) * RING_DIR_ENTRY_SIZE];
+    if let Err(e) = src.read_at(g.ring_dir_offset, &mut dir) {
+        dump.warnings.push(Warning {
+            offset: g.ring_dir_offset,
+            message: format!("ring directory unreadable: {e}"),
+        });
+        return;
+    }
+    for ring in 0..=ring_count {
+        let e = &dir[ring as usize * RING_DIR_ENTRY_SIZE..][..RING_DIR_ENTRY_SIZE];
+        let shared = ring == ring_count;
+        let (tid, state, head) = (u32_at(e, 0), u32_at(e, 4), u64_at(e, 8));
+        if state == 0 && head == 0 {
+            continue;
+        }
+        let ring_offset = g.rings_offset + u64::from(ring) * cap * SLOT_SIZE as u64;
+        // A slot one past the published head may hold a committed record whose head store was
+        // cut off, or a torn one: read it too. The overflow ring's head is a reservation count.
+        let used = head.saturating_add(1).min(cap);
+        let mut buf = vec![0u8; used as usize * SLOT_SIZE];
+        if let Err(err) = src.read_at(ring_offset, &mut buf) {
+            dump.warnings.push(Warning {
+                offset: ring_offset,
+                message: format!("ring {ring} unreadable: {err}"),
+            });
+            continue;
+        }
+        let recheck = if live {
+            let mut again = vec![0u8; buf.len()];
+            src.read_at(ring_offset, &mut again).ok().map(|_| again)
+        } else {
+            None
+        };
+        let mut info = RingInfo {
+            index: ring,
+            tid,
+            thread_name: fixed_str(&e[16..32]),
+            shared,
+            head,
+            records: 0,
+            torn: 0,
+            lost: 0,
+        };
+        let mut kept = Vec::new();
+        for idx in 0..used as usize {
+            let s = &buf[idx * SLOT_SIZE..][..SLOT_SIZE];
+            let commit = u64_at(s, 0);
+            if commit == 0 {
+                continue;
+            }
+            let changed = recheck
+                .as_ref()
+                .is_some_and(|a| u64_at(a, idx * SLOT_SIZE) != commit);
+            let seq = commit >> 1;
+            if commit & 1 == 0 || changed {
+                info.torn += 1;
+                continue;
+            }
+            if seq == 0 || (seq - 1) % cap != idx as u64 || seq > head.saturating_add(1) {
+                dump.warnings.push(Warning {
+                    offset: ring_offset + (idx * SLOT_SIZE) as u64,
+                    message: format!("ring {ring} slot {idx}: commit word {commit:#x} does not belong here"),
+                });
+                continue;
+            }
+            let t_exit = u64_at(s, 16);
+            kept.push(Record {
+                ring,
+                seq,
+                tid: u32_at(s, 36),
+                kind_raw: u16_at(s, 24),
+                call_raw: u16_at(s, 26),
+                t_enter_ns: u64_at(s, 8),
+                t_exit_ns: (t_exit != IN_FLIGHT).then_some(t_exit),
+                rc: i32_at(s, 28),
+                flags: u32_at(s, 32),
+                comm: u64_at(s, 40),
+                blob: u64_at(s, 48),
+                args: std::array::from_fn(|i| u64_at(s, 56 + 8 * i)),
+            });
+        }
+        let max_seq = kept.iter().map(|r| r.seq).max().unwrap_or(0);
+        // Slots older than one lap were overwritten by a newer lap.
+        kept.retain(|r| r.seq + cap > max_seq);
+        kept.sort_by_key(|r| r.seq);
+        info.lost = max_seq.saturating_sub(cap);
+        info.records = kept.len() as u64;
+        dump.summary.records += info.records;
+        dump.summary.torn += info.torn;
+        dump.summary.lost += info.lost;
+        dump.summary.in_flight += kept
+            .iter()
+            .filter(|r| r.in_flight() && r.kind() == Some(RecordKind::Call))
+            .count() as u64;
+        dump.records.extend(kept);
+        dump.rings.push(info);
+    }
+}
+
+fn read_blobs<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
+    let used = dump.header.arena_used;
+    if used == 0 {
+        return;
+    }
+    let mut arena = vec![0u8; used as usize];
+    if let Err(e) = src.read_at(g.arena_offset, &mut arena) {
+        dump.warnings.push(Warning {
+            offset: g.arena_offset,
+            message: format!("blob arena unreadable: {e}"),
+        });
+        return;
+    }
+    let mut at = 0usize;
+    while at + BLOB_HEADER_SIZE <= arena.len() {
+        let len = u32_at(&arena, at) as usize;
+        let kind = u16_at(&arena, at + 4);
+        let commit = u32_at(&arena, at + 8);
+        let file_offset = g.arena_offset + at as u64;
+        if len == 0 && commit == 0 {
+            // Reserved but never written (the writer died between reserving and writing):
+            // the size is unknown, so nothing after it can be walked to.
+            dump.warnings.push(Warning {
+                offset: file_offset,
+                message: "blob arena ends in an unwritten blob; later blobs unreachable".into(),
+            });
+            break;
+        }
+        let end = at + BLOB_HEADER_SIZE + len;
+        if end > arena.len() || len as u64 > g.arena_size {
+            dump.warnings.push(Warning {
+                offset: file_offset,
+                message: format!("blob length {len} runs past the arena"),
+            });
+            break;
+        }
+        if commit == BLOB_COMMITTED {
+            dump.blobs.insert(
+                file_offset,
+                Blob {
+                    offset: file_offset,
+                    kind_raw: kind,
+                    bytes: arena[at + BLOB_HEADER_SIZE..end].to_vec(),
+                },
+            );
+        }
+        at = (end + 7) & !7;
+    }
+}

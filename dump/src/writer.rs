@@ -1,0 +1,541 @@
+//! The crash-safe writer: creates one dump file, hands each thread its own ring, and records
+//! 128-byte slots with the commit-word protocol. Everything written is in a `MAP_SHARED` file
+//! mapping the moment it is stored, so SIGKILL or a segfault loses at most the slot being written.
+//!
+//! Creation does all the work that can fail (open `O_EXCL` 0600, `posix_fallocate`, `mmap`,
+//! prefault). After that the record path makes no allocation, takes no lock and makes no
+//! syscall beyond the vDSO clock read; the mapping is never unmapped.
+
+use crate::clock;
+use crate::config::{file_name, RecorderConfig};
+use crate::identity::ProcessIdentity;
+use crate::layout::*;
+use crate::schema::{BlobKind, CallId, RecordKind};
+use std::ffi::CString;
+use std::fmt;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::sync::atomic::{fence, Ordering};
+
+/// Why a dump file could not be created. Each one turns recording off; the host never notices.
+#[derive(Debug)]
+pub struct CreateError {
+    pub step: &'static str,
+    pub path: PathBuf,
+    pub errno: i32,
+}
+
+impl fmt::Display for CreateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let msg = std::io::Error::from_raw_os_error(self.errno);
+        write!(f, "{} failed for {}: {}", self.step, self.path.display(), msg)
+    }
+}
+
+impl std::error::Error for CreateError {}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// One open, mapped dump file. Lives for the rest of the process (its mapping is never unmapped).
+pub struct Recorder {
+    base: *mut u8,
+    geometry: Geometry,
+    path: PathBuf,
+}
+
+// SAFETY: the mapping is shared memory; all concurrent access goes through atomics (header live
+// fields, ring heads, commit words) or through slots that exactly one thread owns at a time.
+unsafe impl Send for Recorder {}
+// SAFETY: as above.
+unsafe impl Sync for Recorder {}
+
+/// A reference to a committed record: which ring and which sequence number. Profiler handles
+/// and stop/state records carry it encoded as one `u64`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotRef {
+    pub ring: u32,
+    pub seq: u64,
+}
+
+impl SlotRef {
+    const SEQ_BITS: u32 = 48;
+
+    /// `(ring + 1) << 48 | seq`: never 0, so 0 can mean "no record".
+    pub fn encode(self) -> u64 {
+        (u64::from(self.ring + 1) << Self::SEQ_BITS) | (self.seq & ((1 << Self::SEQ_BITS) - 1))
+    }
+
+    pub fn decode(v: u64) -> Option<Self> {
+        let ring = (v >> Self::SEQ_BITS) as u32;
+        (ring != 0).then(|| Self {
+            ring: ring - 1,
+            seq: v & ((1 << Self::SEQ_BITS) - 1),
+        })
+    }
+}
+
+/// The fields of one record, as the caller knows them at entry.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    pub kind: RecordKind,
+    pub call: CallId,
+    pub comm: u64,
+    pub flags: u32,
+    pub rc: i32,
+    pub blob: u64,
+    pub args: [u64; SLOT_ARGS],
+}
+
+impl Entry {
+    pub fn new(kind: RecordKind, call: CallId) -> Self {
+        Self {
+            kind,
+            call,
+            comm: 0,
+            flags: 0,
+            rc: 0,
+            blob: 0,
+            args: [0; SLOT_ARGS],
+        }
+    }
+}
+
+/// A thread's handle on its ring. Plain data (`Copy`) so it can live in a const-initialized
+/// thread-local with no destructor.
+#[derive(Debug, Clone, Copy)]
+pub struct RingWriter {
+    dir: *const RingDirEntry,
+    slots: *mut Slot,
+    mask: u64,
+    ring: u32,
+    tid: u32,
+    shared: bool,
+}
+
+/// A call recorded at entry whose completion is still to be written.
+#[must_use = "complete() the call, or it stays in flight in the dump"]
+pub struct PendingCall {
+    slot: *mut Slot,
+    commit: u64,
+    slot_ref: SlotRef,
+}
+
+impl Recorder {
+    /// Creates the dump file described by `config` and maps it. Creates the directory if needed.
+    pub fn create(config: &RecorderConfig) -> Result<Self, CreateError> {
+        let identity = ProcessIdentity::current();
+        Self::create_with_identity(config, &identity)
+    }
+
+    pub fn create_with_identity(
+        config: &RecorderConfig,
+        identity: &ProcessIdentity,
+    ) -> Result<Self, CreateError> {
+        let cfg = config.clone().normalized();
+        let fail = |step, path: &Path, errno| CreateError {
+            step,
+            path: path.to_path_buf(),
+            errno,
+        };
+        let geometry = Geometry::new(cfg.rings, cfg.slots_per_ring, cfg.arena_bytes)
+            .ok_or_else(|| fail("sizing", &cfg.dir, libc::EOVERFLOW))?;
+        if let Err(e) = std::fs::create_dir_all(&cfg.dir) {
+            return Err(fail("mkdir", &cfg.dir, e.raw_os_error().unwrap_or(libc::EIO)));
+        }
+        let base_name = file_name(
+            &identity.hostname,
+            identity.pid,
+            identity.start_ticks,
+            cfg.writer_kind,
+        );
+        let (fd, path) = open_exclusive(&cfg.dir, &base_name)?;
+        let result = (|| {
+            let size = libc::off_t::try_from(geometry.file_size)
+                .map_err(|_| fail("sizing", &path, libc::EFBIG))?;
+            // SAFETY: fd is a valid, open, writable descriptor.
+            let rc = unsafe { libc::posix_fallocate(fd, 0, size) };
+            if rc != 0 {
+                return Err(fail("posix_fallocate", &path, rc));
+            }
+            // SAFETY: mapping a freshly allocated file of exactly `file_size` bytes, shared and
+            // writable; MAP_POPULATE pre-faults so the record path takes no major fault.
+            let base = unsafe {
+                libc::mmap(
+                    ptr::null_mut(),
+                    geometry.file_size as usize,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_POPULATE,
+                    fd,
+                    0,
+                )
+            };
+            if base == libc::MAP_FAILED {
+                return Err(fail("mmap", &path, errno()));
+            }
+            Ok(base.cast::<u8>())
+        })();
+        // SAFETY: fd was opened above and is closed exactly once; the mapping keeps the file.
+        unsafe { libc::close(fd) };
+        let base = match result {
+            Ok(b) => b,
+            Err(e) => {
+                let c = CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
+                // SAFETY: c is a valid NUL-terminated path; unlinking our own half-made file.
+                unsafe { libc::unlink(c.as_ptr()) };
+                return Err(e);
+            }
+        };
+        let recorder = Self {
+            base,
+            geometry,
+            path,
+        };
+        recorder.init_header(&cfg, identity);
+        Ok(recorder)
+    }
+
+    fn init_header(&self, cfg: &RecorderConfig, id: &ProcessIdentity) {
+        let g = &self.geometry;
+        // SAFETY: the mapping is at least HEADER_SIZE bytes, page-aligned (so aligned for
+        // FileHeader), zero-filled, and no other thread knows about it yet.
+        let h = unsafe { &mut *self.base.cast::<FileHeader>() };
+        h.major = FORMAT_MAJOR;
+        h.minor = FORMAT_MINOR;
+        h.endian = ENDIAN_MARKER;
+        h.header_size = HEADER_SIZE as u32;
+        h.slot_size = SLOT_SIZE as u32;
+        h.page_size = 4096;
+        h.writer_kind = cfg.writer_kind as u32;
+        fill_fixed(&mut h.writer_version, env!("CARGO_PKG_VERSION").as_bytes());
+        h.pid = id.pid;
+        h.ppid = id.ppid;
+        h.pid_start_ticks = id.start_ticks;
+        fill_fixed(&mut h.boot_id, id.boot_id.as_bytes());
+        fill_fixed(&mut h.hostname, id.hostname.as_bytes());
+        fill_fixed(&mut h.clocksource, id.clocksource.as_bytes());
+        h.clock = clock::calibrate();
+        h.ring_count = g.ring_count;
+        h.slots_per_ring = g.slots_per_ring;
+        h.ring_dir_offset = g.ring_dir_offset;
+        h.rings_offset = g.rings_offset;
+        h.arena_offset = g.arena_offset;
+        h.arena_size = g.arena_size;
+        h.file_size = g.file_size;
+        let overflow = self.dir_entry(g.overflow_ring());
+        overflow.state.store(1, Ordering::Relaxed);
+        // The magic goes last: a reader that sees it sees a complete header.
+        fence(Ordering::Release);
+        h.magic = MAGIC;
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    pub fn header(&self) -> &FileHeader {
+        // SAFETY: the header page is mapped for the recorder's lifetime and its mutable fields
+        // are atomics.
+        unsafe { &*self.base.cast::<FileHeader>() }
+    }
+
+    fn dir_entry(&self, ring: u32) -> &RingDirEntry {
+        debug_assert!(ring < self.geometry.total_rings());
+        // SAFETY: ring < total_rings, so the entry lies inside the mapped ring directory, which
+        // is 8-byte aligned (page-aligned start, 64-byte entries).
+        unsafe {
+            &*self
+                .base
+                .add(self.geometry.ring_dir_entry_offset(ring) as usize)
+                .cast::<RingDirEntry>()
+        }
+    }
+
+    fn ring_writer(&self, ring: u32, tid: u32, shared: bool) -> RingWriter {
+        let slots = self.geometry.slot_offset(ring, 0) as usize;
+        RingWriter {
+            dir: self.dir_entry(ring),
+            // SAFETY: the ring's slot array lies inside the mapping (Geometry checked sizes).
+            slots: unsafe { self.base.add(slots).cast::<Slot>() },
+            mask: u64::from(self.geometry.slots_per_ring) - 1,
+            ring,
+            tid,
+            shared,
+        }
+    }
+
+    /// Gives the calling thread a ring of its own (or the shared overflow ring once all are
+    /// taken). Rare path: once per thread.
+    pub fn claim_ring(&self) -> RingWriter {
+        let tid = current_tid();
+        let h = self.header();
+        let idx = h.next_ring.fetch_add(1, Ordering::Relaxed);
+        if idx >= self.geometry.ring_count {
+            h.flags.fetch_or(flags::RINGS_EXHAUSTED, Ordering::Relaxed);
+            return self.ring_writer(self.geometry.overflow_ring(), tid, true);
+        }
+        let entry = self.dir_entry(idx);
+        // SAFETY: this thread just took index `idx` with fetch_add, so it is the only writer of
+        // the entry's plain fields.
+        unsafe {
+            let e = (entry as *const RingDirEntry).cast_mut();
+            (*e).claimed_ns = clock::monotonic_ns();
+        }
+        entry.tid.store(tid, Ordering::Relaxed);
+        entry.state.store(1, Ordering::Release);
+        let writer = self.ring_writer(idx, tid, false);
+        writer.refresh_thread_name();
+        writer
+    }
+
+    /// Appends a blob to the arena; returns its file offset, or 0 when the arena is full (the
+    /// blob is dropped and counted; earlier blobs stay).
+    pub fn append_blob(&self, kind: BlobKind, payload: &[u8]) -> u64 {
+        let h = self.header();
+        let Ok(len) = u32::try_from(payload.len()) else {
+            h.dropped_blobs.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        };
+        let need = (BLOB_HEADER_SIZE as u64 + u64::from(len) + 7) & !7;
+        let start = h.arena_tail.fetch_add(need, Ordering::Relaxed);
+        if start.saturating_add(need) > self.geometry.arena_size {
+            h.flags.fetch_or(flags::ARENA_FULL, Ordering::Relaxed);
+            h.dropped_blobs.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        }
+        let offset = self.geometry.arena_offset + start;
+        // SAFETY: [offset, offset + need) lies inside the arena (checked above), is 8-aligned,
+        // and was reserved for this call alone by the fetch_add.
+        unsafe {
+            let p = self.base.add(offset as usize);
+            let bh = p.cast::<BlobHeader>();
+            ptr::addr_of_mut!((*bh).len).write(len);
+            ptr::addr_of_mut!((*bh).kind).write(kind as u16);
+            ptr::copy_nonoverlapping(payload.as_ptr(), p.add(BLOB_HEADER_SIZE), payload.len());
+            (*bh).commit.store(BLOB_COMMITTED, Ordering::Release);
+        }
+        offset
+    }
+
+    /// Sets header flag bits (`layout::flags`).
+    pub fn set_flag(&self, bits: u32) {
+        self.header().flags.fetch_or(bits, Ordering::Release);
+    }
+
+    pub fn add_counter(&self, index: usize, n: u64) {
+        if let Some(c) = self.header().counters.get(index) {
+            c.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Marks a normal exit (from an atexit handler).
+    pub fn mark_clean_exit(&self) {
+        let h = self.header();
+        h.exit_monotonic_ns
+            .store(clock::monotonic_ns(), Ordering::Relaxed);
+        h.flags.fetch_or(flags::CLEAN_EXIT, Ordering::Release);
+    }
+}
+
+impl RingWriter {
+    fn dir(&self) -> &RingDirEntry {
+        // SAFETY: `dir` points into the recorder's mapping, which is never unmapped.
+        unsafe { &*self.dir }
+    }
+
+    pub fn ring(&self) -> u32 {
+        self.ring
+    }
+
+    pub fn tid(&self) -> u32 {
+        self.tid
+    }
+
+    /// Copies the thread's current name into the ring directory (threads are often named
+    /// after they start). Only the owner calls this, so the plain store is race-free.
+    pub fn refresh_thread_name(&self) {
+        if self.shared {
+            return;
+        }
+        let mut buf = [0u8; 16];
+        // SAFETY: buf is 16 bytes, the size pthread_getname_np requires at most.
+        let rc = unsafe {
+            libc::pthread_getname_np(libc::pthread_self(), buf.as_mut_ptr().cast(), buf.len())
+        };
+        if rc == 0 {
+            // SAFETY: only the owning thread writes its entry's name.
+            unsafe { ptr::addr_of_mut!((*self.dir.cast_mut()).name).write(buf) };
+        }
+    }
+
+    #[inline]
+    fn reserve(&self) -> u64 {
+        let head = &self.dir().head;
+        if self.shared {
+            head.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            head.load(Ordering::Relaxed) + 1
+        }
+    }
+
+    /// Writes one record and returns the slot; `t_exit` is `IN_FLIGHT` or `t_enter`.
+    #[inline]
+    fn write(&self, e: &Entry, in_flight: bool) -> (*mut Slot, u64, SlotRef) {
+        let seq = self.reserve();
+        // SAFETY: the index is masked into the ring; the slot is owned by this thread (own ring,
+        // or a sequence number reserved with fetch_add on the overflow ring).
+        let slot = unsafe { self.slots.add((seq.wrapping_sub(1) & self.mask) as usize) };
+        let t = clock::monotonic_ns();
+        // SAFETY: `slot` is valid, aligned and owned (see above). The even commit word marks it
+        // torn until the odd one is stored; the Release fence keeps field stores after it.
+        unsafe {
+            (*slot).commit.store(seq << 1, Ordering::Relaxed);
+            fence(Ordering::Release);
+            let s = &mut *slot;
+            s.t_enter_ns = t;
+            s.t_exit_ns
+                .store(if in_flight { IN_FLIGHT } else { t }, Ordering::Relaxed);
+            s.kind = e.kind as u16;
+            s.call = e.call as u16;
+            s.rc = e.rc;
+            s.flags = e.flags;
+            s.tid = self.tid;
+            s.comm = e.comm;
+            s.blob = e.blob;
+            s.args = e.args;
+            s.commit.store((seq << 1) | 1, Ordering::Release);
+        }
+        if !self.shared {
+            self.dir().head.store(seq, Ordering::Release);
+        }
+        (
+            slot,
+            (seq << 1) | 1,
+            SlotRef {
+                ring: self.ring,
+                seq,
+            },
+        )
+    }
+
+    /// Records a call at entry; it reads as in flight until `complete` is called.
+    #[inline]
+    pub fn begin(&self, e: &Entry) -> PendingCall {
+        let (slot, commit, slot_ref) = self.write(e, true);
+        PendingCall {
+            slot,
+            commit,
+            slot_ref,
+        }
+    }
+
+    /// Records something that happened at one instant.
+    #[inline]
+    pub fn instant(&self, e: &Entry) -> SlotRef {
+        self.write(e, false).2
+    }
+}
+
+impl PendingCall {
+    pub fn slot_ref(&self) -> SlotRef {
+        self.slot_ref
+    }
+
+    #[inline]
+    fn owned(&self) -> Option<&mut Slot> {
+        // SAFETY: the slot stays mapped; only this thread writes it unless the ring wrapped
+        // all the way round (own ring: cannot happen before complete() on the same thread with
+        // fewer than `cap` nested records; overflow ring: checked by the commit word).
+        let s = unsafe { &mut *self.slot };
+        (s.commit.load(Ordering::Relaxed) == self.commit).then_some(s)
+    }
+
+    /// Fills in a result argument (an output pointer's value, say) before completion.
+    #[inline]
+    pub fn set_arg(&self, index: usize, value: u64) {
+        if let (Some(s), true) = (self.owned(), index < SLOT_ARGS) {
+            s.args[index] = value;
+        }
+    }
+
+    #[inline]
+    pub fn set_comm(&self, comm: u64) {
+        if let Some(s) = self.owned() {
+            s.comm = comm;
+        }
+    }
+
+    /// Attaches a blob (error text, config) and ORs in flag bits.
+    #[inline]
+    pub fn set_blob(&self, blob: u64, flag_bits: u32) {
+        if let Some(s) = self.owned() {
+            s.blob = blob;
+            s.flags |= flag_bits;
+        }
+    }
+
+    /// Writes the return code, then the exit time (Release): the call is complete.
+    #[inline]
+    pub fn complete(self, rc: i32) {
+        if let Some(s) = self.owned() {
+            s.rc = rc;
+            s.t_exit_ns
+                .store(clock::monotonic_ns(), Ordering::Release);
+        }
+    }
+}
+
+/// The kernel thread id (a syscall: callers cache it with their ring).
+pub fn current_tid() -> u32 {
+    // SAFETY: SYS_gettid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+fn open_exclusive(dir: &Path, base_name: &str) -> Result<(i32, PathBuf), CreateError> {
+    for attempt in 0..16u32 {
+        let name = if attempt == 0 {
+            base_name.to_owned()
+        } else {
+            format!("{base_name}.{attempt}")
+        };
+        let path = dir.join(name);
+        let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| CreateError {
+            step: "open",
+            path: path.clone(),
+            errno: libc::EINVAL,
+        })?;
+        // SAFETY: c is a valid NUL-terminated path.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        };
+        if fd >= 0 {
+            // The umask cannot widen 0600, but an inherited ACL could: make it exact.
+            // SAFETY: fd is valid.
+            unsafe { libc::fchmod(fd, 0o600) };
+            return Ok((fd, path));
+        }
+        let e = errno();
+        if e != libc::EEXIST {
+            return Err(CreateError {
+                step: "open",
+                path,
+                errno: e,
+            });
+        }
+    }
+    Err(CreateError {
+        step: "open",
+        path: dir.join(base_name),
+        errno: libc::EEXIST,
+    })
+}

@@ -1,0 +1,60 @@
+//! Writer → reader round trips through a real file.
+
+use ncclshim_dump::config::RecorderConfig;
+use ncclshim_dump::reader::read_dump;
+use ncclshim_dump::{BlobKind, CallId, Entry, RecordKind, Recorder, WriterKind};
+
+fn small_config(dir: &std::path::Path) -> RecorderConfig {
+    let mut c = RecorderConfig::defaults(WriterKind::Synthetic, dir.to_path_buf());
+    c.rings = 4;
+    c.slots_per_ring = 16;
+    c.arena_bytes = 8192;
+    c.normalized()
+}
+
+#[test]
+fn a_call_round_trips_with_completion_and_blob() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::create(&small_config(dir.path())).unwrap();
+    let ring = rec.claim_ring();
+    let mut e = Entry::new(RecordKind::Call, CallId::NcclAllReduce);
+    e.comm = 0xc0;
+    e.args[0] = 1024;
+    let pending = ring.begin(&e);
+    let blob = rec.append_blob(BlobKind::ErrorText, b"remote process exited");
+    pending.set_blob(blob, 0);
+    pending.complete(6);
+    let open = ring.begin(&Entry::new(RecordKind::Call, CallId::NcclCommInitRank));
+    std::mem::forget(open);
+
+    let dump = read_dump(rec.path()).unwrap();
+    assert_eq!(dump.summary.records, 2);
+    assert_eq!(dump.summary.in_flight, 1);
+    assert_eq!(dump.summary.torn, 0);
+    let r = &dump.records[0];
+    assert_eq!(r.call(), Some(CallId::NcclAllReduce));
+    assert_eq!(r.rc, 6);
+    assert_eq!(r.arg("count"), Some(1024));
+    assert_eq!(dump.blob(r.blob).unwrap().text(), "remote process exited");
+    assert!(dump.records[1].in_flight());
+    let meta = std::fs::metadata(rec.path()).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn wrapping_reports_lost_records_and_keeps_the_newest() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::create(&small_config(dir.path())).unwrap();
+    let ring = rec.claim_ring();
+    for i in 0..40u64 {
+        let mut e = Entry::new(RecordKind::Event, CallId::Test);
+        e.args[0] = i;
+        ring.instant(&e);
+    }
+    let dump = read_dump(rec.path()).unwrap();
+    assert_eq!(dump.summary.records, 16);
+    assert_eq!(dump.summary.lost, 24);
+    let firsts: Vec<u64> = dump.records.iter().map(|r| r.args[0]).collect();
+    assert_eq!(firsts, (24..40).collect::<Vec<_>>());
+}

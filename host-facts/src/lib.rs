@@ -1,0 +1,1 @@
+//! Host facts (placeholder until the host-facts work lands).

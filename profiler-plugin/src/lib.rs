@@ -1,0 +1,1 @@
+//! libnccl-profiler-ncclshim.so (placeholder).

@@ -1,0 +1,1 @@
+//! libncclshim.so (placeholder).
