@@ -1,1 +1,10 @@
-//! libncclshim.so (placeholder).
+//! `libncclshim.so`: loaded with `LD_PRELOAD`, it interposes NCCL's API ([`nccl`]) and the CUDA
+//! driver's IPC / cuMem calls that NCCL reaches through function pointers ([`driver`]), and
+//! records every call into a crash-safe dump ([`recorder`]).
+//!
+//! The shim is inert until the first NCCL (or watched driver) event: no file, no thread, no
+//! signal handler. It never changes what NCCL or the driver return.
+
+pub mod driver;
+pub mod nccl;
+pub mod recorder;

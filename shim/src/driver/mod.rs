@@ -1,0 +1,1 @@
+//! CUDA driver interposition (dlsym trampoline, cuGetProcAddress wrappers). Placeholder.
