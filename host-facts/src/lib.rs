@@ -1,1 +1,19 @@
-//! Host facts (placeholder until the host-facts work lands).
+//! Facts about the host, the process, its environment and its loaded libraries, collected the
+//! same way by the shim (inside a training process, at its first NCCL event) and by
+//! `ncclshim doctor` (before a job runs), so a report and a pre-flight check compare like
+//! with like.
+//!
+//! Everything here reads files, `/proc`, `/sys`, libc queries and the loader's list of mapped
+//! objects. Nothing spawns a process, opens a network connection, or initializes CUDA: a
+//! library's version is asked for only through a handle the caller allows (`VersionProbe`).
+//! Each fact is best-effort: a missing file becomes `None`/`false`, never an error.
+
+pub mod env;
+pub mod host;
+pub mod libs;
+pub mod process;
+
+pub use env::{environment, is_secret_name, Environment, REDACTED};
+pub use host::{collect_host_facts, ContainerHints, HostFacts, NetIf, PathFact};
+pub use libs::{classify, collect_libraries, LibKind, Libraries, LoadedLibrary, VersionProbe};
+pub use process::{collect_process, ProcessFacts};

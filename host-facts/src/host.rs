@@ -1,0 +1,332 @@
+//! Host facts that explain NCCL failures the log alone does not: container hints and a small
+//! `/dev/shm` (C07), the locked-memory limit (C11), the nvidia_peermem files NCCL probes for
+//! GPUDirect RDMA (C05), whether libibverbs can be found and which HCAs exist (C01), and the
+//! network interfaces `NCCL_SOCKET_IFNAME` is matched against (C08).
+
+use serde::{Deserialize, Serialize};
+use std::ffi::{CStr, CString};
+use std::path::Path;
+
+/// The three files NCCL checks (`access(F_OK)`) to decide that GPUDirect RDMA is available.
+pub const PEERMEM_FILES: [&str; 3] = [
+    "/sys/kernel/mm/memory_peers/nv_mem/version",
+    "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
+    "/sys/module/nvidia_peermem/version",
+];
+
+/// Directories the dynamic loader searches when neither `LD_LIBRARY_PATH` nor the cache names a library.
+const DEFAULT_LIB_DIRS: &[&str] = &[
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+];
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PathFact {
+    pub path: String,
+    pub exists: bool,
+    /// The first line of the file when it could be read.
+    pub content: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ContainerHints {
+    pub dockerenv: bool,
+    pub containerenv: bool,
+    /// `/proc/self/cgroup`, trimmed (docker / kubepods / containerd paths show here).
+    pub cgroup: Option<String>,
+    /// A best guess from the above: "docker", "podman", "kubernetes", "containerd", "lxc" or None.
+    pub runtime: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NetIf {
+    pub name: String,
+    pub up: bool,
+    pub loopback: bool,
+    /// `inet` / `inet6` addresses as text (no prefix length).
+    pub addrs: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HostFacts {
+    pub hostname: String,
+    pub boot_id: Option<String>,
+    pub kernel: Option<String>,
+    pub container: ContainerHints,
+    pub dev_shm_bytes: Option<u64>,
+    pub dev_shm_free_bytes: Option<u64>,
+    /// RLIMIT_MEMLOCK soft limit; None means unlimited.
+    pub memlock_soft_bytes: Option<u64>,
+    pub memlock_hard_bytes: Option<u64>,
+    pub memlock_unlimited: bool,
+    pub peermem: Vec<PathFact>,
+    /// Whether `libibverbs.so.1` can be found by the loader (mapped, LD_LIBRARY_PATH, ld.so.cache, default dirs).
+    pub libibverbs_dlopen: bool,
+    pub libibverbs_path: Option<String>,
+    /// Entries of `/sys/class/infiniband` (HCA names).
+    pub infiniband: Vec<String>,
+    pub dev_infiniband: bool,
+    pub netifs: Vec<NetIf>,
+    pub cpu_count: Option<usize>,
+}
+
+fn first_line(path: &str) -> Option<String> {
+    let s = std::fs::read_to_string(path).ok()?;
+    Some(s.lines().next().unwrap_or("").trim().to_owned())
+}
+
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its length; gethostname NUL-terminates within it on success.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+fn container_hints() -> ContainerHints {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .map(|s| s.trim().chars().take(1024).collect::<String>());
+    let dockerenv = Path::new("/.dockerenv").exists();
+    let containerenv = Path::new("/run/.containerenv").exists();
+    let cg = cgroup.as_deref().unwrap_or("");
+    let runtime = if cg.contains("kubepods") {
+        Some("kubernetes")
+    } else if dockerenv || cg.contains("docker") {
+        Some("docker")
+    } else if containerenv || cg.contains("libpod") {
+        Some("podman")
+    } else if cg.contains("containerd") {
+        Some("containerd")
+    } else if cg.contains("lxc") {
+        Some("lxc")
+    } else {
+        None
+    };
+    ContainerHints {
+        dockerenv,
+        containerenv,
+        cgroup,
+        runtime: runtime.map(str::to_owned),
+    }
+}
+
+/// Total and free bytes of the filesystem at `path`.
+pub fn fs_size(path: &str) -> Option<(u64, u64)> {
+    let c = CString::new(path).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value to be overwritten.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is NUL-terminated; st is a valid out-pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let frsize = st.f_frsize as u64;
+    Some((st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize))
+}
+
+fn memlock() -> (Option<u64>, Option<u64>) {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: rl is a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) } != 0 {
+        return (Some(0), Some(0));
+    }
+    let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v as u64);
+    (f(rl.rlim_cur), f(rl.rlim_max))
+}
+
+fn path_fact(path: &str) -> PathFact {
+    PathFact {
+        path: path.to_owned(),
+        exists: Path::new(path).exists(),
+        content: first_line(path),
+    }
+}
+
+fn dir_names(path: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(path)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Paths in an `ld.so.cache` image that end in `/<soname>`. Both the old and the new cache
+/// formats keep library paths as NUL-terminated strings, so a scan of the string bytes finds
+/// them without parsing either header.
+pub fn ld_cache_paths(cache: &[u8], soname: &str) -> Vec<String> {
+    let suffix = format!("/{soname}");
+    cache
+        .split(|&b| b == 0)
+        .filter(|s| s.first() == Some(&b'/') && s.ends_with(suffix.as_bytes()))
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
+/// Where the loader would find `soname`, without loading it or running anything:
+/// `LD_LIBRARY_PATH`, then `/etc/ld.so.cache`, then the default directories.
+pub fn find_library(soname: &str) -> Option<String> {
+    let from_env = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
+    for dir in from_env.split(':').filter(|d| !d.is_empty()) {
+        let p = Path::new(dir).join(soname);
+        if p.exists() {
+            return Some(p.to_string_lossy().into_owned());
+        }
+    }
+    if let Ok(cache) = std::fs::read("/etc/ld.so.cache") {
+        if let Some(p) = ld_cache_paths(&cache, soname)
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+        {
+            return Some(p);
+        }
+    }
+    DEFAULT_LIB_DIRS
+        .iter()
+        .map(|d| Path::new(d).join(soname))
+        .find(|p| p.exists())
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
+/// Network interfaces with their addresses (`getifaddrs`), in kernel order.
+pub fn network_interfaces() -> Vec<NetIf> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: head is a valid out-pointer; freed below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Vec::new();
+    }
+    let mut out: Vec<NetIf> = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: cur is a node of the list getifaddrs returned, alive until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        let flags = ifa.ifa_flags;
+        let idx = match out.iter().position(|n| n.name == name) {
+            Some(i) => i,
+            None => {
+                out.push(NetIf {
+                    name,
+                    up: flags & libc::IFF_UP as u32 != 0,
+                    loopback: flags & libc::IFF_LOOPBACK as u32 != 0,
+                    addrs: Vec::new(),
+                });
+                out.len() - 1
+            }
+        };
+        // SAFETY: ifa_addr is null or points to a sockaddr whose family says its real type.
+        if let Some(a) = unsafe { sockaddr_text(ifa.ifa_addr) } {
+            out[idx].addrs.push(a);
+        }
+    }
+    // SAFETY: head came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out
+}
+
+/// # Safety
+/// `sa` must be null or point to a valid sockaddr of the size its family implies.
+unsafe fn sockaddr_text(sa: *const libc::sockaddr) -> Option<String> {
+    if sa.is_null() {
+        return None;
+    }
+    match i32::from((*sa).sa_family) {
+        libc::AF_INET => {
+            let sin = &*sa.cast::<libc::sockaddr_in>();
+            Some(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)).to_string())
+        }
+        libc::AF_INET6 => {
+            let sin6 = &*sa.cast::<libc::sockaddr_in6>();
+            Some(std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr).to_string())
+        }
+        _ => None,
+    }
+}
+
+/// Collects every host fact. Only reads files and asks libc; never runs anything.
+pub fn collect_host_facts() -> HostFacts {
+    let shm = fs_size("/dev/shm");
+    let (soft, hard) = memlock();
+    let verbs = find_library("libibverbs.so.1");
+    HostFacts {
+        hostname: hostname(),
+        boot_id: first_line("/proc/sys/kernel/random/boot_id"),
+        kernel: first_line("/proc/sys/kernel/osrelease"),
+        container: container_hints(),
+        dev_shm_bytes: shm.map(|s| s.0),
+        dev_shm_free_bytes: shm.map(|s| s.1),
+        memlock_soft_bytes: soft,
+        memlock_hard_bytes: hard,
+        memlock_unlimited: soft.is_none(),
+        peermem: PEERMEM_FILES.iter().map(|p| path_fact(p)).collect(),
+        libibverbs_dlopen: verbs.is_some(),
+        libibverbs_path: verbs,
+        infiniband: dir_names("/sys/class/infiniband"),
+        dev_infiniband: Path::new("/dev/infiniband").exists(),
+        netifs: network_interfaces(),
+        cpu_count: std::thread::available_parallelism().ok().map(|n| n.get()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ld_cache_scan_finds_paths_by_soname() {
+        let img = b"glibc-ld.so.cache1.1\0\0libibverbs.so.1\0/usr/lib/x86_64-linux-gnu/libibverbs.so.1\0libc.so.6\0/lib/libc.so.6\0/opt/libibverbs.so.10\0";
+        assert_eq!(
+            ld_cache_paths(img, "libibverbs.so.1"),
+            ["/usr/lib/x86_64-linux-gnu/libibverbs.so.1"]
+        );
+        assert_eq!(ld_cache_paths(img, "libc.so.6"), ["/lib/libc.so.6"]);
+        assert!(ld_cache_paths(img, "libnccl.so.2").is_empty());
+    }
+
+    #[test]
+    fn finds_libc_like_the_loader() {
+        // libc.so.6 is always findable; a made-up soname never is.
+        assert!(find_library("libc.so.6").is_some());
+        assert!(find_library("libdoes-not-exist-ncclshim.so.9").is_none());
+    }
+
+    #[test]
+    fn host_facts_describe_this_machine() {
+        let h = collect_host_facts();
+        assert_eq!(h.hostname, hostname());
+        assert!(!h.hostname.is_empty());
+        assert!(h
+            .netifs
+            .iter()
+            .any(|n| n.loopback && n.addrs.iter().any(|a| a == "127.0.0.1")));
+        assert_eq!(h.peermem.len(), 3);
+        assert_eq!(h.memlock_unlimited, h.memlock_soft_bytes.is_none());
+        // The /dev/shm size is what statvfs reports; compare with an independent call.
+        assert_eq!(h.dev_shm_bytes, fs_size("/dev/shm").map(|s| s.0));
+        let json = serde_json::to_value(&h).unwrap();
+        assert!(json["netifs"].is_array());
+        assert!(json.get("libibverbs_dlopen").is_some());
+    }
+}

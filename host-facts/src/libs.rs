@@ -1,0 +1,241 @@
+//! The libraries that decide how NCCL behaves, as the loader has them mapped: every libnccl
+//! (two builds in one process is failure C23), NCCL's net / profiler / tuner / env plugins,
+//! libcuda and libcudart (driver older than runtime is C18), libibverbs, libfabric and
+//! libtorch_cuda (mapped without any libnccl means NCCL is linked statically and invisible to
+//! LD_PRELOAD).
+//!
+//! Versions are asked only of libraries that are already mapped (`dlopen(RTLD_NOLOAD)`), unless
+//! the caller says loading is fine (`VersionProbe::Load`, for `ncclshim doctor`). Neither
+//! `ncclGetVersion` nor `cuDriverGetVersion` / `cudaRuntimeGetVersion` initializes CUDA.
+
+use serde::{Deserialize, Serialize};
+use std::ffi::{c_int, c_void, CStr, CString};
+
+/// What a mapped library is, judged by its file name.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LibKind {
+    Nccl,
+    NcclNet,
+    NcclProfiler,
+    NcclTuner,
+    NcclEnv,
+    CudaDriver,
+    CudaRuntime,
+    Ibverbs,
+    Libfabric,
+    TorchCuda,
+    Shim,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LoadedLibrary {
+    pub kind: LibKind,
+    pub path: String,
+    /// `ncclGetVersion` for libnccl, `cuDriverGetVersion` for libcuda, `cudaRuntimeGetVersion` for libcudart.
+    pub version: Option<i32>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Libraries {
+    pub libs: Vec<LoadedLibrary>,
+    /// Paths of every mapped libnccl, in load order.
+    pub nccl_paths: Vec<String>,
+    /// Version of the first mapped libnccl (the one the loader binds `nccl*` to).
+    pub nccl_version: Option<i32>,
+    pub cuda_driver: Option<i32>,
+    pub cuda_runtime: Option<i32>,
+    /// libtorch_cuda is mapped but no libnccl is: NCCL is linked into it statically.
+    pub nccl_static: bool,
+}
+
+/// Whether versions may be asked by loading a library, or only of libraries already mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VersionProbe {
+    /// Never load anything (inside a host process).
+    NoLoad,
+    /// Skip versions entirely.
+    Skip,
+}
+
+/// Classifies a library by its path's file name; `None` for libraries that do not matter here.
+pub fn classify(path: &str) -> Option<LibKind> {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    let kind = if base.starts_with("libncclshim") || base.starts_with("libnccl_profiler_ncclshim") {
+        LibKind::Shim
+    } else if base.starts_with("libnccl-net") {
+        LibKind::NcclNet
+    } else if base.starts_with("libnccl-profiler") || base.starts_with("libnccl_profiler") {
+        LibKind::NcclProfiler
+    } else if base.starts_with("libnccl-tuner") {
+        LibKind::NcclTuner
+    } else if base.starts_with("libnccl-env") {
+        LibKind::NcclEnv
+    } else if base.starts_with("libnccl.so") {
+        LibKind::Nccl
+    } else if base.starts_with("libcuda.so") {
+        LibKind::CudaDriver
+    } else if base.starts_with("libcudart.so") {
+        LibKind::CudaRuntime
+    } else if base.starts_with("libibverbs.so") {
+        LibKind::Ibverbs
+    } else if base.starts_with("libfabric.so") {
+        LibKind::Libfabric
+    } else if base.starts_with("libtorch_cuda") {
+        LibKind::TorchCuda
+    } else {
+        return None;
+    };
+    Some(kind)
+}
+
+/// Paths of every object the loader has mapped, in load order (the main program has an empty name
+/// and is left out).
+pub fn mapped_objects() -> Vec<String> {
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: `data` is the &mut Vec passed below, alive for the whole iteration; `info` is
+        // valid during the callback and dlpi_name is NULL or NUL-terminated.
+        let out = &mut *data.cast::<Vec<String>>();
+        let name = (*info).dlpi_name;
+        if !name.is_null() {
+            let s = CStr::from_ptr(name).to_string_lossy();
+            if !s.is_empty() {
+                out.push(s.into_owned());
+            }
+        }
+        0
+    }
+    let mut out: Vec<String> = Vec::new();
+    // SAFETY: the callback only appends to `out`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(cb), (&mut out as *mut Vec<String>).cast()) };
+    out
+}
+
+/// Calls `int f(int*)` named `sym` in the already-mapped library at `path`.
+fn version_via(path: &str, syms: &[&str]) -> Option<i32> {
+    let c = CString::new(path).ok()?;
+    // SAFETY: RTLD_NOLOAD only returns a handle to an object that is already mapped (it never
+    // runs constructors); the handle is released with dlclose below.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    if h.is_null() {
+        return None;
+    }
+    let mut out = None;
+    for s in syms {
+        let cs = CString::new(*s).ok()?;
+        // SAFETY: h is a valid handle, cs NUL-terminated.
+        let f = unsafe { libc::dlsym(h, cs.as_ptr()) };
+        if !f.is_null() {
+            // SAFETY: every symbol in `syms` is a C function `int f(int*)` (ncclGetVersion,
+            // cuDriverGetVersion, cudaRuntimeGetVersion); none initializes CUDA.
+            let f: unsafe extern "C" fn(*mut c_int) -> c_int = unsafe { std::mem::transmute(f) };
+            let mut v: c_int = 0;
+            // SAFETY: v is a valid out-pointer.
+            if unsafe { f(&mut v) } == 0 {
+                out = Some(v);
+            }
+            break;
+        }
+    }
+    // SAFETY: balances the NOLOAD dlopen above (the library stays mapped by its other references).
+    unsafe { libc::dlclose(h) };
+    out
+}
+
+/// The version `kind`'s version call reports, for an already mapped library.
+pub fn version_of(kind: LibKind, path: &str) -> Option<i32> {
+    match kind {
+        LibKind::Nccl => version_via(path, &["pncclGetVersion", "ncclGetVersion"]),
+        LibKind::CudaDriver => version_via(path, &["cuDriverGetVersion"]),
+        LibKind::CudaRuntime => version_via(path, &["cudaRuntimeGetVersion"]),
+        _ => None,
+    }
+}
+
+/// Builds `Libraries` from a list of mapped paths (in load order).
+pub fn libraries_from(paths: &[String], probe: VersionProbe) -> Libraries {
+    let mut libs = Vec::new();
+    for p in paths {
+        let Some(kind) = classify(p) else { continue };
+        let version = match probe {
+            VersionProbe::NoLoad => version_of(kind, p),
+            VersionProbe::Skip => None,
+        };
+        libs.push(LoadedLibrary {
+            kind,
+            path: p.clone(),
+            version,
+        });
+    }
+    let first = |k: LibKind| libs.iter().find(|l| l.kind == k).and_then(|l| l.version);
+    let nccl_paths: Vec<String> = libs
+        .iter()
+        .filter(|l| l.kind == LibKind::Nccl)
+        .map(|l| l.path.clone())
+        .collect();
+    let nccl_static = nccl_paths.is_empty() && libs.iter().any(|l| l.kind == LibKind::TorchCuda);
+    Libraries {
+        nccl_version: first(LibKind::Nccl),
+        cuda_driver: first(LibKind::CudaDriver),
+        cuda_runtime: first(LibKind::CudaRuntime),
+        nccl_paths,
+        nccl_static,
+        libs,
+    }
+}
+
+/// The libraries of this process.
+pub fn collect_libraries(probe: VersionProbe) -> Libraries {
+    libraries_from(&mapped_objects(), probe)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification_by_file_name() {
+        let c = |p| classify(p);
+        assert_eq!(
+            c("/x/site-packages/nvidia/nccl/lib/libnccl.so.2"),
+            Some(LibKind::Nccl)
+        );
+        assert_eq!(c("/opt/libnccl-net-ofi.so"), Some(LibKind::NcclNet));
+        assert_eq!(c("libnccl-net.so"), Some(LibKind::NcclNet));
+        assert_eq!(
+            c("/p/libnccl-profiler-ncclshim.so"),
+            Some(LibKind::NcclProfiler)
+        );
+        assert_eq!(c("/p/libncclshim.so"), Some(LibKind::Shim));
+        assert_eq!(c("/usr/lib/libcuda.so.1"), Some(LibKind::CudaDriver));
+        assert_eq!(c("/t/libcudart.so.12"), Some(LibKind::CudaRuntime));
+        assert_eq!(c("/t/libtorch_cuda.so"), Some(LibKind::TorchCuda));
+        assert_eq!(c("/lib/libc.so.6"), None);
+    }
+
+    #[test]
+    fn static_nccl_is_torch_cuda_without_libnccl() {
+        let paths = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let l = libraries_from(
+            &paths(&["/t/libtorch_cuda.so", "/lib/libc.so.6"]),
+            VersionProbe::Skip,
+        );
+        assert!(l.nccl_static);
+        let l = libraries_from(
+            &paths(&["/t/libtorch_cuda.so", "/n/libnccl.so.2", "/m/libnccl.so.2"]),
+            VersionProbe::Skip,
+        );
+        assert!(!l.nccl_static);
+        assert_eq!(l.nccl_paths, ["/n/libnccl.so.2", "/m/libnccl.so.2"]);
+    }
+
+    #[test]
+    fn mapped_objects_include_libc() {
+        let m = mapped_objects();
+        assert!(m.iter().any(|p| p.contains("libc.so")), "{m:?}");
+    }
+}
