@@ -142,7 +142,7 @@ fn memlock() -> (Option<u64>, Option<u64>) {
     if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) } != 0 {
         return (Some(0), Some(0));
     }
-    let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v as u64);
+    let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v);
     (f(rl.rlim_cur), f(rl.rlim_max))
 }
 
