@@ -39,7 +39,10 @@ pub fn default_dir() -> PathBuf {
 /// Whether `NCCLSHIM_DISABLE` asks for no recording at all (any value but "", "0", "false", "no").
 pub fn disabled_by_env() -> bool {
     match std::env::var("NCCLSHIM_DISABLE") {
-        Ok(v) => !matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false" | "no"),
+        Ok(v) => !matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "" | "0" | "false" | "no"
+        ),
         Err(_) => false,
     }
 }
@@ -114,7 +117,13 @@ impl RecorderConfig {
 pub fn file_name(hostname: &str, pid: u32, start_ticks: u64, kind: WriterKind) -> String {
     let host: String = hostname
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     format!("{host}.{pid}.{start_ticks}.{}.ncclshim", kind.file_tag())
 }

@@ -88,6 +88,10 @@ mod tests {
         let me = ProcessIdentity::current();
         assert!(me.pid > 0);
         assert!(writer_may_be_alive(&me.boot_id, me.pid, me.start_ticks));
-        assert!(!writer_may_be_alive(&me.boot_id, me.pid, me.start_ticks + 1));
+        assert!(!writer_may_be_alive(
+            &me.boot_id,
+            me.pid,
+            me.start_ticks + 1
+        ));
     }
 }

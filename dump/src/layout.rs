@@ -271,7 +271,8 @@ impl Geometry {
 
     pub fn slot_offset(&self, ring: u32, index: u32) -> u64 {
         self.rings_offset
-            + (u64::from(ring) * u64::from(self.slots_per_ring) + u64::from(index)) * SLOT_SIZE as u64
+            + (u64::from(ring) * u64::from(self.slots_per_ring) + u64::from(index))
+                * SLOT_SIZE as u64
     }
 }
 

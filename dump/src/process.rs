@@ -48,8 +48,10 @@ thread_local! {
     static RINGS: [Cell<CachedRing>; MAX_RECORDERS] = const { [Cell::new(NO_RING), Cell::new(NO_RING)] };
 }
 
-static REGISTERED: [AtomicPtr<ProcessRecorder>; MAX_RECORDERS] =
-    [AtomicPtr::new(std::ptr::null_mut()), AtomicPtr::new(std::ptr::null_mut())];
+static REGISTERED: [AtomicPtr<ProcessRecorder>; MAX_RECORDERS] = [
+    AtomicPtr::new(std::ptr::null_mut()),
+    AtomicPtr::new(std::ptr::null_mut()),
+];
 static HOOKS_INSTALLED: AtomicBool = AtomicBool::new(false);
 
 impl ProcessRecorder {
@@ -114,8 +116,12 @@ impl ProcessRecorder {
         match Recorder::create(&config) {
             Ok(r) => {
                 let r: &'static Recorder = Box::leak(Box::new(r));
-                r.add_counter(counters::EVENTS_SKIPPED, self.skipped.swap(0, Ordering::Relaxed));
-                self.recorder.store((r as *const Recorder).cast_mut(), Ordering::Release);
+                r.add_counter(
+                    counters::EVENTS_SKIPPED,
+                    self.skipped.swap(0, Ordering::Relaxed),
+                );
+                self.recorder
+                    .store((r as *const Recorder).cast_mut(), Ordering::Release);
                 self.register();
                 self.state.store(READY, Ordering::Release);
                 if let Some(hook) = self.on_create {
@@ -143,7 +149,12 @@ impl ProcessRecorder {
             }
             if cur.is_null()
                 && slot
-                    .compare_exchange(std::ptr::null_mut(), me, Ordering::AcqRel, Ordering::Acquire)
+                    .compare_exchange(
+                        std::ptr::null_mut(),
+                        me,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
                     .is_ok()
             {
                 break;

@@ -29,7 +29,7 @@ pub enum DumpError {
     TooShort { path: PathBuf, len: u64 },
     #[error("{path}: not an ncclshim dump (offset 0: magic {found:02x?})")]
     NotADump { path: PathBuf, found: [u8; 8] },
-    #[error("{path}: the header is not written yet (offset 0: magic missing, major version {major}); the writer may be starting")]
+    #[error("{path}: the header is not written yet (offset 0: no magic); the writer was starting when it stopped or is starting now")]
     Incomplete { path: PathBuf, major: u16 },
     #[error("{path}: format {major}.{minor} is newer than this reader understands ({FORMAT_MAJOR}.x); upgrade ncclshim")]
     UnsupportedVersion {
@@ -209,12 +209,12 @@ impl Dump {
 /// Random access to the bytes of a dump: a file (read with `pread`, so a file that shrinks
 /// under us gives an error instead of SIGBUS) or a byte slice (tests, fuzzing).
 pub trait Source {
-    fn len(&self) -> io::Result<u64>;
+    fn size(&self) -> io::Result<u64>;
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
 }
 
 impl Source for File {
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         Ok(self.metadata()?.len())
     }
 
@@ -224,7 +224,7 @@ impl Source for File {
 }
 
 impl Source for [u8] {
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         Ok(<[u8]>::len(self) as u64)
     }
 
@@ -270,6 +270,9 @@ pub fn decode_bytes(bytes: &[u8], path: &Path) -> Result<Dump, DumpError> {
 }
 
 struct Geo {
+    /// Bytes actually present: every read is clipped to this, so a header that claims a huge
+    /// geometry on a small file cannot make the reader allocate more than the file holds.
+    len: u64,
     ring_dir_offset: u64,
     rings_offset: u64,
     arena_offset: u64,
@@ -280,7 +283,7 @@ struct Geo {
 pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpError> {
     let p = || path.to_path_buf();
     let io_err = |source| DumpError::Io { path: p(), source };
-    let len = src.len().map_err(io_err)?;
+    let len = src.size().map_err(io_err)?;
     if len < HEADER_SIZE as u64 {
         return Err(DumpError::TooShort { path: p(), len });
     }
@@ -291,7 +294,7 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
     let minor = u16_at(&h, 10);
     if magic != MAGIC {
         // A writer fills the header and stores the magic last.
-        if magic == [0; 8] && major == FORMAT_MAJOR {
+        if magic == [0; 8] && (major == FORMAT_MAJOR || h[..16].iter().all(|&b| b == 0)) {
             return Err(DumpError::Incomplete { path: p(), major });
         }
         return Err(DumpError::NotADump {
@@ -326,7 +329,12 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
     }
     let ring_count = u32_at(&h, 216);
     let slots_per_ring = u32_at(&h, 220);
-    let claimed = (u64_at(&h, 224), u64_at(&h, 232), u64_at(&h, 240), u64_at(&h, 248));
+    let claimed = (
+        u64_at(&h, 224),
+        u64_at(&h, 232),
+        u64_at(&h, 240),
+        u64_at(&h, 248),
+    );
     let file_size = u64_at(&h, 256);
     // The geometry is recomputed from the counts, never taken on trust.
     let geo = Geometry::new(ring_count, slots_per_ring, claimed.3)
@@ -349,8 +357,7 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
         });
     }
     let flags_v = u32_at(&h, 264);
-    let counters: [u64; HEADER_COUNTERS] =
-        std::array::from_fn(|i| u64_at(&h, 288 + 8 * i));
+    let counters: [u64; HEADER_COUNTERS] = std::array::from_fn(|i| u64_at(&h, 288 + 8 * i));
     let exit_ns = u64_at(&h, 352);
     let boot_id = fixed_str(&h[64..104]);
     let pid = u32_at(&h, 48);
@@ -392,6 +399,7 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
         writer_alive,
     };
     let g = Geo {
+        len,
         ring_dir_offset: geo.ring_dir_offset,
         rings_offset: geo.rings_offset,
         arena_offset: geo.arena_offset,
@@ -423,7 +431,15 @@ fn read_rings<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
     let ring_count = dump.header.ring_count;
     let cap = u64::from(dump.header.slots_per_ring);
     let live = dump.header.writer_alive;
-    let mut dir = vec![0u8; (ring_count as usize + 1) * RING_DIR_ENTRY_SIZE];
+    let dir_len = (u64::from(ring_count) + 1) * RING_DIR_ENTRY_SIZE as u64;
+    if g.ring_dir_offset + dir_len > g.len {
+        dump.warnings.push(Warning {
+            offset: g.ring_dir_offset,
+            message: "ring directory cut off by truncation; no records readable".into(),
+        });
+        return;
+    }
+    let mut dir = vec![0u8; dir_len as usize];
     if let Err(e) = src.read_at(g.ring_dir_offset, &mut dir) {
         dump.warnings.push(Warning {
             offset: g.ring_dir_offset,
@@ -441,7 +457,17 @@ fn read_rings<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
         let ring_offset = g.rings_offset + u64::from(ring) * cap * SLOT_SIZE as u64;
         // A slot one past the published head may hold a committed record whose head store was
         // cut off, or a torn one: read it too. The overflow ring's head is a reservation count.
-        let used = head.saturating_add(1).min(cap);
+        let mut used = head.saturating_add(1).min(cap);
+        let present = g.len.saturating_sub(ring_offset) / SLOT_SIZE as u64;
+        if present < used {
+            dump.warnings.push(Warning {
+                offset: ring_offset + present * SLOT_SIZE as u64,
+                message: format!(
+                    "ring {ring} cut off by truncation after {present} of {used} slots"
+                ),
+            });
+            used = present;
+        }
         let mut buf = vec![0u8; used as usize * SLOT_SIZE];
         if let Err(err) = src.read_at(ring_offset, &mut buf) {
             dump.warnings.push(Warning {
@@ -484,7 +510,9 @@ fn read_rings<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
             if seq == 0 || (seq - 1) % cap != idx as u64 || seq > head.saturating_add(1) {
                 dump.warnings.push(Warning {
                     offset: ring_offset + (idx * SLOT_SIZE) as u64,
-                    message: format!("ring {ring} slot {idx}: commit word {commit:#x} does not belong here"),
+                    message: format!(
+                        "ring {ring} slot {idx}: commit word {commit:#x} does not belong here"
+                    ),
                 });
                 continue;
             }
@@ -523,7 +551,15 @@ fn read_rings<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
 }
 
 fn read_blobs<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
-    let used = dump.header.arena_used;
+    let mut used = dump.header.arena_used;
+    let present = g.len.saturating_sub(g.arena_offset);
+    if present < used {
+        dump.warnings.push(Warning {
+            offset: g.arena_offset + present,
+            message: format!("blob arena cut off by truncation after {present} of {used} bytes"),
+        });
+        used = present;
+    }
     if used == 0 {
         return;
     }

@@ -312,7 +312,9 @@ impl CallId {
 
     /// The profiler event id for an event type bit index (0 = Group … 15 = KernelPhase).
     pub fn from_profiler_bit_index(index: u32) -> Option<Self> {
-        u16::try_from(index).ok().and_then(|i| Self::from_u16(0x0200 + i))
+        u16::try_from(index)
+            .ok()
+            .and_then(|i| Self::from_u16(0x0200 + i))
     }
 }
 
@@ -345,6 +347,9 @@ mod tests {
         assert!(CallId::NcclRecv.is_nccl_operation());
         assert!(!CallId::NcclGroupEnd.is_nccl_operation());
         assert_eq!(CallId::ProfKernelCh.profiler_type_bit(), Some(1 << 6));
-        assert_eq!(CallId::from_profiler_bit_index(15), Some(CallId::ProfKernelPhase));
+        assert_eq!(
+            CallId::from_profiler_bit_index(15),
+            Some(CallId::ProfKernelPhase)
+        );
     }
 }

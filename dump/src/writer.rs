@@ -29,7 +29,13 @@ pub struct CreateError {
 impl fmt::Display for CreateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let msg = std::io::Error::from_raw_os_error(self.errno);
-        write!(f, "{} failed for {}: {}", self.step, self.path.display(), msg)
+        write!(
+            f,
+            "{} failed for {}: {}",
+            self.step,
+            self.path.display(),
+            msg
+        )
     }
 }
 
@@ -143,7 +149,11 @@ impl Recorder {
         let geometry = Geometry::new(cfg.rings, cfg.slots_per_ring, cfg.arena_bytes)
             .ok_or_else(|| fail("sizing", &cfg.dir, libc::EOVERFLOW))?;
         if let Err(e) = std::fs::create_dir_all(&cfg.dir) {
-            return Err(fail("mkdir", &cfg.dir, e.raw_os_error().unwrap_or(libc::EIO)));
+            return Err(fail(
+                "mkdir",
+                &cfg.dir,
+                e.raw_os_error().unwrap_or(libc::EIO),
+            ));
         }
         let base_name = file_name(
             &identity.hostname,
@@ -447,27 +457,29 @@ impl PendingCall {
         self.slot_ref
     }
 
+    /// The slot, if it still holds this call (always, on a thread's own ring; on the shared
+    /// overflow ring another thread may have lapped it).
     #[inline]
-    fn owned(&self) -> Option<&mut Slot> {
-        // SAFETY: the slot stays mapped; only this thread writes it unless the ring wrapped
-        // all the way round (own ring: cannot happen before complete() on the same thread with
-        // fewer than `cap` nested records; overflow ring: checked by the commit word).
-        let s = unsafe { &mut *self.slot };
-        (s.commit.load(Ordering::Relaxed) == self.commit).then_some(s)
+    fn owned(&self) -> Option<*mut Slot> {
+        // SAFETY: the slot stays mapped for the process lifetime; reading its atomic commit word.
+        let commit = unsafe { (*self.slot).commit.load(Ordering::Relaxed) };
+        (commit == self.commit).then_some(self.slot)
     }
 
     /// Fills in a result argument (an output pointer's value, say) before completion.
     #[inline]
     pub fn set_arg(&self, index: usize, value: u64) {
         if let (Some(s), true) = (self.owned(), index < SLOT_ARGS) {
-            s.args[index] = value;
+            // SAFETY: the slot is ours (checked by `owned`) and only this thread writes it.
+            unsafe { (*s).args[index] = value };
         }
     }
 
     #[inline]
     pub fn set_comm(&self, comm: u64) {
         if let Some(s) = self.owned() {
-            s.comm = comm;
+            // SAFETY: as in `set_arg`.
+            unsafe { (*s).comm = comm };
         }
     }
 
@@ -475,8 +487,11 @@ impl PendingCall {
     #[inline]
     pub fn set_blob(&self, blob: u64, flag_bits: u32) {
         if let Some(s) = self.owned() {
-            s.blob = blob;
-            s.flags |= flag_bits;
+            // SAFETY: as in `set_arg`.
+            unsafe {
+                (*s).blob = blob;
+                (*s).flags |= flag_bits;
+            }
         }
     }
 
@@ -484,9 +499,12 @@ impl PendingCall {
     #[inline]
     pub fn complete(self, rc: i32) {
         if let Some(s) = self.owned() {
-            s.rc = rc;
-            s.t_exit_ns
-                .store(clock::monotonic_ns(), Ordering::Release);
+            // SAFETY: as in `set_arg`; the Release store orders rc before the exit time.
+            unsafe {
+                (*s).rc = rc;
+                (*s).t_exit_ns
+                    .store(clock::monotonic_ns(), Ordering::Release);
+            }
         }
     }
 }

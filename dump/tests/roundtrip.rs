@@ -25,7 +25,7 @@ fn a_call_round_trips_with_completion_and_blob() {
     pending.set_blob(blob, 0);
     pending.complete(6);
     let open = ring.begin(&Entry::new(RecordKind::Call, CallId::NcclCommInitRank));
-    std::mem::forget(open);
+    drop(open);
 
     let dump = read_dump(rec.path()).unwrap();
     assert_eq!(dump.summary.records, 2);
