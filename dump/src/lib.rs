@@ -14,6 +14,7 @@ pub mod config;
 pub mod identity;
 pub mod layout;
 pub mod process;
+pub mod profnames;
 #[cfg(feature = "reader")]
 pub mod reader;
 pub mod schema;

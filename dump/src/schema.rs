@@ -91,6 +91,9 @@ pub enum BlobKind {
     Name = 8,
     /// JSON: the process command line and other per-process facts.
     Process = 9,
+    /// Binary: a profiler communicator's running aggregates, updated in place with atomics
+    /// (layout in `docs/profiler.md` and `ncclshim_profiler::agg`).
+    ProfAggregates = 10,
 }
 
 impl BlobKind {
@@ -105,6 +108,7 @@ impl BlobKind {
             7 => Self::Gpu,
             8 => Self::Name,
             9 => Self::Process,
+            10 => Self::ProfAggregates,
             _ => return None,
         })
     }
@@ -120,12 +124,16 @@ impl BlobKind {
             Self::Gpu => "gpu",
             Self::Name => "name",
             Self::Process => "process",
+            Self::ProfAggregates => "prof_aggregates",
         }
     }
 
     /// Whether the payload is a JSON value (the reader parses it) rather than plain text.
     pub fn is_json(self) -> bool {
-        !matches!(self, Self::Text | Self::ErrorText | Self::Name)
+        !matches!(
+            self,
+            Self::Text | Self::ErrorText | Self::Name | Self::ProfAggregates
+        )
     }
 }
 
@@ -259,7 +267,16 @@ call_ids! {
     CuMulticastGetGranularity = 0x0113, "cuMulticastGetGranularity", ["granularity", "option", "caller"];
 
     // ---- NCCL profiler events (0x0200 + bit index of the event type) ----
+    // Start records (`RecordKind::ProfStart`). `handle` is 0: a record's own handle is its
+    // (ring, seq), i.e. `SlotRef::encode()` (seq modulo 2^40). `parent` is the parent's handle
+    // in that encoding, 0 when NCCL passed none (for FOREIGN records: the originating process's
+    // handle). Strings are `profnames` codes; `gpu_*_ns` are GPU %globaltimer values.
+    // Stop records: `args[0]` = the start record's handle. State records: `args[0]` handle,
+    // `args[1]` state, `args[2]` value (pTimer, transSize, appendedProxyOps...), `args[3]` a
+    // second value (v1-v3 proxyOp steps).
     ProfGroup = 0x0200, "Group", ["handle", "parent", "seq", "comm_hash", "rank"];
+    /// `count` is in bytes with datatype ncclInt8 for AllGather/Broadcast (NCCL's convention);
+    /// `algo_proto` = algo | proto << 8, `channels_warps` = channels | warps << 8 | flags << 16.
     ProfColl = 0x0201, "Coll",
         ["handle", "parent", "seq", "func", "count", "datatype", "root", "algo_proto", "channels_warps"];
     ProfP2p = 0x0202, "P2p", ["handle", "parent", "func", "count", "datatype", "peer", "channels", "buff"];
@@ -267,6 +284,8 @@ call_ids! {
     ProfProxyStep = 0x0204, "ProxyStep", ["handle", "parent", "step"];
     ProfProxyCtrl = 0x0205, "ProxyCtrl", ["handle", "parent"];
     ProfKernelCh = 0x0206, "KernelCh", ["handle", "parent", "channel", "gpu_start_ns"];
+    /// `w0..w2` copy the net plugin's event (IB: device | opcode << 32, wr_id, length;
+    /// socket: fd | op << 32, 0, length); the event struct type byte is in `plugin_id`'s high bits.
     ProfNetPlugin = 0x0207, "NetPlugin", ["handle", "parent", "plugin_id", "w0", "w1", "w2"];
     ProfGroupApi = 0x0208, "GroupApi", ["handle", "parent", "depth", "graph_captured"];
     ProfCollApi = 0x0209, "CollApi", ["handle", "parent", "func", "count", "datatype", "root", "stream", "graph_captured", "user_tag"];
@@ -279,8 +298,11 @@ call_ids! {
 
     // ---- Recorder events (0x0300..) ----
     /// A profiler plugin `init`: comm hash, rank, size; `blob` is the communicator name.
-    ProfInit = 0x0300, "profilerInit", ["comm_hash", "nnodes", "nranks", "rank", "abi_version", "mask"];
-    ProfFinalize = 0x0301, "profilerFinalize", ["comm_hash", "events"];
+    /// `agg_blob` is the file offset of the comm's `ProfAggregates` blob (0 when the arena was full);
+    /// v1-v3 inits carry no comm facts (comm_hash 0, rank/nranks -1 as u64).
+    ProfInit = 0x0300, "profilerInit",
+        ["comm_hash", "nnodes", "nranks", "rank", "abi_version", "mask", "agg_blob", "ctx"];
+    ProfFinalize = 0x0301, "profilerFinalize", ["comm_hash", "events", "ctx"];
     /// A communicator came up (shim: after a successful init): join key for cross-rank analysis.
     CommCreated = 0x0302, "commCreated", ["comm_hash", "nranks", "rank", "cuda_dev", "uid_hash", "nccl_version"];
     /// A free-text note from the recorder itself (`blob`).
