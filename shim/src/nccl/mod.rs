@@ -1,4 +1,23 @@
-//! NCCL API interposition. Placeholder.
+//! NCCL API interposition: every exported `nccl*` wrapper ([`hooks`]) records its call into the
+//! shim's dump and forwards to NCCL's real `pnccl*` entry point ([`resolve`]), returning
+//! exactly what NCCL returned. Around that: the uniqueId / commHash hash ([`hash`]), the
+//! per-communicator counters ([`comms`]), the `ncclConfig_t` reader ([`config`]) and the
+//! environment / library / host snapshots ([`snapshot`]).
+
+pub mod call;
+pub mod comms;
+pub mod config;
+pub mod ffi;
+pub mod hash;
+pub mod hooks;
+pub mod resolve;
+pub mod snapshot;
+
+use crate::recorder::SHIM;
 
 /// Called once when the shim's dump file is created (first NCCL event): take the snapshots.
-pub fn on_recorder_created(_recorder: &'static ncclshim_dump::Recorder) {}
+pub fn on_recorder_created(_recorder: &'static ncclshim_dump::Recorder) {
+    // The creating thread is inside `record`, so nothing here is recorded twice or re-entered;
+    // with_ring gives it the same ring its pending record will use.
+    SHIM.with_ring(|r, w| snapshot::take(r, w, snapshot::Reason::FirstEvent, true));
+}

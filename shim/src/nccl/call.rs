@@ -1,0 +1,158 @@
+//! The life of one intercepted call: record at entry (in flight), forward, complete in place
+//! with the return code and, on failure, NCCL's own `ncclGetLastError()` text captured before
+//! anything else can overwrite that process-wide buffer. Also the FFI boundary every export
+//! runs in (no panic crosses it) and the per-thread nesting and group state.
+
+use crate::nccl::ffi::{is_failure, NcclComm, NcclResult, NCCL_INTERNAL_ERROR};
+use crate::nccl::resolve::real;
+use crate::recorder::{record, SHIM};
+use ncclshim_dump::layout::SLOT_ARGS;
+use ncclshim_dump::schema::slot_flags;
+use ncclshim_dump::{BlobKind, CallId, Entry, PendingCall, RecordKind};
+use std::cell::Cell;
+use std::ffi::{c_char, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+thread_local! {
+    /// How many real NCCL calls this thread is inside (NCCL calls its own API through the PLT).
+    static IN_NCCL: Cell<u32> = const { Cell::new(0) };
+    /// User-level ncclGroupStart depth on this thread.
+    static GROUP: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Whether this call comes from inside another NCCL call on this thread.
+#[inline]
+pub fn nested() -> bool {
+    IN_NCCL.try_with(|c| c.get() > 0).unwrap_or(false)
+}
+
+pub fn group_depth() -> u32 {
+    GROUP.try_with(Cell::get).unwrap_or(0)
+}
+
+pub fn set_group_depth(v: u32) {
+    let _ = GROUP.try_with(|c| c.set(v));
+}
+
+/// Runs the real call with this thread marked as inside NCCL.
+#[inline]
+pub fn forward<R>(f: impl FnOnce() -> R) -> R {
+    let _ = IN_NCCL.try_with(|c| c.set(c.get() + 1));
+    let r = f();
+    let _ = IN_NCCL.try_with(|c| c.set(c.get().saturating_sub(1)));
+    r
+}
+
+/// The slot flags every record of this call carries.
+#[inline]
+pub fn context_flags() -> u32 {
+    let mut f = 0;
+    if nested() {
+        f |= slot_flags::NESTED;
+    }
+    if group_depth() > 0 {
+        f |= slot_flags::IN_GROUP;
+    }
+    f
+}
+
+/// A call recorded at entry (or not, when recording is off or we are inside our own code).
+pub struct Active(Option<PendingCall>);
+
+/// Records the entry of `call` on `comm` with `args`.
+#[inline]
+pub fn enter(call: CallId, comm: NcclComm, args: [u64; SLOT_ARGS]) -> Active {
+    let flags = context_flags();
+    Active(record(|_, w| {
+        w.begin(&Entry {
+            kind: RecordKind::Call,
+            call,
+            comm: comm as u64,
+            flags,
+            rc: 0,
+            blob: 0,
+            args,
+        })
+    }))
+}
+
+impl Active {
+    /// Completes the record: `extra` fills result arguments, then the error text (on failure)
+    /// and the return code are written.
+    #[inline]
+    pub fn finish(self, rc: NcclResult, comm: NcclComm, extra: impl FnOnce(&PendingCall)) {
+        let Some(p) = self.0 else { return };
+        record(|r, _| {
+            extra(&p);
+            if is_failure(rc) {
+                // SAFETY: last_error returns NCCL's NUL-terminated static buffer or null.
+                if let Some(text) = unsafe { last_error(comm) } {
+                    let off = r.append_blob(BlobKind::ErrorText, text.to_bytes());
+                    if off != 0 {
+                        p.set_blob(off, slot_flags::HAS_ERROR_TEXT);
+                    }
+                }
+            }
+            p.complete(rc);
+        });
+    }
+}
+
+/// NCCL's last WARN text (`ncclGetLastError`, process-wide, the comm argument is ignored).
+///
+/// # Safety
+/// Calls into NCCL; the returned reference is valid until NCCL's next WARN.
+pub unsafe fn last_error<'a>(comm: NcclComm) -> Option<&'a CStr> {
+    let f = real!(
+        "ncclGetLastError",
+        unsafe extern "C" fn(NcclComm) -> *const c_char
+    )?;
+    let p = forward(|| f(comm));
+    (!p.is_null()).then(|| CStr::from_ptr(p))
+}
+
+/// Bit per CallId (low 64 ids) already noted as missing, so the note is written once.
+static MISSING_NOTED: AtomicU64 = AtomicU64::new(0);
+
+/// The loaded NCCL does not export this function: the program could not have called it without
+/// the shim, so it gets ncclInternalError and the dump gets a note saying why.
+#[cold]
+pub fn missing(call: CallId) -> NcclResult {
+    let bit = 1u64 << ((call as u16) & 63);
+    if MISSING_NOTED.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+        record(|r, w| {
+            let msg = format!(
+                "{} was called but no loaded NCCL exports p{} or {}: returned ncclInternalError",
+                call.name(),
+                call.name(),
+                call.name()
+            );
+            let blob = r.append_blob(BlobKind::Text, msg.as_bytes());
+            let mut e = Entry::new(RecordKind::Event, CallId::RecorderNote);
+            e.blob = blob;
+            w.instant(&e);
+        });
+    }
+    NCCL_INTERNAL_ERROR
+}
+
+/// The boundary every export runs its body in. `rc` is set by the body as soon as NCCL returned,
+/// so a panic in our code after that still hands the caller NCCL's own result.
+#[inline]
+pub fn boundary(body: impl FnOnce(&mut Option<NcclResult>)) -> NcclResult {
+    let mut rc = None;
+    match catch_unwind(AssertUnwindSafe(|| body(&mut rc))) {
+        Ok(()) => rc.unwrap_or(NCCL_INTERNAL_ERROR),
+        Err(_) => {
+            SHIM.disable("internal panic in an NCCL wrapper");
+            rc.unwrap_or(NCCL_INTERNAL_ERROR)
+        }
+    }
+}
+
+/// Whether a GetAsyncError poll reports a failure (its rc, or the async error it returned).
+#[inline]
+pub fn is_failure_value(rc: NcclResult, value: NcclResult) -> bool {
+    is_failure(rc) || is_failure(value)
+}

@@ -1,0 +1,70 @@
+/* Drives real libnccl through its failure paths on a machine without a GPU, for the shim's
+ * integration tests. Each step prints "<call> rc=<n>" so the test can compare what the program
+ * saw with what the dump recorded.
+ *   nccl_fail version        ncclGetVersion
+ *   nccl_fail uniqueid       ncclGetUniqueId (fails under NCCL_SOCKET_IFNAME=nonexistent0)
+ *   nccl_fail init           ncclGetUniqueId, then ncclCommInitRank(nranks=1, rank=0) (no GPU: fails)
+ *   nccl_fail initconfig     as init, with ncclCommInitRankConfig and a config (blocking=1, netName="Socket",
+ *                            commName="ncclshim-test")
+ * Built as a program (argv[1] is the mode) or, with -DNCCL_FAIL_LIB, as a shared library whose
+ * nccl_fail_run(mode) a Python ctypes test calls after loading it RTLD_LOCAL.
+ *   nccl_fail fork           ncclGetVersion in the parent, then in a forked child
+ */
+#include "nccl_min.h"
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int nccl_fail_run(const char* what) {
+    int v = 0;
+    ncclResult_t rc = ncclGetVersion(&v);
+    printf("ncclGetVersion rc=%d version=%d\n", (int)rc, v);
+    if (!strcmp(what, "version")) return 0;
+    if (!strcmp(what, "fork")) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            int cv = 0;
+            ncclResult_t crc = ncclGetVersion(&cv);
+            printf("child ncclGetVersion rc=%d version=%d\n", (int)crc, cv);
+            fflush(stdout);
+            _exit(crc == ncclSuccess ? 0 : 1);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 2;
+    }
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    rc = ncclGetUniqueId(&id);
+    printf("ncclGetUniqueId rc=%d id=", (int)rc);
+    for (int i = 0; i < 128; i++) printf("%02x", (unsigned char)id.internal[i]);
+    printf("\n");
+    if (!strcmp(what, "uniqueid")) return 0;
+    ncclComm_t comm = NULL;
+    if (!strcmp(what, "initconfig")) {
+        int ver = 0;
+        ncclGetVersion(&ver);
+        ncclConfig_t cfg = TEST_CONFIG_INITIALIZER((unsigned)ver);
+        cfg.blocking = 1;
+        cfg.netName = "Socket";
+        cfg.commName = "ncclshim-test";
+        rc = ncclCommInitRankConfig(&comm, 1, id, 0, &cfg);
+        printf("ncclCommInitRankConfig rc=%d\n", (int)rc);
+    } else {
+        rc = ncclCommInitRank(&comm, 1, id, 0);
+        printf("ncclCommInitRank rc=%d\n", (int)rc);
+    }
+    printf("last_error=%s\n", ncclGetLastError(NULL));
+    fflush(stdout);
+    return 0;
+}
+
+#ifndef NCCL_FAIL_LIB
+int main(int argc, char** argv) {
+    int rc = nccl_fail_run(argc > 1 ? argv[1] : "version");
+    fflush(stdout);
+    return rc;
+}
+#endif
