@@ -182,6 +182,9 @@ call_ids! {
     /// `comm` is the new communicator once the call returns.
     NcclCommInitRank = 0x0003, "ncclCommInitRank",
         ["nranks", "rank", "uid_hash", "uid0", "uid1", "uid2", "uid3", "uid4", "cuda_dev"];
+    /// The shim writes the `ncclConfig_t` of every init/split/shrink/grow as an `Event` record
+    /// of the same call id just before the call, with a `CommConfig` blob (the call's own blob
+    /// slot is kept for NCCL's error text).
     NcclCommInitRankConfig = 0x0004, "ncclCommInitRankConfig",
         ["nranks", "rank", "uid_hash", "uid0", "uid1", "uid2", "uid3", "uid4", "cuda_dev"];
     NcclCommInitRankScalable = 0x0005, "ncclCommInitRankScalable",
@@ -309,8 +312,10 @@ call_ids! {
     RecorderNote = 0x0303, "recorderNote", [];
     /// A fatal signal reached the process (if the recorder installed a handler).
     FatalSignal = 0x0304, "fatalSignal", ["signo", "code", "addr"];
-    /// A snapshot of environment / libraries / host facts (`blob`).
-    SnapshotTaken = 0x0305, "snapshot", ["reason"];
+    /// A snapshot of environment / libraries / host facts (`blob`). `reason`: 0 = the dump was
+    /// created (first NCCL event), 1 = a communicator init (only changed snapshots are stored);
+    /// `blob_kind` repeats the blob's `BlobKind`.
+    SnapshotTaken = 0x0305, "snapshot", ["reason", "blob_kind"];
     /// A test or benchmark record with no meaning of its own.
     Test = 0x03ff, "test", ["a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8"];
 }
