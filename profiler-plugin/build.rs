@@ -1,0 +1,10 @@
+//! Link flags for the cdylib NCCL loads.
+
+fn main() {
+    // NCCL dlcloses the plugin when its last communicator is finalized and dlopens it again for
+    // the next one. Staying mapped keeps our statics (the recorder, its mapping, the per-comm
+    // contexts that a shared proxy thread may still use) valid across that cycle and makes the
+    // global init idempotent instead of repeated.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
+    println!("cargo:rerun-if-changed=build.rs");
+}

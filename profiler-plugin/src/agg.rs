@@ -1,0 +1,340 @@
+//! Running aggregates per communicator, operation and message-size bucket, kept in the dump
+//! itself so they are readable at any time (live, or after a crash) and never wrap.
+//!
+//! At `init` the plugin appends one `BlobKind::ProfAggregates` blob per communicator to the
+//! dump's arena and then updates it **in place** with atomic adds, through a second shared
+//! mapping of the same file pages. Every counter is a monotonically growing `u64`, so a reader
+//! copying the blob at any moment sees values that were each true at some instant (counters of
+//! one cell may be one collective apart). Layout (little-endian, offsets within the payload):
+//!
+//! ```text
+//! 0   magic "NSHPAGG1"          8   version u32 (1)       12  rows u32 (16: profnames func codes)
+//! 16  buckets u32 (24)          20  cell_words u32 (6)    24  min_log2 u32 (10)
+//! 28  abi version u32           32  comm_id u64 (v1-v3: 0 until the first Coll/P2p names it)
+//! 40  rank i32                  44  nranks i32 (0 = unknown)    48 nnodes i32    52 ctx u32
+//! 56  reserved u64
+//! 64  cells[rows][buckets], each 6 x u64:
+//!     count, bytes, timed_count, timed_bytes, gpu_ns_sum, gpu_ns_max
+//! ```
+//! Bucket 0 holds messages below 1 KiB (2^min_log2); bucket b >= 1 holds
+//! [2^(b+9), 2^(b+10)) bytes; the last bucket also takes everything larger.
+//! `count`/`bytes` grow when a Coll/P2p starts; the `timed_*` fields and GPU time grow when the
+//! last of its `nChannels` KernelCh events reports its stop time: the collective's GPU time is
+//! max(channel stop) - min(channel start) in %globaltimer ns. Bus bandwidth for a cell is
+//! `timed_bytes * factor(op, nranks) / gpu_ns_sum`.
+
+use crate::ctx::CommCtx;
+use ncclshim_dump::layout::BLOB_HEADER_SIZE;
+use ncclshim_dump::{BlobKind, Recorder};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+pub const MAGIC: [u8; 8] = *b"NSHPAGG1";
+pub const VERSION: u32 = 1;
+pub const ROWS: usize = 16;
+pub const BUCKETS: usize = 24;
+pub const CELL_WORDS: usize = 6;
+pub const MIN_LOG2: u32 = 10;
+pub const HEADER_BYTES: usize = 64;
+pub const PAYLOAD_BYTES: usize = HEADER_BYTES + ROWS * BUCKETS * CELL_WORDS * 8;
+
+/// Field indices within a cell.
+pub mod cell {
+    pub const COUNT: usize = 0;
+    pub const BYTES: usize = 1;
+    pub const TIMED_COUNT: usize = 2;
+    pub const TIMED_BYTES: usize = 3;
+    pub const GPU_NS_SUM: usize = 4;
+    pub const GPU_NS_MAX: usize = 5;
+}
+
+/// The size bucket of a message of `bytes` bytes.
+#[inline]
+pub fn bucket(bytes: u64) -> usize {
+    if bytes < 1 << MIN_LOG2 {
+        return 0;
+    }
+    let log2 = 63 - bytes.leading_zeros();
+    ((log2 - MIN_LOG2 + 1) as usize).min(BUCKETS - 1)
+}
+
+/// Lower bound in bytes of a bucket (0 for bucket 0).
+pub fn bucket_floor(b: usize) -> u64 {
+    if b == 0 {
+        0
+    } else {
+        1u64 << (b as u32 + MIN_LOG2 - 1)
+    }
+}
+
+/// The mapped blob payload. Lives in a `MAP_SHARED` mapping that is never unmapped.
+#[repr(C)]
+pub struct AggTable {
+    pub magic: [u8; 8],
+    pub version: u32,
+    pub rows: u32,
+    pub buckets: u32,
+    pub cell_words: u32,
+    pub min_log2: u32,
+    pub abi: u32,
+    pub comm_id: AtomicU64,
+    pub rank: AtomicU32,
+    pub nranks: AtomicU32,
+    pub nnodes: u32,
+    pub ctx: u32,
+    pub _reserved: u64,
+    pub cells: [[AtomicU64; CELL_WORDS]; ROWS * BUCKETS],
+}
+
+impl AggTable {
+    #[inline]
+    pub fn cell(&self, index: usize) -> Option<&[AtomicU64; CELL_WORDS]> {
+        self.cells.get(index)
+    }
+
+    /// A Coll/P2p started: one more operation of `bytes` bytes.
+    #[inline]
+    pub fn add_op(&self, index: usize, bytes: u64) {
+        if let Some(c) = self.cell(index) {
+            c[cell::COUNT].fetch_add(1, Ordering::Relaxed);
+            c[cell::BYTES].fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// An operation's last channel stopped on the GPU.
+    #[inline]
+    pub fn add_timed(&self, index: usize, bytes: u64, gpu_ns: u64) {
+        if let Some(c) = self.cell(index) {
+            c[cell::TIMED_COUNT].fetch_add(1, Ordering::Relaxed);
+            c[cell::TIMED_BYTES].fetch_add(bytes, Ordering::Relaxed);
+            c[cell::GPU_NS_SUM].fetch_add(gpu_ns, Ordering::Relaxed);
+            c[cell::GPU_NS_MAX].fetch_max(gpu_ns, Ordering::Relaxed);
+        }
+    }
+
+    /// Total operations counted so far (for the finalize record).
+    pub fn total_count(&self) -> u64 {
+        self.cells
+            .iter()
+            .map(|c| c[cell::COUNT].load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+/// The cell index of (func code, bytes).
+#[inline]
+pub fn cell_index(func: u8, bytes: u64) -> usize {
+    usize::from(func).min(ROWS - 1) * BUCKETS + bucket(bytes)
+}
+
+/// Appends a communicator's table to the arena and maps it for in-place updates. Rare path
+/// (init): allocation and syscalls are fine here. `None` when the arena is full or the
+/// mapping fails; the records still carry everything, only the running totals are missing.
+pub fn create(rec: &'static Recorder, ctx: &CommCtx, ctx_index: u32) -> Option<(&'static AggTable, u64)> {
+    let mut payload = vec![0u8; PAYLOAD_BYTES];
+    payload[0..8].copy_from_slice(&MAGIC);
+    let put32 = |p: &mut [u8], at: usize, v: u32| p[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    put32(&mut payload, 8, VERSION);
+    put32(&mut payload, 12, ROWS as u32);
+    put32(&mut payload, 16, BUCKETS as u32);
+    put32(&mut payload, 20, CELL_WORDS as u32);
+    put32(&mut payload, 24, MIN_LOG2);
+    put32(&mut payload, 28, ctx.abi.load(Ordering::Relaxed));
+    payload[32..40].copy_from_slice(&ctx.comm_id.load(Ordering::Relaxed).to_le_bytes());
+    put32(&mut payload, 40, ctx.rank.load(Ordering::Relaxed) as u32);
+    put32(&mut payload, 44, ctx.nranks.load(Ordering::Relaxed) as u32);
+    put32(&mut payload, 48, ctx.nnodes.load(Ordering::Relaxed) as u32);
+    put32(&mut payload, 52, ctx_index);
+    let offset = rec.append_blob(BlobKind::ProfAggregates, &payload);
+    if offset == 0 {
+        return None;
+    }
+    let table = map_payload(rec, offset + BLOB_HEADER_SIZE as u64)?;
+    Some((table, offset))
+}
+
+fn map_payload(rec: &Recorder, payload_offset: u64) -> Option<&'static AggTable> {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let start = payload_offset / page * page;
+    let len = (payload_offset - start) as usize + PAYLOAD_BYTES;
+    let path = CString::new(rec.path().as_os_str().as_bytes()).ok()?;
+    // SAFETY: path is a valid C string; the dump file exists (the recorder created it).
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: mapping a range inside the file (the arena was allocated with posix_fallocate and
+    // the blob lies inside it); MAP_SHARED so our stores land in the same pages as the
+    // recorder's own mapping. The mapping is never unmapped.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            start as libc::off_t,
+        )
+    };
+    // SAFETY: fd is open and closed once; the mapping keeps the file.
+    unsafe { libc::close(fd) };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: the payload starts 8-byte aligned (blob headers are 16 bytes, blobs 8-aligned),
+    // spans PAYLOAD_BYTES == size_of::<AggTable>() inside the mapping, was fully initialized by
+    // append_blob, and every field we mutate afterwards is an atomic.
+    Some(unsafe { &*p.cast::<u8>().add((payload_offset - start) as usize).cast::<AggTable>() })
+}
+
+// ---- in-flight operations: per-collective GPU time across channels ----
+
+/// One Coll/P2p between its start and the stop of its last KernelCh.
+pub struct Inflight {
+    /// Record reference (`Handle::record_ref`) of the owning Coll/P2p start; 0 = free.
+    pub tag: AtomicU64,
+    /// ctx index | cell index << 16 | expected channels << 32.
+    pub meta: AtomicU64,
+    pub bytes: AtomicU64,
+    pub start_min: AtomicU64,
+    pub stop_max: AtomicU64,
+    pub stopped: AtomicU32,
+}
+
+pub const INFLIGHT: usize = 1024;
+
+#[allow(clippy::declare_interior_mutable_const)]
+const FREE: Inflight = Inflight {
+    tag: AtomicU64::new(0),
+    meta: AtomicU64::new(0),
+    bytes: AtomicU64::new(0),
+    start_min: AtomicU64::new(u64::MAX),
+    stop_max: AtomicU64::new(0),
+    stopped: AtomicU32::new(0),
+};
+
+static TABLE: [Inflight; INFLIGHT] = [FREE; INFLIGHT];
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// Claims an entry for an operation that just started. Entries are reused round-robin: an
+/// operation still waiting for its kernel after 1023 newer ones loses its GPU time (its
+/// records keep it).
+#[inline]
+pub fn claim(tag: u64, ctx_index: u32, cell: usize, bytes: u64, channels: u8) -> u16 {
+    let i = (NEXT.fetch_add(1, Ordering::Relaxed) % INFLIGHT as u64) as u16;
+    let e = &TABLE[usize::from(i)];
+    e.tag.store(0, Ordering::Relaxed);
+    e.meta.store(
+        u64::from(ctx_index) | (cell as u64) << 16 | u64::from(channels.max(1)) << 32,
+        Ordering::Relaxed,
+    );
+    e.bytes.store(bytes, Ordering::Relaxed);
+    e.start_min.store(u64::MAX, Ordering::Relaxed);
+    e.stop_max.store(0, Ordering::Relaxed);
+    e.stopped.store(0, Ordering::Relaxed);
+    e.tag.store(tag, Ordering::Release);
+    i
+}
+
+/// The entry `i` if it still belongs to the operation `tag`.
+#[inline]
+pub fn owned_by(i: u16, tag: u64) -> Option<&'static Inflight> {
+    let e = TABLE.get(usize::from(i))?;
+    (e.tag.load(Ordering::Acquire) == tag).then_some(e)
+}
+
+#[inline]
+pub fn entry(i: u16) -> Option<&'static Inflight> {
+    TABLE.get(usize::from(i)).filter(|e| e.tag.load(Ordering::Acquire) != 0)
+}
+
+impl Inflight {
+    pub fn ctx_index(&self) -> u32 {
+        (self.meta.load(Ordering::Relaxed) & 0xffff) as u32
+    }
+
+    /// A channel started on the GPU at `t`.
+    #[inline]
+    pub fn channel_start(&self, t: u64) {
+        if t < self.start_min.load(Ordering::Relaxed) {
+            self.start_min.fetch_min(t, Ordering::Relaxed);
+        }
+    }
+
+    /// A channel stopped at `t`. Returns (ctx index, cell, bytes, gpu_ns) when it was the last.
+    #[inline]
+    pub fn channel_stop(&self, t: u64) -> Option<(u32, usize, u64, u64)> {
+        self.stop_max.fetch_max(t, Ordering::AcqRel);
+        let meta = self.meta.load(Ordering::Relaxed);
+        let expected = ((meta >> 32) & 0xff) as u32;
+        let done = self.stopped.fetch_add(1, Ordering::AcqRel) + 1;
+        if done != expected {
+            return None;
+        }
+        let tag = self.tag.swap(0, Ordering::AcqRel);
+        if tag == 0 {
+            return None;
+        }
+        let start = self.start_min.load(Ordering::Acquire);
+        let stop = self.stop_max.load(Ordering::Acquire);
+        (start != u64::MAX && stop >= start).then(|| {
+            (
+                (meta & 0xffff) as u32,
+                ((meta >> 16) & 0xffff) as usize,
+                self.bytes.load(Ordering::Relaxed),
+                stop - start,
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn table_layout_is_pinned() {
+        assert_eq!(size_of::<AggTable>(), PAYLOAD_BYTES);
+        assert_eq!(offset_of!(AggTable, version), 8);
+        assert_eq!(offset_of!(AggTable, rows), 12);
+        assert_eq!(offset_of!(AggTable, min_log2), 24);
+        assert_eq!(offset_of!(AggTable, abi), 28);
+        assert_eq!(offset_of!(AggTable, comm_id), 32);
+        assert_eq!(offset_of!(AggTable, rank), 40);
+        assert_eq!(offset_of!(AggTable, nranks), 44);
+        assert_eq!(offset_of!(AggTable, nnodes), 48);
+        assert_eq!(offset_of!(AggTable, ctx), 52);
+        assert_eq!(offset_of!(AggTable, cells), HEADER_BYTES);
+    }
+
+    #[test]
+    fn buckets_are_powers_of_two_from_1kib() {
+        assert_eq!(bucket(0), 0);
+        assert_eq!(bucket(1023), 0);
+        assert_eq!(bucket(1024), 1);
+        assert_eq!(bucket(2047), 1);
+        assert_eq!(bucket(2048), 2);
+        assert_eq!(bucket(1 << 20), 11);
+        assert_eq!(bucket(u64::MAX), BUCKETS - 1);
+        for b in 1..BUCKETS {
+            assert_eq!(bucket(bucket_floor(b)), b);
+            assert_eq!(bucket(bucket_floor(b) - 1), b - 1);
+        }
+    }
+
+    #[test]
+    fn inflight_completes_on_the_last_channel_with_max_minus_min() {
+        let tag = 0xabc0_0000_0001;
+        let i = claim(tag, 3, cell_index(2, 4096), 4096, 2);
+        let e = owned_by(i, tag).expect("just claimed");
+        assert_eq!(e.ctx_index(), 3);
+        e.channel_start(1_000);
+        e.channel_start(900);
+        assert_eq!(e.channel_stop(1_500), None);
+        assert_eq!(e.channel_stop(1_400), Some((3, cell_index(2, 4096), 4096, 600)));
+        assert!(owned_by(i, tag).is_none(), "freed once complete");
+    }
+}

@@ -1,0 +1,454 @@
+//! The version-independent plugin: every ABI module translates NCCL's descriptor into one
+//! [`Start`] (or a state value) and calls in here. This is where records are written, handles
+//! are made, contexts are resolved and aggregates are updated.
+//!
+//! Hot path (start/stop/state): no allocation, no lock, no syscall once the calling thread has
+//! its ring: one clock read, one 128-byte slot, a few relaxed atomics. Every entry point saves
+//! and restores errno, catches panics (recording is then disabled for the process, NCCL keeps
+//! running) and returns `ncclSuccess`; only `init` may return an error.
+
+use crate::abi::{self, event, NCCL_SUCCESS};
+use crate::agg;
+use crate::ctx::{self, CommCtx};
+use crate::handle::Handle;
+use crate::mask;
+use ncclshim_dump::layout::{counters, SLOT_ARGS};
+use ncclshim_dump::process::ProcessRecorder;
+use ncclshim_dump::schema::slot_flags;
+use ncclshim_dump::{BlobKind, CallId, Entry, Recorder, RecordKind, WriterKind};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The plugin's dump (`*.prof.ncclshim`). TLS slot 1, so the shim's recorder (slot 0) and this
+/// one can share a library if the two are ever linked together (STATIC_PLUGIN).
+pub static PROF: ProcessRecorder = ProcessRecorder::new(WriterKind::Profiler, 1, None);
+
+const MASK_UNSET: u32 = u32::MAX;
+/// The process's activation mask (read from the environment at the first init).
+static MASK: AtomicU32 = AtomicU32::new(MASK_UNSET);
+/// Our pid, to recognise ProxyOps from another process's proxy (PXN). Set at every init.
+static PID: AtomicU32 = AtomicU32::new(0);
+
+/// What a Coll/P2p contributes to the aggregates.
+#[derive(Debug, Clone, Copy)]
+pub struct Op {
+    pub func: u8,
+    pub bytes: u64,
+    pub channels: u8,
+    /// The ABI delivers KernelCh GPU times (v4+), so an in-flight entry is worth keeping.
+    pub timed: bool,
+}
+
+/// One started event, normalized across ABI versions.
+#[derive(Debug, Clone, Copy)]
+pub struct Start {
+    /// Event type bit index (0 = Group ... 15 = KernelPhase).
+    pub type_index: u8,
+    /// NCCL's `parentObj`, as an integer (one of our handles, or NULL).
+    pub parent: u64,
+    /// Slot arguments; `args[0]` (handle) and `args[1]` (parent) are filled in here.
+    pub args: [u64; SLOT_ARGS],
+    /// v1-v3 Coll/P2p name their communicator in the descriptor.
+    pub comm_hint: u64,
+    pub rank: i32,
+    pub op: Option<Op>,
+    /// KernelCh (v4+) / KernelPhase: GPU start time.
+    pub gpu_start: Option<u64>,
+    /// A ProxyOp whose pid is not ours (PXN): its context and parent belong to another process.
+    pub foreign_pid: Option<u32>,
+    /// A string argument no code table knows, seen for the first time: (field, text).
+    pub unknown: Option<(&'static str, &'static [u8])>,
+}
+
+impl Start {
+    pub fn new(type_index: u8, parent: *mut c_void, rank: c_int) -> Self {
+        Self {
+            type_index,
+            parent: parent as u64,
+            args: [0; SLOT_ARGS],
+            comm_hint: 0,
+            rank,
+            op: None,
+            gpu_start: None,
+            foreign_pid: None,
+            unknown: None,
+        }
+    }
+}
+
+/// Whether the process mask asks for event type bit `bit`.
+#[inline]
+pub fn wants(bit: u32) -> bool {
+    let m = MASK.load(Ordering::Relaxed);
+    m != MASK_UNSET && m & bit != 0
+}
+
+/// The process mask (after the first init).
+pub fn process_mask() -> u32 {
+    match MASK.load(Ordering::Relaxed) {
+        MASK_UNSET => 0,
+        m => m,
+    }
+}
+
+pub fn our_pid() -> u32 {
+    PID.load(Ordering::Relaxed)
+}
+
+/// Runs `f` with errno preserved and panics caught; `None` after a panic.
+#[inline]
+fn guard<R>(f: impl FnOnce() -> R) -> Option<R> {
+    // SAFETY: __errno_location returns the calling thread's errno, valid for the thread's life.
+    let errno_ptr = unsafe { libc::__errno_location() };
+    // SAFETY: as above.
+    let saved = unsafe { *errno_ptr };
+    let out = catch_unwind(AssertUnwindSafe(f));
+    // SAFETY: as above.
+    unsafe { *errno_ptr = saved };
+    match out {
+        Ok(v) => Some(v),
+        Err(_) => {
+            PROF.disable("internal panic in the NCCL profiler plugin");
+            None
+        }
+    }
+}
+
+fn say(msg: &str) {
+    // SAFETY: writing a valid buffer to fd 2; a short write is acceptable.
+    unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+}
+
+fn ensure_mask() -> u32 {
+    let m = MASK.load(Ordering::Acquire);
+    if m != MASK_UNSET {
+        return m;
+    }
+    let (mask, unknown) = mask::from_env();
+    if MASK
+        .compare_exchange(MASK_UNSET, mask, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+        && !unknown.is_empty()
+    {
+        say(&format!(
+            "ncclshim: NCCLSHIM_PROFILE: ignoring unknown event name(s) {}; profiling {}\n",
+            unknown.join(","),
+            mask::describe(mask)
+        ));
+    }
+    MASK.load(Ordering::Acquire)
+}
+
+/// The recorder, waiting briefly if another thread is creating it right now (init runs on
+/// several NCCL threads at once for grouped inits; a transient "busy" must not read as
+/// "disabled").
+fn recorder_for_init() -> Option<&'static Recorder> {
+    for _ in 0..2000 {
+        if let Some(r) = PROF.get() {
+            return Some(r);
+        }
+        if PROF.is_disabled() {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(500));
+    }
+    None
+}
+
+/// What `init` learned about the communicator (v1-v3 pass none of it).
+#[derive(Debug, Clone, Copy)]
+pub struct InitFacts {
+    pub comm_id: u64,
+    pub name: *const c_char,
+    pub nnodes: c_int,
+    pub nranks: c_int,
+    pub rank: c_int,
+}
+
+impl InitFacts {
+    /// v1-v3: init names nothing.
+    pub const NONE: Self = Self {
+        comm_id: 0,
+        name: std::ptr::null(),
+        nnodes: 0,
+        nranks: 0,
+        rank: -1,
+    };
+}
+
+/// `init` for every version.
+///
+/// # Safety
+/// `ctx_out` and `mask_out` are NULL or NCCL's valid out-pointers; `facts.name` is NULL or a
+/// NUL-terminated string.
+pub unsafe fn init(abi: u32, ctx_out: *mut *mut c_void, mask_out: *mut c_int, facts: InitFacts) -> c_int {
+    let result = guard(|| {
+        if !ctx_out.is_null() {
+            // SAFETY: NCCL's out-pointer (contract).
+            unsafe { *ctx_out = std::ptr::null_mut() };
+        }
+        let mask = ensure_mask() & event::supported(abi);
+        // SAFETY: getpid has no preconditions.
+        PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
+        let Some(rec) = recorder_for_init() else {
+            // Recording is off for this process: ask NCCL for nothing, succeed.
+            write_mask(mask_out, 0);
+            return NCCL_SUCCESS;
+        };
+        let Some((index, c)) = ctx::claim() else {
+            rec.add_counter(counters::PROF_EVENTS_DROPPED, 1);
+            write_mask(mask_out, mask as c_int);
+            return NCCL_SUCCESS;
+        };
+        c.abi.store(abi, Ordering::Relaxed);
+        c.comm_id.store(facts.comm_id, Ordering::Relaxed);
+        c.rank.store(if abi >= 4 { facts.rank } else { -1 }, Ordering::Relaxed);
+        c.nranks.store(facts.nranks, Ordering::Relaxed);
+        c.nnodes.store(facts.nnodes, Ordering::Relaxed);
+        if let Some((table, off)) = agg::create(rec, c, index) {
+            c.agg.store((table as *const agg::AggTable).cast_mut(), Ordering::Release);
+            c.agg_blob.store(off, Ordering::Relaxed);
+        }
+        let name_blob = if facts.name.is_null() {
+            0
+        } else {
+            // SAFETY: NUL-terminated per contract.
+            let bytes = unsafe { CStr::from_ptr(facts.name) }.to_bytes();
+            if bytes.is_empty() {
+                0
+            } else {
+                rec.append_blob(BlobKind::Name, bytes)
+            }
+        };
+        c.state.store(ctx::LIVE, Ordering::Release);
+        write_init_record(c, index, mask, name_blob);
+        if !ctx_out.is_null() {
+            // SAFETY: NCCL's out-pointer (contract).
+            unsafe { *ctx_out = c.as_ptr() };
+        }
+        write_mask(mask_out, mask as c_int);
+        NCCL_SUCCESS
+    });
+    // A panic during init: tell NCCL to go on without us for this communicator.
+    result.unwrap_or(abi::NCCL_INTERNAL_ERROR)
+}
+
+fn write_mask(mask_out: *mut c_int, mask: c_int) {
+    if !mask_out.is_null() {
+        // SAFETY: NCCL's process-global activation mask; NCCL reads it with relaxed loads.
+        unsafe { mask_out.write_volatile(mask) };
+    }
+}
+
+fn write_init_record(c: &CommCtx, index: u32, mask: u32, name_blob: u64) {
+    let comm = c.comm_id.load(Ordering::Relaxed);
+    let mut e = Entry::new(RecordKind::CommInfo, CallId::ProfInit);
+    e.comm = comm;
+    e.blob = name_blob;
+    e.args[..8].copy_from_slice(&[
+        comm,
+        c.nnodes.load(Ordering::Relaxed) as u32 as u64,
+        c.nranks.load(Ordering::Relaxed) as u32 as u64,
+        c.rank.load(Ordering::Relaxed) as u32 as u64,
+        u64::from(c.abi.load(Ordering::Relaxed)),
+        u64::from(mask),
+        c.agg_blob.load(Ordering::Relaxed),
+        u64::from(index),
+    ]);
+    PROF.with_ring(|_, w| w.instant(&e));
+}
+
+/// `finalize` for every version.
+///
+/// # Safety
+/// None beyond NCCL's contract: `ctx` is looked up, never trusted.
+pub unsafe extern "C" fn finalize(ctx: *mut c_void) -> c_int {
+    guard(|| {
+        let Some((index, c)) = ctx::lookup(ctx) else {
+            return;
+        };
+        // The context stays valid: a shared proxy thread may still report ProxyCtrl events.
+        c.state.store(ctx::FINALIZED, Ordering::Release);
+        let comm = c.comm_id.load(Ordering::Relaxed);
+        let mut e = Entry::new(RecordKind::Event, CallId::ProfFinalize);
+        e.comm = comm;
+        e.args[0] = comm;
+        e.args[1] = c.agg().map_or(0, |t| t.total_count());
+        e.args[2] = u64::from(index);
+        PROF.with_ring(|_, w| w.instant(&e));
+    });
+    NCCL_SUCCESS
+}
+
+/// `startEvent` for every version: `build` reads the descriptor and returns `None` for an
+/// event the mask does not ask for (NCCL then gets a NULL handle and skips its stop/state).
+///
+/// # Safety
+/// `ehandle` is NULL or NCCL's out-pointer; `build` reads only what NCCL passed.
+#[inline]
+pub unsafe fn start_event(
+    ctx: *mut c_void,
+    ehandle: *mut *mut c_void,
+    build: impl FnOnce() -> Option<Start>,
+) -> c_int {
+    if ehandle.is_null() {
+        return NCCL_SUCCESS;
+    }
+    let h = guard(|| build().and_then(|ev| start(ctx, ev))).flatten();
+    // SAFETY: NCCL's out-pointer (checked non-null above).
+    unsafe { *ehandle = h.map_or(std::ptr::null_mut(), |v| v as *mut c_void) };
+    NCCL_SUCCESS
+}
+
+#[inline]
+fn start(ctx_ptr: *mut c_void, ev: Start) -> Option<u64> {
+    let call = CallId::from_profiler_bit_index(u32::from(ev.type_index))?;
+    let parent = Handle::decode(ev.parent);
+    let foreign = ev.foreign_pid.is_some() || parent.is_some_and(|p| p.foreign);
+    let found = if foreign { None } else { ctx::lookup(ctx_ptr) };
+    let mut comm = ev.comm_hint;
+    if let Some((index, c)) = found {
+        let known = c.comm_id.load(Ordering::Relaxed);
+        if known != 0 {
+            comm = known;
+        } else if c.learn(ev.comm_hint, ev.rank) {
+            let mask = process_mask() & event::supported(c.abi.load(Ordering::Relaxed));
+            write_init_record(c, index, mask, 0);
+        }
+    }
+    let mut e = Entry::new(RecordKind::ProfStart, call);
+    e.comm = comm;
+    e.args = ev.args;
+    e.args[0] = 0;
+    e.args[1] = parent.map_or(0, Handle::record_ref);
+    if foreign {
+        e.flags |= slot_flags::FOREIGN;
+        // A foreign parent is the originating process's handle: keep it for a cross-dump join.
+        e.args[1] = crate::handle::parent_ref(ev.parent);
+    }
+    // A KernelCh joins its parent's in-flight entry (GPU time across channels).
+    let mut inflight = None;
+    if let (Some(t), Some(p)) = (ev.gpu_start, parent) {
+        if let Some(i) = p.inflight {
+            if let Some(entry) = agg::owned_by(i, p.record_ref()) {
+                entry.channel_start(t);
+                inflight = Some(i);
+            }
+        }
+    }
+    let slot = PROF.with_ring(|rec, w| {
+        if let Some((field, text)) = ev.unknown {
+            let mut b = Vec::with_capacity(field.len() + 1 + text.len());
+            b.extend_from_slice(field.as_bytes());
+            b.push(b'=');
+            b.extend_from_slice(text);
+            e.blob = rec.append_blob(BlobKind::Name, &b);
+        }
+        w.instant(&e)
+    })?;
+    let mut h = Handle {
+        slot,
+        inflight,
+        type_index: ev.type_index,
+        foreign,
+    };
+    if let (Some(op), Some((index, c))) = (ev.op, found) {
+        if let Some(t) = c.agg() {
+            let cell = agg::cell_index(op.func, op.bytes);
+            t.add_op(cell, op.bytes);
+            if op.timed && wants(event::KERNEL_CH) {
+                h.inflight = Some(agg::claim(h.record_ref(), index, cell, op.bytes, op.channels));
+            }
+        }
+    }
+    Some(h.encode())
+}
+
+/// `stopEvent` for every version.
+///
+/// # Safety
+/// None: the handle is decoded as an integer, never dereferenced.
+pub unsafe extern "C" fn stop_event(ehandle: *mut c_void) -> c_int {
+    guard(|| {
+        let Some(h) = Handle::decode(ehandle as u64) else {
+            return;
+        };
+        let Some(call) = CallId::from_profiler_bit_index(u32::from(h.type_index)) else {
+            return;
+        };
+        let mut e = Entry::new(RecordKind::ProfStop, call);
+        e.args[0] = h.record_ref();
+        if h.foreign {
+            e.flags |= slot_flags::FOREIGN;
+        }
+        PROF.with_ring(|_, w| w.instant(&e));
+    });
+    NCCL_SUCCESS
+}
+
+/// `recordEventState` for every version, once the ABI module has read the args.
+#[inline]
+pub fn record_state(ehandle: *mut c_void, state: u32, value: impl FnOnce() -> (u64, u64)) -> c_int {
+    guard(|| {
+        let Some(h) = Handle::decode(ehandle as u64) else {
+            return;
+        };
+        let Some(call) = CallId::from_profiler_bit_index(u32::from(h.type_index)) else {
+            return;
+        };
+        let (v, v2) = value();
+        let mut e = Entry::new(RecordKind::ProfState, call);
+        e.args[..4].copy_from_slice(&[h.record_ref(), u64::from(state), v, v2]);
+        if h.foreign {
+            e.flags |= slot_flags::FOREIGN;
+        }
+        PROF.with_ring(|_, w| w.instant(&e));
+        if state == abi::state::KERNEL_CH_STOP {
+            if let Some(done) = h.inflight.and_then(agg::entry).and_then(|x| x.channel_stop(v)) {
+                let (ctx_index, cell, bytes, ns) = done;
+                if let Some(t) = ctx::by_index(ctx_index).and_then(CommCtx::agg) {
+                    t.add_timed(cell, bytes, ns);
+                }
+            }
+        }
+    });
+    NCCL_SUCCESS
+}
+
+/// `recordEventState` for v4-v7 (8-byte state args).
+///
+/// # Safety
+/// `args` is NULL or NCCL's state args for this call.
+pub unsafe extern "C" fn record_state_v4(
+    ehandle: *mut c_void,
+    state: c_int,
+    args: *mut abi::StateArgsV4,
+) -> c_int {
+    let state = state as u32;
+    // SAFETY: forwarded contract.
+    record_state(ehandle, state, || (unsafe { abi::state_value_v4(state, args) }, 0))
+}
+
+/// `recordEventState` for v1-v3 (16-byte state args).
+///
+/// # Safety
+/// `args` is NULL or NCCL's state args for this call.
+pub unsafe extern "C" fn record_state_v1(
+    ehandle: *mut c_void,
+    state: c_int,
+    args: *mut abi::StateArgsV1,
+) -> c_int {
+    let state = state as u32;
+    // SAFETY: forwarded contract.
+    record_state(ehandle, state, || unsafe { abi::state_value_v1(state, args) })
+}
+
+/// The bit index of a descriptor's `type`, when it is exactly one known bit the mask wants.
+#[inline]
+pub fn wanted_type(ty: u64) -> Option<u8> {
+    if ty == 0 || ty & (ty - 1) != 0 || ty > 1 << 15 {
+        return None;
+    }
+    wants(ty as u32).then_some(ty.trailing_zeros() as u8)
+}

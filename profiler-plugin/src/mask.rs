@@ -1,0 +1,163 @@
+//! The activation mask: which NCCL event types the plugin asks for, from `NCCLSHIM_PROFILE`.
+//!
+//! NCCL reads one process-global `int` (the pointer it hands every `init`) and starts an event
+//! only when its bit, or a descendant's bit, is set. The default is cheap enough for production
+//! and still gives per-collective GPU time: `coll,p2p,kernelch`. Ancestors that NCCL starts on
+//! its own (GroupApi, CollApi, legacy Group...) are answered with a NULL handle unless asked for,
+//! which also spares NCCL their stop calls.
+//!
+//! Syntax: a comma (or `|`, `+`, space) separated list of event names, `default`, `all`,
+//! `none`, `api` (groupapi,collapi,p2papi,kernellaunch), `proxy` (proxyop,proxystep,proxyctrl),
+//! `ce` (cecoll,cesync,cebatch) or a number (`0x46`); `-name` removes. Case-insensitive.
+
+use crate::abi::event::*;
+
+/// `coll,p2p,kernelch`.
+pub const DEFAULT_MASK: u32 = COLL | P2P | KERNEL_CH;
+/// Every event type any version defines.
+pub const ALL_MASK: u32 = 0xffff;
+
+/// Event names in bit order (bit i = `NAMES[i]`).
+pub const NAMES: [&str; 16] = [
+    "group",
+    "coll",
+    "p2p",
+    "proxyop",
+    "proxystep",
+    "proxyctrl",
+    "kernelch",
+    "netplugin",
+    "groupapi",
+    "collapi",
+    "p2papi",
+    "kernellaunch",
+    "cecoll",
+    "cesync",
+    "cebatch",
+    "kernelphase",
+];
+
+fn named(word: &str) -> Option<u32> {
+    let w = word.to_ascii_lowercase();
+    if let Some(i) = NAMES.iter().position(|n| *n == w) {
+        return Some(1 << i);
+    }
+    Some(match w.as_str() {
+        "default" => DEFAULT_MASK,
+        "all" => ALL_MASK,
+        "none" | "off" | "0" => 0,
+        "api" => GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH,
+        "proxy" => PROXY_OP | PROXY_STEP | PROXY_CTRL,
+        "ce" => CE_COLL | CE_SYNC | CE_BATCH,
+        _ => {
+            let n = if let Some(hex) = w.strip_prefix("0x") {
+                u32::from_str_radix(hex, 16).ok()?
+            } else {
+                w.parse::<u32>().ok()?
+            };
+            n & ALL_MASK
+        }
+    })
+}
+
+/// Parses a `NCCLSHIM_PROFILE` value. Returns the mask and the words it did not understand.
+pub fn parse(spec: &str) -> (u32, Vec<String>) {
+    let mut mask = 0u32;
+    let mut unknown = Vec::new();
+    let mut any = false;
+    for raw in spec.split([',', '|', '+', ' ', ';']) {
+        let word = raw.trim();
+        if word.is_empty() {
+            continue;
+        }
+        let (remove, name) = match word.strip_prefix(['-', '^']) {
+            Some(rest) => (true, rest),
+            None => (false, word),
+        };
+        match named(name) {
+            Some(bits) if remove => mask &= !bits,
+            Some(bits) => {
+                mask |= bits;
+                any = true;
+            }
+            None => unknown.push(word.to_owned()),
+        }
+    }
+    if !any && unknown.is_empty() && spec.trim().is_empty() {
+        mask = DEFAULT_MASK;
+    }
+    (close(mask), unknown)
+}
+
+/// Adds the parents an asked-for event needs to be useful: GPU time of a KernelCh is
+/// attributed through its Coll/P2p parent, a ProxyStep through its ProxyOp, and so on.
+pub fn close(mut mask: u32) -> u32 {
+    if mask & KERNEL_PHASE != 0 {
+        // NCCL 2.32 turns KernelCh on for KernelPhase too.
+        mask |= KERNEL_CH;
+    }
+    if mask & NET_PLUGIN != 0 {
+        mask |= PROXY_STEP;
+    }
+    if mask & PROXY_STEP != 0 {
+        mask |= PROXY_OP;
+    }
+    if mask & (KERNEL_CH | PROXY_OP) != 0 {
+        mask |= COLL | P2P;
+    }
+    if mask & (CE_SYNC | CE_BATCH) != 0 {
+        mask |= CE_COLL;
+    }
+    mask
+}
+
+/// The mask for this process, from the environment (`None`: unset → default).
+pub fn from_env() -> (u32, Vec<String>) {
+    match std::env::var("NCCLSHIM_PROFILE") {
+        Ok(v) => parse(&v),
+        Err(_) => (DEFAULT_MASK, Vec::new()),
+    }
+}
+
+/// Names of the bits in `mask`, for messages and the README.
+pub fn describe(mask: u32) -> String {
+    let names: Vec<&str> = (0..16)
+        .filter(|i| mask & (1 << i) != 0)
+        .map(|i| NAMES[i])
+        .collect();
+    names.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_and_empty_give_coll_p2p_kernelch() {
+        assert_eq!(parse("").0, DEFAULT_MASK);
+        assert_eq!(parse("default").0, DEFAULT_MASK);
+        assert_eq!(describe(DEFAULT_MASK), "coll,p2p,kernelch");
+    }
+
+    #[test]
+    fn names_lists_numbers_and_removal() {
+        assert_eq!(parse("coll").0, COLL);
+        assert_eq!(parse("Coll, P2P").0, COLL | P2P);
+        assert_eq!(parse("all").0, ALL_MASK);
+        assert_eq!(parse("all,-proxystep,-netplugin").0, ALL_MASK & !(PROXY_STEP | NET_PLUGIN));
+        assert_eq!(parse("0x3").0, GROUP | COLL);
+        assert_eq!(parse("none").0, 0);
+        assert_eq!(parse("api").0, GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH);
+        let (m, bad) = parse("coll,bogus");
+        assert_eq!(m, COLL);
+        assert_eq!(bad, vec!["bogus".to_owned()]);
+    }
+
+    #[test]
+    fn descendants_bring_their_parents() {
+        assert_eq!(parse("kernelch").0, KERNEL_CH | COLL | P2P);
+        assert_eq!(parse("netplugin").0, NET_PLUGIN | PROXY_STEP | PROXY_OP | COLL | P2P);
+        assert_eq!(parse("kernelphase").0 & KERNEL_CH, KERNEL_CH);
+        assert_eq!(parse("cesync").0, CE_SYNC | CE_COLL);
+    }
+}

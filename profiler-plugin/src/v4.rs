@@ -1,0 +1,176 @@
+//! ABI v4 (NCCL 2.27.3+): richer init `(ctx, mask, commName, commHash, nNodes, nranks, rank,
+//! logfn)`, Coll/P2p lose name/commHash, KernelCh gains `pTimer`, 8-byte state args. The
+//! `type` field is still a `uint8_t`. Descriptor: 104 bytes.
+
+use crate::abi::*;
+use crate::core::{self, InitFacts, Start};
+use crate::translate::{self as t, ty, Coll, Name, P2p};
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr::addr_of;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CollV4 {
+    pub seq_number: u64,
+    pub func: *const c_char,
+    pub send_buff: *const c_void,
+    pub recv_buff: *mut c_void,
+    pub count: usize,
+    pub root: c_int,
+    pub datatype: *const c_char,
+    pub n_channels: u8,
+    pub n_warps: u8,
+    pub algo: *const c_char,
+    pub proto: *const c_char,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct P2pV4 {
+    pub func: *const c_char,
+    pub buff: *mut c_void,
+    pub datatype: *const c_char,
+    pub count: usize,
+    pub peer: c_int,
+    pub n_channels: u8,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union DescrUnion {
+    pub coll: CollV4,
+    pub p2p: P2pV4,
+    pub proxy_op: ProxyOp,
+    pub proxy_step: ProxyStep,
+    pub kernel_ch: KernelCh,
+    pub net_plugin: NetPlugin,
+}
+
+#[repr(C)]
+pub struct Descr {
+    pub type_: u8,
+    pub parent_obj: *mut c_void,
+    pub rank: c_int,
+    pub u: DescrUnion,
+}
+
+/// # Safety
+/// `d` is NULL or NCCL's v4 descriptor, valid for the call.
+pub unsafe fn translate(d: *const Descr) -> Option<Start> {
+    if d.is_null() {
+        return None;
+    }
+    // SAFETY: header and the union member matching `type_` (contract).
+    unsafe {
+        let ty = core::wanted_type(u64::from(addr_of!((*d).type_).read()))?;
+        let s = Start::new(ty, addr_of!((*d).parent_obj).read(), addr_of!((*d).rank).read());
+        Some(match ty {
+            ty::GROUP | ty::PROXY_CTRL => s,
+            ty::COLL => {
+                let c = addr_of!((*d).u.coll).read();
+                t::coll(
+                    s,
+                    Coll {
+                        seq: c.seq_number,
+                        func: Name::Str(c.func),
+                        count: c.count as u64,
+                        root: c.root,
+                        datatype: Name::Str(c.datatype),
+                        channels: c.n_channels,
+                        warps: c.n_warps,
+                        algo: Name::Str(c.algo),
+                        proto: Name::Str(c.proto),
+                        flags: 0,
+                        comm_hash: 0,
+                        timed: true,
+                    },
+                )
+            }
+            ty::P2P => {
+                let p = addr_of!((*d).u.p2p).read();
+                t::p2p(
+                    s,
+                    P2p {
+                        func: Name::Str(p.func),
+                        buff: p.buff as u64,
+                        datatype: Name::Str(p.datatype),
+                        count: p.count as u64,
+                        peer: p.peer,
+                        channels: p.n_channels,
+                        comm_hash: 0,
+                        timed: true,
+                    },
+                )
+            }
+            ty::PROXY_OP => t::proxy_op(s, &addr_of!((*d).u.proxy_op).read(), core::our_pid()),
+            ty::PROXY_STEP => t::proxy_step(s, &addr_of!((*d).u.proxy_step).read()),
+            ty::KERNEL_CH => {
+                let k = addr_of!((*d).u.kernel_ch).read();
+                t::kernel_ch(s, k.channel_id, Some(k.p_timer))
+            }
+            ty::NET_PLUGIN => t::net_plugin(s, &addr_of!((*d).u.net_plugin).read()),
+            _ => return None,
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn init(
+    ctx: *mut *mut c_void,
+    mask: *mut c_int,
+    name: *const c_char,
+    comm_hash: u64,
+    nnodes: c_int,
+    nranks: c_int,
+    rank: c_int,
+    _log: *const c_void,
+) -> c_int {
+    let facts = InitFacts {
+        comm_id: comm_hash,
+        name,
+        nnodes,
+        nranks,
+        rank,
+    };
+    // SAFETY: NCCL's init arguments (v4 order).
+    unsafe { core::init(4, ctx, mask, facts) }
+}
+
+unsafe extern "C" fn start_event(ctx: *mut c_void, eh: *mut *mut c_void, d: *mut Descr) -> c_int {
+    // SAFETY: NCCL's arguments for this ABI.
+    unsafe { core::start_event(ctx, eh, || translate(d)) }
+}
+
+/// The v4 entry table.
+#[allow(non_upper_case_globals)]
+#[no_mangle]
+pub static ncclProfiler_v4: ProfilerTable<InitV4, Descr, StateArgsV4> = ProfilerTable {
+    name: c"ncclshim".as_ptr(),
+    init,
+    start_event,
+    stop_event: core::stop_event,
+    record_event_state: core::record_state_v4,
+    finalize: core::finalize,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn descriptor_layout() {
+        assert_eq!(size_of::<Descr>(), 104);
+        assert_eq!(offset_of!(Descr, type_), 0);
+        assert_eq!(offset_of!(Descr, parent_obj), 8);
+        assert_eq!(offset_of!(Descr, rank), 16);
+        assert_eq!(offset_of!(Descr, u), 24);
+        // Same member offsets as v5 without parentGroup.
+        assert_eq!(offset_of!(CollV4, count), 56 - 24);
+        assert_eq!(offset_of!(CollV4, n_channels), 80 - 24);
+        assert_eq!(offset_of!(CollV4, proto), 96 - 24);
+        assert_eq!(size_of::<CollV4>(), 104 - 24);
+        assert_eq!(offset_of!(P2pV4, peer), 56 - 24);
+        assert_eq!(offset_of!(P2pV4, n_channels), 60 - 24);
+    }
+}

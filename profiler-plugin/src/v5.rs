@@ -1,0 +1,160 @@
+//! ABI v5 (NCCL 2.28.3+): 64-bit `type`, API events (GroupApi, CollApi, P2pApi, KernelLaunch),
+//! Coll/P2p gain `parentGroup`, init takes `commId` second. Descriptor: 112 bytes.
+
+use crate::abi::*;
+use crate::core::{self, InitFacts, Start};
+use crate::translate::{self as t, ty, Coll, Name, P2p};
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr::addr_of;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union DescrUnion {
+    pub group_api: GroupApi,
+    pub coll_api: CollApiV5,
+    pub p2p_api: P2pApiV5,
+    pub kernel_launch: KernelLaunch,
+    pub coll: CollV5,
+    pub p2p: P2pV5,
+    pub proxy_op: ProxyOp,
+    pub proxy_step: ProxyStep,
+    pub kernel_ch: KernelCh,
+    pub net_plugin: NetPlugin,
+}
+
+#[repr(C)]
+pub struct Descr {
+    pub type_: u64,
+    pub parent_obj: *mut c_void,
+    pub rank: c_int,
+    pub u: DescrUnion,
+}
+
+/// Reads the member `type_` selects; the others may be uninitialized (NCCL's adapters).
+///
+/// # Safety
+/// `d` is NULL or NCCL's descriptor for this ABI (v5, or a later one whose shared members sit
+/// at the same offsets), valid for the call.
+pub unsafe fn translate(d: *const Descr, version: u32) -> Option<Start> {
+    if d.is_null() {
+        return None;
+    }
+    // SAFETY: every read below is of the header or of the union member matching `type_`,
+    // inside the descriptor NCCL passed (contract).
+    unsafe {
+        let ty = core::wanted_type(addr_of!((*d).type_).read())?;
+        let s = Start::new(ty, addr_of!((*d).parent_obj).read(), addr_of!((*d).rank).read());
+        Some(match ty {
+            ty::GROUP | ty::PROXY_CTRL => s,
+            ty::GROUP_API => t::group_api(s, &addr_of!((*d).u.group_api).read()),
+            ty::COLL_API => {
+                let a = addr_of!((*d).u.coll_api).read();
+                t::coll_api(s, a.func, a.count, a.datatype, a.root, a.stream as u64, a.graph_captured, 0)
+            }
+            ty::P2P_API => {
+                let a = addr_of!((*d).u.p2p_api).read();
+                t::p2p_api(s, a.func, a.count, a.datatype, a.stream as u64, a.graph_captured, 0)
+            }
+            ty::KERNEL_LAUNCH => t::kernel_launch(s, &addr_of!((*d).u.kernel_launch).read()),
+            ty::COLL => {
+                let c = addr_of!((*d).u.coll).read();
+                t::coll(s, coll_fields(&c, 0, t::timed(version)))
+            }
+            ty::P2P => {
+                let p = addr_of!((*d).u.p2p).read();
+                t::p2p(
+                    s,
+                    P2p {
+                        func: Name::Str(p.func),
+                        buff: p.buff as u64,
+                        datatype: Name::Str(p.datatype),
+                        count: p.count as u64,
+                        peer: p.peer,
+                        channels: p.n_channels,
+                        comm_hash: 0,
+                        timed: t::timed(version),
+                    },
+                )
+            }
+            ty::PROXY_OP => t::proxy_op(s, &addr_of!((*d).u.proxy_op).read(), core::our_pid()),
+            ty::PROXY_STEP => t::proxy_step(s, &addr_of!((*d).u.proxy_step).read()),
+            ty::KERNEL_CH => {
+                let k = addr_of!((*d).u.kernel_ch).read();
+                t::kernel_ch(s, k.channel_id, Some(k.p_timer))
+            }
+            ty::NET_PLUGIN => t::net_plugin(s, &addr_of!((*d).u.net_plugin).read()),
+            _ => return None,
+        })
+    }
+}
+
+pub(crate) fn coll_fields(c: &CollV5, flags: u8, timed: bool) -> Coll {
+    Coll {
+        seq: c.seq_number,
+        func: Name::Str(c.func),
+        count: c.count as u64,
+        root: c.root,
+        datatype: Name::Str(c.datatype),
+        channels: c.n_channels,
+        warps: c.n_warps,
+        algo: Name::Str(c.algo),
+        proto: Name::Str(c.proto),
+        flags,
+        comm_hash: 0,
+        timed,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn init(
+    ctx: *mut *mut c_void,
+    comm_id: u64,
+    mask: *mut c_int,
+    name: *const c_char,
+    nnodes: c_int,
+    nranks: c_int,
+    rank: c_int,
+    _log: *const c_void,
+) -> c_int {
+    let facts = InitFacts {
+        comm_id,
+        name,
+        nnodes,
+        nranks,
+        rank,
+    };
+    // SAFETY: NCCL's init arguments (v5 order).
+    unsafe { core::init(5, ctx, mask, facts) }
+}
+
+unsafe extern "C" fn start_event(ctx: *mut c_void, eh: *mut *mut c_void, d: *mut Descr) -> c_int {
+    // SAFETY: NCCL's arguments for this ABI.
+    unsafe { core::start_event(ctx, eh, || translate(d, 5)) }
+}
+
+/// The v5 entry table.
+#[allow(non_upper_case_globals)]
+#[no_mangle]
+pub static ncclProfiler_v5: ProfilerTable<InitV5, Descr, StateArgsV4> = ProfilerTable {
+    name: c"ncclshim".as_ptr(),
+    init,
+    start_event,
+    stop_event: core::stop_event,
+    record_event_state: core::record_state_v4,
+    finalize: core::finalize,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn descriptor_layout() {
+        assert_eq!(size_of::<Descr>(), 112);
+        assert_eq!(offset_of!(Descr, type_), 0);
+        assert_eq!(offset_of!(Descr, parent_obj), 8);
+        assert_eq!(offset_of!(Descr, rank), 16);
+        assert_eq!(offset_of!(Descr, u), 24);
+    }
+}

@@ -1,0 +1,98 @@
+//! ABI v6 (NCCL 2.29.2+): v5 plus copy-engine collectives (CeColl, CeSync, CeBatch). Init,
+//! state args and every v5 member are unchanged, byte for byte (112-byte descriptor).
+
+use crate::abi::*;
+use crate::core::{self, InitFacts, Start};
+use crate::translate::{self as t, ty};
+use crate::v5;
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr::addr_of;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union DescrUnion {
+    pub v5: v5::DescrUnion,
+    pub ce_coll: CeColl,
+    pub ce_sync: CeSync,
+    pub ce_batch: CeBatch,
+}
+
+#[repr(C)]
+pub struct Descr {
+    pub type_: u64,
+    pub parent_obj: *mut c_void,
+    pub rank: c_int,
+    pub u: DescrUnion,
+}
+
+/// # Safety
+/// `d` is NULL or a v6-layout descriptor (or a later one with the same shared members).
+pub unsafe fn translate(d: *const Descr, version: u32) -> Option<Start> {
+    if d.is_null() {
+        return None;
+    }
+    // SAFETY: header and the member matching `type_`; v5 members sit at the same offsets.
+    unsafe {
+        let raw = addr_of!((*d).type_).read();
+        let ty = core::wanted_type(raw)?;
+        let s = || Start::new(ty, addr_of!((*d).parent_obj).read(), addr_of!((*d).rank).read());
+        match ty {
+            ty::CE_COLL => Some(t::ce_coll(s(), &addr_of!((*d).u.ce_coll).read())),
+            ty::CE_SYNC => Some(t::ce_sync(s(), &addr_of!((*d).u.ce_sync).read())),
+            ty::CE_BATCH => Some(t::ce_batch(s(), &addr_of!((*d).u.ce_batch).read())),
+            _ => v5::translate(d.cast(), version),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn init(
+    ctx: *mut *mut c_void,
+    comm_id: u64,
+    mask: *mut c_int,
+    name: *const c_char,
+    nnodes: c_int,
+    nranks: c_int,
+    rank: c_int,
+    _log: *const c_void,
+) -> c_int {
+    let facts = InitFacts {
+        comm_id,
+        name,
+        nnodes,
+        nranks,
+        rank,
+    };
+    // SAFETY: NCCL's init arguments (v6 = v5 order).
+    unsafe { core::init(6, ctx, mask, facts) }
+}
+
+unsafe extern "C" fn start_event(ctx: *mut c_void, eh: *mut *mut c_void, d: *mut Descr) -> c_int {
+    // SAFETY: NCCL's arguments for this ABI.
+    unsafe { core::start_event(ctx, eh, || translate(d, 6)) }
+}
+
+/// The v6 entry table.
+#[allow(non_upper_case_globals)]
+#[no_mangle]
+pub static ncclProfiler_v6: ProfilerTable<InitV5, Descr, StateArgsV4> = ProfilerTable {
+    name: c"ncclshim".as_ptr(),
+    init,
+    start_event,
+    stop_event: core::stop_event,
+    record_event_state: core::record_state_v4,
+    finalize: core::finalize,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn descriptor_layout() {
+        assert_eq!(size_of::<Descr>(), 112);
+        assert_eq!(offset_of!(Descr, u), 24);
+        assert_eq!(size_of::<Descr>(), size_of::<v5::Descr>());
+    }
+}

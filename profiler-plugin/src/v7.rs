@@ -1,0 +1,196 @@
+//! ABI v7 (NCCL 2.31+, NVIDIA's header): v6 plus `userTag` appended to CollApi, P2pApi, Coll,
+//! P2p and CeColl, Coll's `kernelVariant`/`isSymColl`, and the KernelPhase event (bit 15,
+//! state 31). Same init and function table as v6; the descriptor grows to 136 bytes.
+
+use crate::abi::*;
+use crate::core::{self, InitFacts, Start};
+use crate::translate::{self as t, ty, Name, P2p};
+use crate::{v5, v6};
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr::addr_of;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CollApiV7 {
+    pub base: CollApiV5,
+    pub user_tag: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct P2pApiV7 {
+    pub base: P2pApiV5,
+    pub user_tag: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CollV7 {
+    pub base: CollV5,
+    pub kernel_variant: *const c_char,
+    pub is_sym_coll: bool,
+    pub user_tag: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct P2pV7 {
+    pub base: P2pV5,
+    pub user_tag: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CeCollV7 {
+    pub base: CeColl,
+    pub user_tag: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct KernelPhase {
+    pub channel_id: u8,
+    /// 0 initial_sync, 1 compute, 2 final_sync.
+    pub phase_id: u8,
+    pub phase_name: *const c_char,
+    pub p_timer: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union DescrUnion {
+    pub v6: v6::DescrUnion,
+    pub coll_api: CollApiV7,
+    pub p2p_api: P2pApiV7,
+    pub coll: CollV7,
+    pub p2p: P2pV7,
+    pub ce_coll: CeCollV7,
+    pub kernel_phase: KernelPhase,
+}
+
+#[repr(C)]
+pub struct Descr {
+    pub type_: u64,
+    pub parent_obj: *mut c_void,
+    pub rank: c_int,
+    pub u: DescrUnion,
+}
+
+/// # Safety
+/// `d` is NULL or NCCL's v7 descriptor, valid for the call.
+pub unsafe fn translate(d: *const Descr) -> Option<Start> {
+    if d.is_null() {
+        return None;
+    }
+    // SAFETY: header and the member matching `type_`, inside the 136-byte descriptor; members
+    // shared with v6 sit at the same offsets, so v6 reads them.
+    unsafe {
+        let ty = core::wanted_type(addr_of!((*d).type_).read())?;
+        let s = || Start::new(ty, addr_of!((*d).parent_obj).read(), addr_of!((*d).rank).read());
+        Some(match ty {
+            ty::COLL_API => {
+                let a = addr_of!((*d).u.coll_api).read();
+                let b = a.base;
+                t::coll_api(s(), b.func, b.count, b.datatype, b.root, b.stream as u64, b.graph_captured, a.user_tag)
+            }
+            ty::P2P_API => {
+                let a = addr_of!((*d).u.p2p_api).read();
+                let b = a.base;
+                t::p2p_api(s(), b.func, b.count, b.datatype, b.stream as u64, b.graph_captured, a.user_tag)
+            }
+            ty::COLL => {
+                let c = addr_of!((*d).u.coll).read();
+                t::coll(s(), v5::coll_fields(&c.base, u8::from(c.is_sym_coll), true))
+            }
+            ty::P2P => {
+                let p = addr_of!((*d).u.p2p).read().base;
+                t::p2p(
+                    s(),
+                    P2p {
+                        func: Name::Str(p.func),
+                        buff: p.buff as u64,
+                        datatype: Name::Str(p.datatype),
+                        count: p.count as u64,
+                        peer: p.peer,
+                        channels: p.n_channels,
+                        comm_hash: 0,
+                        timed: true,
+                    },
+                )
+            }
+            ty::CE_COLL => t::ce_coll(s(), &addr_of!((*d).u.ce_coll).read().base),
+            ty::KERNEL_PHASE => {
+                let k = addr_of!((*d).u.kernel_phase).read();
+                let mut st = s();
+                st.args[2] = u64::from(k.channel_id);
+                st.args[3] = u64::from(k.phase_id);
+                st.args[4] = k.p_timer;
+                st
+            }
+            _ => return v6::translate(d.cast(), 7),
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn init(
+    ctx: *mut *mut c_void,
+    comm_id: u64,
+    mask: *mut c_int,
+    name: *const c_char,
+    nnodes: c_int,
+    nranks: c_int,
+    rank: c_int,
+    _log: *const c_void,
+) -> c_int {
+    let facts = InitFacts {
+        comm_id,
+        name,
+        nnodes,
+        nranks,
+        rank,
+    };
+    // SAFETY: NCCL's init arguments (v7 = v5 order).
+    unsafe { core::init(7, ctx, mask, facts) }
+}
+
+unsafe extern "C" fn start_event(ctx: *mut c_void, eh: *mut *mut c_void, d: *mut Descr) -> c_int {
+    // SAFETY: NCCL's arguments for this ABI.
+    unsafe { core::start_event(ctx, eh, || translate(d)) }
+}
+
+/// The v7 entry table.
+#[allow(non_upper_case_globals)]
+#[no_mangle]
+pub static ncclProfiler_v7: ProfilerTable<InitV5, Descr, StateArgsV4> = ProfilerTable {
+    name: c"ncclshim".as_ptr(),
+    init,
+    start_event,
+    stop_event: core::stop_event,
+    record_event_state: core::record_state_v4,
+    finalize: core::finalize,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    // Absolute offsets from nccl-facts §1.9 minus the union's 24.
+    #[test]
+    fn descriptor_layout() {
+        assert_eq!(size_of::<Descr>(), 136);
+        assert_eq!(offset_of!(Descr, u), 24);
+        assert_eq!(offset_of!(CollApiV7, user_tag), 72 - 24);
+        assert_eq!(offset_of!(P2pApiV7, user_tag), 64 - 24);
+        assert_eq!(offset_of!(CollV7, kernel_variant), 112 - 24);
+        assert_eq!(offset_of!(CollV7, is_sym_coll), 120 - 24);
+        assert_eq!(offset_of!(CollV7, user_tag), 128 - 24);
+        assert_eq!(offset_of!(P2pV7, user_tag), 72 - 24);
+        assert_eq!(offset_of!(CeCollV7, user_tag), 112 - 24);
+        assert_eq!(offset_of!(KernelPhase, channel_id), 0);
+        assert_eq!(offset_of!(KernelPhase, phase_id), 25 - 24);
+        assert_eq!(offset_of!(KernelPhase, phase_name), 32 - 24);
+        assert_eq!(offset_of!(KernelPhase, p_timer), 40 - 24);
+    }
+}
