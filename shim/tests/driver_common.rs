@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// The `libncclshim.so` built with this test binary. `cargo test` refreshes
@@ -19,10 +22,13 @@ pub fn repo_root() -> PathBuf {
 pub fn shim_so() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
-    [deps.join("libncclshim.so"), deps.parent().unwrap().join("libncclshim.so")]
-        .into_iter()
-        .find(|p| p.exists())
-        .expect("libncclshim.so not built")
+    [
+        deps.join("libncclshim.so"),
+        deps.parent().unwrap().join("libncclshim.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .expect("libncclshim.so not built")
 }
 
 pub fn cc(args: &[&str], out: &Path, sources: &[PathBuf], extra: &[String]) {
@@ -35,7 +41,11 @@ pub fn cc(args: &[&str], out: &Path, sources: &[PathBuf], extra: &[String]) {
         .args(extra)
         .output()
         .expect("cc");
-    assert!(o.status.success(), "cc {out:?}: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "cc {out:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// Builds the libcuda double as `<dir>/libcuda.so.1`; returns `dir` (for LD_LIBRARY_PATH).
@@ -54,7 +64,12 @@ pub fn build_double(dir: &Path) -> PathBuf {
 /// Builds `tests/c/driver/<name>.c` into `<dir>/<name>`.
 pub fn build_program(dir: &Path, name: &str, extra: &[String]) -> PathBuf {
     let out = dir.join(name);
-    cc(&[], &out, &[repo_root().join(format!("tests/c/driver/{name}.c"))], extra);
+    cc(
+        &[],
+        &out,
+        &[repo_root().join(format!("tests/c/driver/{name}.c"))],
+        extra,
+    );
     out
 }
 
@@ -98,7 +113,12 @@ pub fn dump_files(dir: &Path) -> Vec<PathBuf> {
 
 pub fn single_dump(dir: &Path) -> Dump {
     let files = dump_files(dir);
-    assert_eq!(files.len(), 1, "expected one dump in {}: {files:?}", dir.display());
+    assert_eq!(
+        files.len(),
+        1,
+        "expected one dump in {}: {files:?}",
+        dir.display()
+    );
     let d = read_dump(&files[0]).expect("readable dump");
     assert!(d.warnings.is_empty(), "{:?}", d.warnings);
     d
@@ -113,11 +133,15 @@ pub fn driver_calls(d: &Dump) -> Vec<&Record> {
 }
 
 pub fn calls_of(d: &Dump, id: CallId) -> Vec<&Record> {
-    driver_calls(d).into_iter().filter(|r| r.call() == Some(id)).collect()
+    driver_calls(d)
+        .into_iter()
+        .filter(|r| r.call() == Some(id))
+        .collect()
 }
 
 pub fn arg(r: &Record, name: &str) -> u64 {
-    r.arg(name).unwrap_or_else(|| panic!("{} has no arg {name}", r.call_name()))
+    r.arg(name)
+        .unwrap_or_else(|| panic!("{} has no arg {name}", r.call_name()))
 }
 
 pub fn lookups(d: &Dump) -> u64 {
@@ -135,8 +159,15 @@ pub fn field(stdout: &str, prefix: &str, key: &str) -> String {
         .find(|l| l.starts_with(prefix))
         .unwrap_or_else(|| panic!("no line {prefix:?} in:\n{stdout}"));
     let pat = format!("{key}=");
-    let start = line.find(&pat).unwrap_or_else(|| panic!("no {key} in {line}")) + pat.len();
-    line[start..].split_whitespace().next().unwrap_or("").to_owned()
+    let start = line
+        .find(&pat)
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        + pat.len();
+    line[start..]
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .to_owned()
 }
 
 pub fn parse_num(s: &str) -> u64 {

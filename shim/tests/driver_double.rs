@@ -24,16 +24,39 @@ fn setup() -> Setup {
     let double = build_double(tmp.path());
     let prog = build_program(tmp.path(), "cudart_like", &["-ldl".into()]);
     let dumps = tmp.path().join("dumps");
-    Setup { _tmp: tmp, double, prog, dumps }
+    Setup {
+        _tmp: tmp,
+        double,
+        prog,
+        dumps,
+    }
 }
 
 /// Runs `mode` without and with the shim; stdout must be identical. Returns the shim run's.
 fn same_both_ways(s: &Setup, mode: &str, env: &[(&str, &str)]) -> String {
-    let plain = output(command(&s.prog, &s.double, None).arg(mode).envs(env.iter().copied()));
-    let shim = output(command(&s.prog, &s.double, Some(&s.dumps)).arg(mode).envs(env.iter().copied()));
-    let (a, b) = (String::from_utf8_lossy(&plain.stdout), String::from_utf8_lossy(&shim.stdout));
-    assert_eq!(a, b, "mode {mode}: the program saw different results under the shim");
-    assert!(shim.stderr.is_empty(), "{}", String::from_utf8_lossy(&shim.stderr));
+    let plain = output(
+        command(&s.prog, &s.double, None)
+            .arg(mode)
+            .envs(env.iter().copied()),
+    );
+    let shim = output(
+        command(&s.prog, &s.double, Some(&s.dumps))
+            .arg(mode)
+            .envs(env.iter().copied()),
+    );
+    let (a, b) = (
+        String::from_utf8_lossy(&plain.stdout),
+        String::from_utf8_lossy(&shim.stdout),
+    );
+    assert_eq!(
+        a, b,
+        "mode {mode}: the program saw different results under the shim"
+    );
+    assert!(
+        shim.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&shim.stderr)
+    );
     b.into_owned()
 }
 
@@ -74,7 +97,11 @@ fn caller_is_the_return_address_in_the_calling_program() {
     let s = setup();
     // A second import from a known place: the direct-dlsym mode calls cuMemRelease from main's
     // callee; the record's caller must lie inside the program's own mapping, not the shim's.
-    let out = output(command(&s.prog, &s.double, Some(&s.dumps)).arg("direct").env("CUDART_LIKE_PRINT_ADDR", "1"));
+    let out = output(
+        command(&s.prog, &s.double, Some(&s.dumps))
+            .arg("direct")
+            .env("CUDART_LIKE_PRINT_ADDR", "1"),
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("cuMemRelease rc=0"), "{stdout}");
     let d = single_dump(&s.dumps);
@@ -82,13 +109,20 @@ fn caller_is_the_return_address_in_the_calling_program() {
     assert_eq!(rel.len(), 1);
     let caller = arg(rel[0], "caller");
     let (lo, hi) = text_range_of(&s.prog, &field(&stdout, "mode_direct", "at"));
-    assert!((lo..hi).contains(&caller), "caller {caller:#x} not in mode_direct [{lo:#x},{hi:#x})");
+    assert!(
+        (lo..hi).contains(&caller),
+        "caller {caller:#x} not in mode_direct [{lo:#x},{hi:#x})"
+    );
 }
 
 /// The run-time address range of `mode_direct`, from the program's printed address and the
 /// symbol size `nm` reports.
 fn text_range_of(prog: &std::path::Path, printed: &str) -> (u64, u64) {
-    let nm = std::process::Command::new("nm").arg("-S").arg(prog).output().expect("nm");
+    let nm = std::process::Command::new("nm")
+        .arg("-S")
+        .arg(prog)
+        .output()
+        .expect("nm");
     let syms = String::from_utf8_lossy(&nm.stdout);
     let size = syms
         .lines()
@@ -147,16 +181,33 @@ fn every_watched_call_is_recorded_with_its_arguments() {
     assert_eq!(arg(create, "handle_types"), 1);
     assert_eq!(arg(create, "location_type"), 1);
     assert_eq!(arg(create, "location_id"), 0);
-    assert_eq!(arg(create, "handle"), parse_num(&field(&out, "cuMemCreate ", "handle")));
+    assert_eq!(
+        arg(create, "handle"),
+        parse_num(&field(&out, "cuMemCreate ", "handle"))
+    );
     let va = parse_num(&field(&out, "cuMemAddressReserve ", "va"));
     let reserve = by(CallId::CuMemAddressReserve)[0];
-    assert_eq!((arg(reserve, "ptr"), arg(reserve, "size"), arg(reserve, "alignment")), (va, 1 << 21, 1 << 16));
+    assert_eq!(
+        (
+            arg(reserve, "ptr"),
+            arg(reserve, "size"),
+            arg(reserve, "alignment")
+        ),
+        (va, 1 << 21, 1 << 16)
+    );
     let maps = by(CallId::CuMemMap);
     assert_eq!((maps[0].rc, maps[1].rc), (0, 1));
     assert_eq!(arg(maps[1], "offset"), 1 << 22);
     assert_eq!(arg(maps[0], "handle"), arg(create, "handle"));
     let acc = by(CallId::CuMemSetAccess)[0];
-    assert_eq!((arg(acc, "count"), arg(acc, "location_type"), arg(acc, "access_flags")), (1, 1, 3));
+    assert_eq!(
+        (
+            arg(acc, "count"),
+            arg(acc, "location_type"),
+            arg(acc, "access_flags")
+        ),
+        (1, 1, 3)
+    );
     let exp = by(CallId::CuMemExportToShareableHandle)[0];
     let imp = by(CallId::CuMemImportFromShareableHandle)[0];
     // The fd the export produced is the fd the import consumed.
@@ -165,32 +216,65 @@ fn every_watched_call_is_recorded_with_its_arguments() {
     assert_eq!(imp.rc, 0);
     assert_eq!(
         arg(imp, "handle") - arg(imp, "os_handle"),
-        parse_num(&field(&out, "cuMemImportFromShareableHandle ", "handle_minus_fd"))
+        parse_num(&field(
+            &out,
+            "cuMemImportFromShareableHandle ",
+            "handle_minus_fd"
+        ))
     );
-    assert_eq!(arg(by(CallId::CuMemRetainAllocationHandle)[0], "handle"), 0x3000_1234);
+    assert_eq!(
+        arg(by(CallId::CuMemRetainAllocationHandle)[0], "handle"),
+        0x3000_1234
+    );
     let range = by(CallId::CuMemGetHandleForAddressRange)[0];
     assert_eq!((arg(range, "ptr"), arg(range, "handle_type")), (va, 1));
     assert!(arg(range, "handle") < 1 << 20, "a dma-buf fd");
     let rel = by(CallId::CuMemRelease);
     assert_eq!((rel[0].rc, rel[1].rc, arg(rel[1], "handle")), (0, 1, 0));
     let mcc = by(CallId::CuMulticastCreate)[0];
-    assert_eq!((arg(mcc, "num_devices"), arg(mcc, "size"), arg(mcc, "handle_types")), (2, 1 << 21, 1));
+    assert_eq!(
+        (
+            arg(mcc, "num_devices"),
+            arg(mcc, "size"),
+            arg(mcc, "handle_types")
+        ),
+        (2, 1 << 21, 1)
+    );
     assert_eq!(arg(by(CallId::CuMulticastAddDevice)[0], "device"), 1);
     let bind = by(CallId::CuMulticastBindMem)[0];
     assert_eq!(bind.rc, 0, "the double checks all six arguments arrived");
-    assert_eq!((arg(bind, "mc_offset"), arg(bind, "mem_offset"), arg(bind, "size")), (0x100, 0x200, 1 << 20));
+    assert_eq!(
+        (
+            arg(bind, "mc_offset"),
+            arg(bind, "mem_offset"),
+            arg(bind, "size")
+        ),
+        (0x100, 0x200, 1 << 20)
+    );
     let unbind = by(CallId::CuMulticastUnbind)[0];
     assert_eq!((arg(unbind, "device"), arg(unbind, "size")), (1, 1 << 20));
     let get = by(CallId::CuIpcGetMemHandle)[0];
-    assert_eq!((arg(get, "ptr"), arg(get, "handle_w0")), (0xabc000, 0xabc000));
+    assert_eq!(
+        (arg(get, "ptr"), arg(get, "handle_w0")),
+        (0xabc000, 0xabc000)
+    );
     assert_eq!(arg(get, "device"), 0);
     let opens = by(CallId::CuIpcOpenMemHandle);
     assert_eq!((arg(opens[0], "abi"), arg(opens[1], "abi")), (1, 2));
-    assert_eq!(arg(opens[0], "ptr"), parse_num(&field(&out, "cuIpcOpenMemHandle@4010 ", "ptr")));
-    assert_eq!(arg(opens[1], "ptr"), parse_num(&field(&out, "cuIpcOpenMemHandle@11000 ", "ptr")));
+    assert_eq!(
+        arg(opens[0], "ptr"),
+        parse_num(&field(&out, "cuIpcOpenMemHandle@4010 ", "ptr"))
+    );
+    assert_eq!(
+        arg(opens[1], "ptr"),
+        parse_num(&field(&out, "cuIpcOpenMemHandle@11000 ", "ptr"))
+    );
     assert_eq!(arg(opens[0], "handle_w0"), 0xabc000);
     assert_eq!(arg(opens[0], "flags"), 1);
-    assert_eq!(arg(by(CallId::CuIpcCloseMemHandle)[0], "ptr"), arg(opens[1], "ptr"));
+    assert_eq!(
+        arg(by(CallId::CuIpcCloseMemHandle)[0], "ptr"),
+        arg(opens[1], "ptr")
+    );
 }
 
 #[test]
@@ -209,7 +293,10 @@ fn direct_dlsym_of_watched_names_is_wrapped() {
     let s = setup();
     let out = same_both_ways(&s, "direct", &[]);
     assert!(out.contains("dlsym cuNotAThing missing"), "{out}");
-    assert!(out.contains("dlsym(RTLD_DEFAULT, cuMemRelease) missing"), "{out}");
+    assert!(
+        out.contains("dlsym(RTLD_DEFAULT, cuMemRelease) missing"),
+        "{out}"
+    );
     let d = single_dump(&s.dumps);
     let names: Vec<String> = driver_calls(&d).iter().map(|r| r.call_name()).collect();
     assert_eq!(names, ["cuMemRelease", "cuIpcOpenMemHandle"]);
@@ -222,7 +309,11 @@ fn lookups_alone_create_no_dump() {
     let s = setup();
     let out = same_both_ways(&s, "nodriver", &[]);
     assert!(out.contains("dlsym(RTLD_DEFAULT, puts) libc"), "{out}");
-    assert!(dump_files(&s.dumps).is_empty(), "{:?}", dump_files(&s.dumps));
+    assert!(
+        dump_files(&s.dumps).is_empty(),
+        "{:?}",
+        dump_files(&s.dumps)
+    );
 }
 
 #[test]
@@ -251,7 +342,10 @@ fn sigkill_inside_import_leaves_it_in_flight_with_its_evidence() {
     let r = imports[0];
     assert!(r.in_flight(), "the import never returned");
     assert_eq!(arg(r, "handle_type"), 1);
-    assert!(arg(r, "os_handle") > 2 && arg(r, "os_handle") < 1 << 20, "an fd");
+    assert!(
+        arg(r, "os_handle") > 2 && arg(r, "os_handle") < 1 << 20,
+        "an fd"
+    );
     assert_eq!(arg(r, "device"), 0);
     assert_eq!(arg(r, "pci_bus_id"), 0x17 << 8);
 }
@@ -261,7 +355,11 @@ fn device_identity_stays_unknown_before_cuinit() {
     let s = setup();
     // cuInit fails: the driver is not initialized, cuCtxGetDevice fails, nothing is guessed.
     let out = same_both_ways(&s, "import", &[("LIBCUDA_DOUBLE_INIT_RC", "100")]);
-    assert_eq!(field(&out, "import ", "rc"), "3", "the double's CUDA_ERROR_NOT_INITIALIZED");
+    assert_eq!(
+        field(&out, "import ", "rc"),
+        "3",
+        "the double's CUDA_ERROR_NOT_INITIALIZED"
+    );
     let d = single_dump(&s.dumps);
     let r = calls_of(&d, CallId::CuMemImportFromShareableHandle)[0];
     assert_eq!(r.rc, 3);

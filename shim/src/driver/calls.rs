@@ -50,7 +50,14 @@ fn begin(call: CallId, fill: impl FnOnce(&mut [u64; SLOT_ARGS])) -> Option<Pendi
     recorder::record(|rec, ring| {
         super::flush_counters(rec);
         let mut e = Entry::new(RecordKind::Call, call);
-        e.flags = slot_flags::RC_IS_CUDA;
+        // NESTED: NCCL itself made this driver call (from inside an intercepted nccl* call);
+        // without it the caller is the application or another library (PyTorch's allocator).
+        e.flags = slot_flags::RC_IS_CUDA
+            | if crate::nccl::call::nested() {
+                slot_flags::NESTED
+            } else {
+                0
+            };
         fill(&mut e.args);
         ring.begin(&e)
     })
