@@ -338,3 +338,79 @@ mod tests {
         assert!(owned_by(i, tag).is_none(), "freed once complete");
     }
 }
+
+// ---- reader side: pure decoding of a blob payload (used by tests, the CLI and `reader`) ----
+
+/// One non-empty cell of a decoded table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CellSnapshot {
+    /// `profnames::FUNCS` code.
+    pub func: u8,
+    pub bucket: u8,
+    /// Smallest message size in the bucket, in bytes.
+    pub bucket_floor: u64,
+    pub count: u64,
+    pub bytes: u64,
+    pub timed_count: u64,
+    pub timed_bytes: u64,
+    pub gpu_ns_sum: u64,
+    pub gpu_ns_max: u64,
+}
+
+/// A decoded `ProfAggregates` blob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AggSnapshot {
+    pub comm_id: u64,
+    pub rank: i32,
+    pub nranks: i32,
+    pub nnodes: i32,
+    pub abi: u32,
+    pub ctx: u32,
+    pub cells: Vec<CellSnapshot>,
+}
+
+/// Decodes a blob payload; `None` when it is not a version-1 table of the expected shape.
+/// Never panics on any input.
+pub fn decode(p: &[u8]) -> Option<AggSnapshot> {
+    let u32_at = |o: usize| -> Option<u32> { Some(u32::from_le_bytes(p.get(o..o + 4)?.try_into().ok()?)) };
+    let u64_at = |o: usize| -> Option<u64> { Some(u64::from_le_bytes(p.get(o..o + 8)?.try_into().ok()?)) };
+    if p.get(0..8)? != MAGIC || u32_at(8)? != VERSION {
+        return None;
+    }
+    let (rows, buckets, words) = (u32_at(12)? as usize, u32_at(16)? as usize, u32_at(20)? as usize);
+    let min_log2 = u32_at(24)?;
+    if rows != ROWS || buckets != BUCKETS || words != CELL_WORDS || min_log2 != MIN_LOG2 || p.len() < PAYLOAD_BYTES {
+        return None;
+    }
+    let mut cells = Vec::new();
+    for i in 0..rows * buckets {
+        let base = HEADER_BYTES + i * CELL_WORDS * 8;
+        let w = |k: usize| u64_at(base + 8 * k);
+        let count = w(cell::COUNT)?;
+        let timed = w(cell::TIMED_COUNT)?;
+        if count == 0 && timed == 0 {
+            continue;
+        }
+        let bucket = i % buckets;
+        cells.push(CellSnapshot {
+            func: (i / buckets) as u8,
+            bucket: bucket as u8,
+            bucket_floor: bucket_floor(bucket),
+            count,
+            bytes: w(cell::BYTES)?,
+            timed_count: timed,
+            timed_bytes: w(cell::TIMED_BYTES)?,
+            gpu_ns_sum: w(cell::GPU_NS_SUM)?,
+            gpu_ns_max: w(cell::GPU_NS_MAX)?,
+        });
+    }
+    Some(AggSnapshot {
+        comm_id: u64_at(32)?,
+        rank: u32_at(40)? as i32,
+        nranks: u32_at(44)? as i32,
+        nnodes: u32_at(48)? as i32,
+        abi: u32_at(28)?,
+        ctx: u32_at(52)?,
+        cells,
+    })
+}
