@@ -1,0 +1,128 @@
+//! `ncclshim dump FILE`: every record of one dump as JSON lines, with names instead of ids, so a
+//! dump can be read with `jq` or diffed without this tool's analysis getting in the way.
+
+use crate::names::rc_name;
+use ncclshim_dump::reader::{Blob, Dump, Record};
+use ncclshim_dump::schema::slot_flags;
+use ncclshim_dump::{BlobKind, CallId, RecordKind};
+use serde_json::{json, Map, Value};
+use std::io::Write;
+
+/// The decoded blob: JSON kinds parsed (falling back to text when the JSON is bad), text as text.
+pub fn blob_value(blob: &Blob) -> Value {
+    let kind = blob.kind();
+    let kind_name = kind
+        .map(|k| k.name().to_owned())
+        .unwrap_or_else(|| format!("kind_{}", blob.kind_raw));
+    let mut o = Map::new();
+    o.insert("offset".into(), json!(blob.offset));
+    o.insert("kind".into(), json!(kind_name));
+    match kind {
+        Some(k) if k.is_json() => match serde_json::from_slice::<Value>(&blob.bytes) {
+            Ok(v) => {
+                o.insert("json".into(), v);
+            }
+            Err(e) => {
+                o.insert("text".into(), json!(blob.text()));
+                o.insert("json_error".into(), json!(e.to_string()));
+            }
+        },
+        _ => {
+            o.insert("text".into(), json!(blob.text()));
+        }
+    }
+    Value::Object(o)
+}
+
+/// One record as a JSON object.
+pub fn record_value(dump: &Dump, r: &Record) -> Value {
+    let thread = dump
+        .rings
+        .iter()
+        .find(|ri| ri.index == r.ring)
+        .map(|ri| ri.thread_name.clone())
+        .unwrap_or_default();
+    let kind = r
+        .kind()
+        .map(|k| k.name().to_owned())
+        .unwrap_or_else(|| format!("kind_{}", r.kind_raw));
+    let call = r.call();
+    let is_cuda = r.flags & slot_flags::RC_IS_CUDA != 0 || call.is_some_and(CallId::is_cuda);
+    let mut args = Map::new();
+    match call {
+        Some(c) => {
+            for (i, name) in c.arg_names().iter().enumerate() {
+                args.insert((*name).to_owned(), json!(r.args[i]));
+            }
+        }
+        None => {
+            for (i, v) in r.args.iter().enumerate() {
+                args.insert(format!("a{i}"), json!(v));
+            }
+        }
+    }
+    // Only calls carry a return code; for other kinds rc is whatever the writer left there.
+    let rc_name_v = if r.kind() == Some(RecordKind::Call) {
+        json!(rc_name(r.rc, is_cuda))
+    } else {
+        Value::Null
+    };
+    let blob = if r.blob != 0 {
+        dump.blob(r.blob)
+            .map(blob_value)
+            .unwrap_or_else(|| json!({"offset": r.blob, "missing": true}))
+    } else {
+        Value::Null
+    };
+    json!({
+        "seq": r.seq,
+        "ring": r.ring,
+        "tid": r.tid,
+        "thread": thread,
+        "kind": kind,
+        "call": r.call_name(),
+        "t_enter_ns": r.t_enter_ns,
+        "t_exit_ns": r.t_exit_ns,
+        "in_flight": r.in_flight(),
+        "rc": r.rc,
+        "rc_name": rc_name_v,
+        "flags": r.flags,
+        "has_error_text": r.flags & slot_flags::HAS_ERROR_TEXT != 0,
+        "comm": format!("{:#x}", r.comm),
+        "args": args,
+        "blob": blob,
+    })
+}
+
+/// Writes the whole dump as JSON lines: header, records, warnings, summary.
+pub fn write_dump_lines(dump: &Dump, out: &mut dyn Write) -> std::io::Result<()> {
+    let header = serde_json::to_value(&dump.header).unwrap_or(Value::Null);
+    writeln!(
+        out,
+        "{}",
+        json!({ "header": header, "path": dump.path.display().to_string() })
+    )?;
+    for ring in &dump.rings {
+        writeln!(out, "{}", json!({ "ring": ring }))?;
+    }
+    for r in &dump.records {
+        writeln!(out, "{}", record_value(dump, r))?;
+    }
+    // Blobs no record points at (snapshots written before any ring existed, say).
+    let referenced: std::collections::HashSet<u64> = dump.records.iter().map(|r| r.blob).collect();
+    for b in dump.blobs.values() {
+        if !referenced.contains(&b.offset) {
+            writeln!(out, "{}", json!({ "blob": blob_value(b) }))?;
+        }
+    }
+    for w in &dump.warnings {
+        writeln!(out, "{}", json!({ "warning": w }))?;
+    }
+    writeln!(out, "{}", json!({ "summary": dump.summary }))?;
+    Ok(())
+}
+
+/// Blob kinds that hold JSON, for callers that want to test a kind without a blob.
+pub fn is_json_kind(raw: u16) -> bool {
+    BlobKind::from_u16(raw).is_some_and(BlobKind::is_json)
+}

@@ -1,0 +1,100 @@
+//! Finding and reading every dump of a job directory, in parallel, without letting one bad
+//! file stop the rest: each unreadable file becomes a [`Problem`] with a one-line reason.
+
+use ncclshim_dump::reader::{read_dump, Dump};
+use rayon::prelude::*;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// A file that could not be read as a dump.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Problem {
+    pub file: String,
+    pub error: String,
+}
+
+/// Every readable dump plus one problem per bad file.
+pub struct Loaded {
+    pub dumps: Vec<Dump>,
+    pub problems: Vec<Problem>,
+}
+
+fn is_dump_name(p: &Path) -> bool {
+    // `<host>.<pid>.<start>.<tag>.ncclshim`, or `... .ncclshim.N` when O_EXCL had to pick another name.
+    p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        n.ends_with(".ncclshim")
+            || n.rsplit_once(".ncclshim.")
+                .is_some_and(|(_, s)| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// Dump files in `dir` and its direct subdirectories (one per host is a common layout), sorted.
+pub fn find_dumps(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            if let Ok(sub) = std::fs::read_dir(&path) {
+                for e in sub.flatten() {
+                    let p = e.path();
+                    if p.is_file() && is_dump_name(&p) {
+                        out.push(p);
+                    }
+                }
+            }
+        } else if is_dump_name(&path) {
+            out.push(path);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The path as shown in reports: relative to the job directory when inside it.
+pub fn display_path(dir: &Path, p: &Path) -> String {
+    p.strip_prefix(dir).unwrap_or(p).display().to_string()
+}
+
+/// Reads `files` in parallel; `progress` is ticked once per file.
+pub fn load_files(
+    dir: &Path,
+    files: &[PathBuf],
+    progress: Option<&indicatif::ProgressBar>,
+) -> Loaded {
+    let results: Vec<Result<Dump, Problem>> = files
+        .par_iter()
+        .map(|p| {
+            let r = read_dump(p).map_err(|e| Problem {
+                file: display_path(dir, p),
+                // The error names the full path; the problem line names the file once.
+                error: e.to_string().replacen(&format!("{}: ", p.display()), "", 1),
+            });
+            if let Some(pb) = progress {
+                pb.inc(1);
+            }
+            r
+        })
+        .collect();
+    let mut dumps = Vec::new();
+    let mut problems = Vec::new();
+    for r in results {
+        match r {
+            Ok(d) => dumps.push(d),
+            Err(p) => problems.push(p),
+        }
+    }
+    Loaded { dumps, problems }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dump_names() {
+        assert!(is_dump_name(Path::new("/d/h.1.2.shim.ncclshim")));
+        assert!(is_dump_name(Path::new("/d/h.1.2.shim.ncclshim.3")));
+        assert!(!is_dump_name(Path::new("/d/h.1.2.shim.ncclshim.bak")));
+        assert!(!is_dump_name(Path::new("/d/notes.txt")));
+    }
+}

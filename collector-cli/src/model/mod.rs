@@ -1,0 +1,758 @@
+//! The diagnosis model: one [`ProcessModel`] per process (its shim and profiler dumps joined by
+//! host, boot id, pid and start time), its communicator memberships, calls, errors with NCCL's
+//! text, snapshots and profiler events, all on one wall-clock time base; and a [`JobModel`] that
+//! joins processes into communicators by commHash / uniqueId hash and orders every failure in
+//! time so the first failing rank can be named.
+
+pub mod facts;
+
+use crate::names::{nccl_version_string, rc_name};
+use facts::{GpuFacts, HostFacts, LibFacts};
+use ncclshim_dump::reader::{Dump, Record};
+use ncclshim_dump::schema::slot_flags;
+use ncclshim_dump::{BlobKind, CallId, RecordKind, WriterKind};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// One intercepted call (NCCL or CUDA driver).
+#[derive(Debug, Clone)]
+pub struct CallEvent {
+    pub call: Option<CallId>,
+    pub name: String,
+    pub rc: i32,
+    pub is_cuda: bool,
+    /// Wall-clock nanoseconds (converted with the dump's clock pair).
+    pub t_enter: u64,
+    pub t_exit: Option<u64>,
+    pub comm: u64,
+    pub args: [u64; 9],
+    pub error_text: Option<String>,
+    pub tid: u32,
+    pub nested: bool,
+}
+
+impl CallEvent {
+    pub fn arg(&self, name: &str) -> Option<u64> {
+        let i = self.call?.arg_names().iter().position(|n| *n == name)?;
+        Some(self.args[i])
+    }
+
+    pub fn in_flight(&self) -> bool {
+        self.t_exit.is_none()
+    }
+
+    /// A completed call that returned an error (`ncclInProgress` is not one).
+    pub fn failed(&self) -> bool {
+        !self.in_flight() && self.rc != 0 && (self.is_cuda || self.rc != 7)
+    }
+
+    pub fn rc_name(&self) -> String {
+        rc_name(self.rc, self.is_cuda)
+    }
+
+    /// When the failure became visible (an async error: when it was polled; a call: its return).
+    pub fn fail_time(&self) -> u64 {
+        if self.call == Some(CallId::NcclCommGetAsyncError) {
+            self.t_enter
+        } else {
+            self.t_exit.unwrap_or(self.t_enter)
+        }
+    }
+
+    /// `ncclCommInitRank returned 5 ncclInvalidUsage` plus the error text, for evidence lines.
+    pub fn describe(&self) -> String {
+        let mut s = if self.call == Some(CallId::NcclCommGetAsyncError) {
+            format!(
+                "ncclCommGetAsyncError reported {} {}",
+                self.args[0],
+                rc_name(self.args[0] as i32, false)
+            )
+        } else if self.in_flight() {
+            format!("{} never returned (in flight)", self.name)
+        } else {
+            format!("{} returned {} {}", self.name, self.rc, self.rc_name())
+        };
+        if let Some(t) = &self.error_text {
+            s.push_str(&format!(": \"{}\"", t.trim()));
+        }
+        s
+    }
+
+    pub fn is_init(&self) -> bool {
+        matches!(
+            self.call,
+            Some(
+                CallId::NcclCommInitRank
+                    | CallId::NcclCommInitRankConfig
+                    | CallId::NcclCommInitRankScalable
+                    | CallId::NcclCommInitAll
+                    | CallId::NcclCommSplit
+                    | CallId::NcclCommShrink
+                    | CallId::NcclCommGrow
+            )
+        )
+    }
+}
+
+/// A process's place in one communicator.
+#[derive(Debug, Clone, Default)]
+pub struct Membership {
+    pub comm_hash: u64,
+    pub nranks: u32,
+    pub rank: u32,
+    pub cuda_dev: Option<i64>,
+    pub comm_ptr: u64,
+    /// The communicator came up (init returned success, `commCreated`, or the profiler saw it).
+    pub established: bool,
+    /// Index into `calls` of the init call, when the shim saw it.
+    pub init_call: Option<usize>,
+    pub nccl_version: Option<u64>,
+}
+
+/// One collective or point-to-point call seen by the shim, with its communicator resolved.
+#[derive(Debug, Clone)]
+pub struct OpCall {
+    pub comm_hash: Option<u64>,
+    pub seq: u64,
+    pub call: CallId,
+    pub count: u64,
+    pub datatype: u64,
+    pub op: u64,
+    pub root_or_peer: u64,
+    pub call_index: usize,
+}
+
+/// One profiler Coll/P2p event.
+#[derive(Debug, Clone)]
+pub struct ProfOp {
+    pub comm_hash: Option<u64>,
+    pub p2p: bool,
+    pub seq: Option<u64>,
+    pub func: u64,
+    pub count: u64,
+    pub datatype: u64,
+    pub root_or_peer: u64,
+    pub t_start: u64,
+    pub stopped: bool,
+    pub kernel_started: bool,
+    pub kernel_stopped: bool,
+}
+
+/// Everything recorded about one process.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessModel {
+    pub host: String,
+    pub boot_id: String,
+    pub pid: u32,
+    pub start_ticks: u64,
+    pub files: Vec<String>,
+    pub synthetic: bool,
+    pub has_shim: bool,
+    pub has_prof: bool,
+    pub clean_exit: bool,
+    pub alive: bool,
+    pub disabled: bool,
+    pub lost: u64,
+    pub torn: u64,
+    pub first_t: u64,
+    pub last_t: u64,
+    pub env: Option<BTreeMap<String, String>>,
+    pub libs: Option<LibFacts>,
+    pub host_facts: Option<HostFacts>,
+    pub gpus: Vec<GpuFacts>,
+    pub cmdline: Vec<String>,
+    pub calls: Vec<CallEvent>,
+    pub memberships: Vec<Membership>,
+    pub ops: Vec<OpCall>,
+    pub prof_ops: Vec<ProfOp>,
+    /// (signal number, time).
+    pub signals: Vec<(u64, u64)>,
+    pub notes: Vec<String>,
+    pub nccl_version: Option<u64>,
+}
+
+fn to_wall(d: &Dump, mono: u64) -> u64 {
+    let c = &d.header.clock;
+    (i128::from(mono) - i128::from(c.monotonic_ns) + i128::from(c.realtime_ns))
+        .clamp(0, u64::MAX as i128) as u64
+}
+
+fn sign_extend(v: u64) -> i64 {
+    v as i64
+}
+
+impl ProcessModel {
+    /// The membership in the largest communicator: the rank a user thinks of as "rank N".
+    pub fn world(&self) -> Option<&Membership> {
+        self.memberships
+            .iter()
+            .max_by_key(|m| (m.nranks, m.established, std::cmp::Reverse(m.comm_hash)))
+    }
+
+    pub fn world_rank(&self) -> Option<u32> {
+        self.world().map(|m| m.rank)
+    }
+
+    /// `rank 3 (node1 pid 1234)` or `node1 pid 1234`.
+    pub fn label(&self) -> String {
+        match self.world_rank() {
+            Some(r) => format!("rank {r} ({} pid {})", self.host, self.pid),
+            None => format!("{} pid {}", self.host, self.pid),
+        }
+    }
+
+    pub fn env_var(&self, k: &str) -> Option<&str> {
+        self.env.as_ref()?.get(k).map(String::as_str)
+    }
+
+    pub fn gpu(&self) -> Option<&GpuFacts> {
+        self.gpus.last()
+    }
+
+    /// NCCL version from `ncclGetVersion`, `commCreated` or the library snapshot.
+    pub fn nccl_version_text(&self) -> Option<String> {
+        self.nccl_version.map(nccl_version_string)
+    }
+
+    /// The physical host: the boot id when known (containers on one machine share it).
+    pub fn machine(&self) -> &str {
+        if self.boot_id.is_empty() {
+            &self.host
+        } else {
+            &self.boot_id
+        }
+    }
+
+    /// The dump ended without a clean exit while the writer is gone: killed or crashed.
+    pub fn died(&self) -> bool {
+        !self.clean_exit && !self.alive
+    }
+
+    pub fn in_flight_calls(&self) -> impl Iterator<Item = (usize, &CallEvent)> {
+        self.calls
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.in_flight() && !c.nested)
+    }
+
+    fn add_dump(&mut self, d: &Dump, shown_path: String) {
+        self.files.push(shown_path);
+        let h = &d.header;
+        self.synthetic |= h.writer_kind == Some(WriterKind::Synthetic);
+        self.has_shim |= h.writer_kind == Some(WriterKind::Shim);
+        self.has_prof |= h.writer_kind == Some(WriterKind::Profiler);
+        self.clean_exit |= h.clean_exit;
+        self.alive |= h.writer_alive;
+        self.disabled |= h.disabled;
+        self.lost += d.summary.lost;
+        self.torn += d.summary.torn;
+
+        // Latest snapshot of each kind wins (later ones are taken at communicator init).
+        for b in d.blobs.values() {
+            let Some(kind) = b.kind() else { continue };
+            if !kind.is_json() {
+                continue;
+            }
+            let Ok(v) = serde_json::from_slice::<serde_json::Value>(&b.bytes) else {
+                continue;
+            };
+            match kind {
+                BlobKind::Environment => self.env = Some(facts::parse_env(&v)),
+                BlobKind::Libraries => self.libs = Some(facts::parse_libs(&v)),
+                BlobKind::HostFacts => self.host_facts = Some(facts::parse_host(&v)),
+                BlobKind::Gpu => {
+                    let g = facts::parse_gpu(&v);
+                    if !self.gpus.contains(&g) {
+                        self.gpus.push(g);
+                    }
+                }
+                BlobKind::Process => self.cmdline = facts::parse_cmdline(&v),
+                _ => {}
+            }
+        }
+
+        let text_of = |r: &Record| -> Option<String> {
+            (r.blob != 0)
+                .then(|| d.blob(r.blob))
+                .flatten()
+                .filter(|b| !b.kind().is_some_and(BlobKind::is_json))
+                .map(|b| b.text())
+        };
+
+        let mut prof_index: HashMap<u64, usize> = HashMap::new();
+        let mut kernel_parent: HashMap<u64, usize> = HashMap::new();
+        let mut prof_comms: Vec<(u64, u64)> = Vec::new(); // (ctx comm field, comm_hash)
+        let records = d.records_by_time();
+        // ProfInit first, so events can be attributed to a communicator.
+        for r in &records {
+            if r.call() == Some(CallId::ProfInit) {
+                let comm_hash = r.args[0];
+                // v1-v3 inits carry no communicator facts (hash 0, rank -1).
+                if comm_hash == 0 || r.args[3] as u32 == u32::MAX {
+                    continue;
+                }
+                prof_comms.push((r.comm, comm_hash));
+                if r.args[7] != 0 {
+                    prof_comms.push((r.args[7], comm_hash));
+                }
+                self.merge_membership(Membership {
+                    comm_hash,
+                    nranks: r.args[2] as u32,
+                    rank: r.args[3] as u32,
+                    established: true,
+                    ..Membership::default()
+                });
+            }
+        }
+        let prof_comm = |c: u64| -> Option<u64> {
+            if let Some((_, h)) = prof_comms.iter().find(|(ctx, h)| *h == c || *ctx == c) {
+                return Some(*h);
+            }
+            (prof_comms.len() == 1).then(|| prof_comms[0].1)
+        };
+
+        for r in records {
+            let t = to_wall(d, r.t_enter_ns);
+            if self.first_t == 0 || t < self.first_t {
+                self.first_t = t;
+            }
+            let t_exit = r.t_exit_ns.map(|x| to_wall(d, x));
+            self.last_t = self.last_t.max(t_exit.unwrap_or(t)).max(t);
+            let Some(kind) = r.kind() else { continue };
+            let call = r.call();
+            match kind {
+                RecordKind::Call => {
+                    let is_cuda =
+                        r.flags & slot_flags::RC_IS_CUDA != 0 || call.is_some_and(CallId::is_cuda);
+                    let ev = CallEvent {
+                        call,
+                        name: r.call_name(),
+                        rc: r.rc,
+                        is_cuda,
+                        t_enter: t,
+                        t_exit,
+                        comm: r.comm,
+                        args: r.args,
+                        error_text: text_of(r),
+                        tid: r.tid,
+                        nested: r.flags & slot_flags::NESTED != 0,
+                    };
+                    self.add_call(ev);
+                }
+                RecordKind::CommInfo | RecordKind::Event | RecordKind::Snapshot => match call {
+                    Some(CallId::CommCreated) => {
+                        let v = r.args[5];
+                        if v != 0 {
+                            self.nccl_version.get_or_insert(v);
+                        }
+                        self.merge_membership(Membership {
+                            comm_hash: r.args[0],
+                            nranks: r.args[1] as u32,
+                            rank: r.args[2] as u32,
+                            cuda_dev: Some(sign_extend(r.args[3])),
+                            comm_ptr: r.comm,
+                            established: true,
+                            init_call: None,
+                            nccl_version: (v != 0).then_some(v),
+                        });
+                    }
+                    Some(CallId::FatalSignal) => self.signals.push((r.args[0], t)),
+                    Some(CallId::RecorderNote) => {
+                        if let Some(s) = text_of(r) {
+                            self.notes.push(s);
+                        }
+                    }
+                    _ => {}
+                },
+                RecordKind::ProfStart => match call {
+                    Some(CallId::ProfColl | CallId::ProfP2p) => {
+                        let p2p = call == Some(CallId::ProfP2p);
+                        let a = r.args;
+                        let op = if p2p {
+                            ProfOp {
+                                comm_hash: prof_comm(r.comm),
+                                p2p,
+                                seq: None,
+                                func: a[2],
+                                count: a[3],
+                                datatype: a[4],
+                                root_or_peer: a[5],
+                                t_start: t,
+                                stopped: false,
+                                kernel_started: false,
+                                kernel_stopped: false,
+                            }
+                        } else {
+                            ProfOp {
+                                comm_hash: prof_comm(r.comm),
+                                p2p,
+                                seq: Some(a[2]),
+                                func: a[3],
+                                count: a[4],
+                                datatype: a[5],
+                                root_or_peer: a[6],
+                                t_start: t,
+                                stopped: false,
+                                kernel_started: false,
+                                kernel_stopped: false,
+                            }
+                        };
+                        self.prof_ops.push(op);
+                        let i = self.prof_ops.len() - 1;
+                        prof_index.insert(r.slot_ref().encode(), i);
+                        if a[0] != 0 {
+                            prof_index.insert(a[0], i);
+                        }
+                    }
+                    Some(CallId::ProfKernelCh) => {
+                        if let Some(&i) = prof_index.get(&r.args[1]) {
+                            self.prof_ops[i].kernel_started = true;
+                            kernel_parent.insert(r.slot_ref().encode(), i);
+                            if r.args[0] != 0 {
+                                kernel_parent.insert(r.args[0], i);
+                            }
+                        }
+                    }
+                    _ => {}
+                },
+                RecordKind::ProfStop => {
+                    let handle = r.args[0];
+                    if let Some(&i) = kernel_parent.get(&handle) {
+                        self.prof_ops[i].kernel_stopped = true;
+                    } else if let Some(&i) = prof_index.get(&handle) {
+                        self.prof_ops[i].stopped = true;
+                    }
+                }
+                RecordKind::ProfState => {}
+            }
+        }
+    }
+
+    fn add_call(&mut self, ev: CallEvent) {
+        let idx = self.calls.len();
+        match ev.call {
+            Some(CallId::NcclGetVersion) if ev.rc == 0 && !ev.in_flight() && ev.args[0] != 0 => {
+                self.nccl_version = Some(ev.args[0]);
+            }
+            Some(
+                CallId::NcclCommInitRank
+                | CallId::NcclCommInitRankConfig
+                | CallId::NcclCommInitRankScalable,
+            ) => {
+                let ok = ev.rc == 0 && !ev.in_flight();
+                self.merge_membership(Membership {
+                    comm_hash: ev.arg("uid_hash").unwrap_or(0),
+                    nranks: ev.args[0] as u32,
+                    rank: ev.args[1] as u32,
+                    cuda_dev: ev.arg("cuda_dev").map(sign_extend),
+                    comm_ptr: if ok { ev.comm } else { 0 },
+                    established: ok,
+                    init_call: Some(idx),
+                    nccl_version: None,
+                });
+            }
+            Some(CallId::NcclCommSplit) if ev.rc == 0 && !ev.in_flight() && ev.args[3] != 0 => {
+                self.merge_membership(Membership {
+                    comm_hash: ev.args[3],
+                    nranks: ev.args[4] as u32,
+                    rank: ev.args[5] as u32,
+                    comm_ptr: ev.args[2],
+                    established: true,
+                    init_call: Some(idx),
+                    ..Membership::default()
+                });
+            }
+            Some(c) if c.is_nccl_operation() => {
+                self.ops.push(OpCall {
+                    comm_hash: None,
+                    seq: ev.arg("seq").unwrap_or(0),
+                    call: c,
+                    count: ev.args[0],
+                    datatype: ev.args[1],
+                    op: ev.args[2],
+                    root_or_peer: ev.args[3],
+                    call_index: idx,
+                });
+            }
+            _ => {}
+        }
+        self.calls.push(ev);
+    }
+
+    fn merge_membership(&mut self, m: Membership) {
+        if let Some(e) = self
+            .memberships
+            .iter_mut()
+            .find(|e| e.comm_hash == m.comm_hash && (e.rank == m.rank || !e.established))
+        {
+            e.established |= m.established;
+            e.nranks = if m.nranks != 0 { m.nranks } else { e.nranks };
+            e.rank = m.rank;
+            if m.comm_ptr != 0 {
+                e.comm_ptr = m.comm_ptr;
+            }
+            e.cuda_dev = e.cuda_dev.or(m.cuda_dev);
+            e.init_call = e.init_call.or(m.init_call);
+            e.nccl_version = e.nccl_version.or(m.nccl_version);
+        } else {
+            self.memberships.push(m);
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.nccl_version.is_none() {
+            self.nccl_version = self
+                .libs
+                .as_ref()
+                .and_then(|l| l.nccl_version)
+                .filter(|v| *v > 0)
+                .map(|v| v as u64);
+        }
+        let ptr_to_hash: HashMap<u64, u64> = self
+            .memberships
+            .iter()
+            .filter(|m| m.comm_ptr != 0)
+            .map(|m| (m.comm_ptr, m.comm_hash))
+            .collect();
+        for op in &mut self.ops {
+            op.comm_hash = ptr_to_hash.get(&self.calls[op.call_index].comm).copied();
+        }
+    }
+
+    /// Failed calls, async errors and fatal signals of this process, as (time, what).
+    pub fn failures(&self) -> Vec<FailureEvent> {
+        let mut out = Vec::new();
+        for (i, c) in self.calls.iter().enumerate() {
+            if c.failed() {
+                out.push(FailureEvent {
+                    t: c.fail_time(),
+                    what: FailureWhat::Call(i),
+                });
+            } else if c.call == Some(CallId::NcclCommGetAsyncError) {
+                let v = c.args[0];
+                if v != 0 && v != 7 {
+                    out.push(FailureEvent {
+                        t: c.t_enter,
+                        what: FailureWhat::AsyncError(i),
+                    });
+                }
+            }
+        }
+        for &(signo, t) in &self.signals {
+            out.push(FailureEvent {
+                t,
+                what: FailureWhat::Signal(signo),
+            });
+        }
+        out.sort_by_key(|f| f.t);
+        out
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureWhat {
+    /// Index into `calls`: a call that returned an error.
+    Call(usize),
+    /// Index into `calls`: `ncclCommGetAsyncError` reported an error.
+    AsyncError(usize),
+    Signal(u64),
+    /// The process's dump ends without a clean exit while the job went on (time: its last record).
+    Died,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct FailureEvent {
+    pub t: u64,
+    pub what: FailureWhat,
+}
+
+/// A failure anywhere in the job.
+#[derive(Debug, Clone, Copy)]
+pub struct JobFailure {
+    pub process: usize,
+    pub t: u64,
+    pub what: FailureWhat,
+}
+
+/// What every rank of one communicator said about it.
+#[derive(Debug, Clone, Default)]
+pub struct CommView {
+    pub comm_hash: u64,
+    /// nranks as claimed by each process (several values = disagreement).
+    pub nranks_claims: BTreeMap<u32, Vec<usize>>,
+    /// rank → processes claiming it.
+    pub members: BTreeMap<u32, Vec<usize>>,
+}
+
+impl CommView {
+    pub fn nranks(&self) -> u32 {
+        self.nranks_claims.keys().copied().max().unwrap_or(0)
+    }
+
+    pub fn missing(&self) -> Vec<u32> {
+        (0..self.nranks())
+            .filter(|r| !self.members.contains_key(r))
+            .collect()
+    }
+}
+
+/// The whole job.
+#[derive(Debug, Clone, Default)]
+pub struct JobModel {
+    pub processes: Vec<ProcessModel>,
+    pub comms: BTreeMap<u64, CommView>,
+    /// Every failure, earliest first.
+    pub failures: Vec<JobFailure>,
+}
+
+impl JobModel {
+    /// Builds the model from readable dumps; `shown` gives each dump's display path.
+    pub fn build(dumps: &[Dump], shown: impl Fn(&Dump) -> String) -> Self {
+        let mut by_key: BTreeMap<(String, String, u32, u64), ProcessModel> = BTreeMap::new();
+        for d in dumps {
+            let h = &d.header;
+            let key = (
+                h.hostname.clone(),
+                h.boot_id.clone(),
+                h.pid,
+                h.pid_start_ticks,
+            );
+            let p = by_key.entry(key).or_insert_with(|| ProcessModel {
+                host: h.hostname.clone(),
+                boot_id: h.boot_id.clone(),
+                pid: h.pid,
+                start_ticks: h.pid_start_ticks,
+                ..ProcessModel::default()
+            });
+            p.add_dump(d, shown(d));
+        }
+        let mut processes: Vec<ProcessModel> = by_key.into_values().collect();
+        for p in &mut processes {
+            p.finish();
+        }
+        // Sort by world rank where known so output reads rank 0, 1, 2...
+        processes.sort_by_key(|p| {
+            (
+                p.world_rank().is_none(),
+                p.world_rank(),
+                p.host.clone(),
+                p.pid,
+            )
+        });
+        let mut comms: BTreeMap<u64, CommView> = BTreeMap::new();
+        for (i, p) in processes.iter().enumerate() {
+            for m in &p.memberships {
+                if m.comm_hash == 0 {
+                    continue;
+                }
+                let c = comms.entry(m.comm_hash).or_insert_with(|| CommView {
+                    comm_hash: m.comm_hash,
+                    ..CommView::default()
+                });
+                let claims = c.nranks_claims.entry(m.nranks).or_default();
+                if !claims.contains(&i) {
+                    claims.push(i);
+                }
+                let mem = c.members.entry(m.rank).or_default();
+                if !mem.contains(&i) {
+                    mem.push(i);
+                }
+            }
+        }
+        let mut failures: Vec<JobFailure> = processes
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| {
+                p.failures().into_iter().map(move |f| JobFailure {
+                    process: i,
+                    t: f.t,
+                    what: f.what,
+                })
+            })
+            .collect();
+        // A process that vanished while others went on is a failure at its last record — a lower
+        // bound, so only when its peers outlived it: a whole job killed at once is a hang, and a
+        // rank blocked in communicator init was waiting, not failing.
+        for (i, p) in processes.iter().enumerate() {
+            if !p.died() || !p.signals.is_empty() || failures.iter().any(|f| f.process == i) {
+                continue;
+            }
+            if p.in_flight_calls().any(|(_, c)| c.is_init()) {
+                continue;
+            }
+            let outlived = processes.iter().enumerate().any(|(j, q)| {
+                j != i
+                    && (q.clean_exit
+                        || q.alive
+                        || failures.iter().any(|f| f.process == j && f.t >= p.last_t))
+            });
+            if outlived {
+                failures.push(JobFailure {
+                    process: i,
+                    t: p.last_t,
+                    what: FailureWhat::Died,
+                });
+            }
+        }
+        failures.sort_by_key(|f| (f.t, f.process));
+        Self {
+            processes,
+            comms,
+            failures,
+        }
+    }
+
+    pub fn hosts(&self) -> BTreeSet<&str> {
+        self.processes.iter().map(|p| p.host.as_str()).collect()
+    }
+
+    pub fn synthetic(&self) -> bool {
+        !self.processes.is_empty() && self.processes.iter().all(|p| p.synthetic)
+    }
+
+    /// The earliest failure of each process, earliest process first.
+    pub fn first_failure_per_process(&self) -> Vec<JobFailure> {
+        let mut seen = BTreeSet::new();
+        self.failures
+            .iter()
+            .filter(|f| seen.insert(f.process))
+            .copied()
+            .collect()
+    }
+
+    /// A one-line description of a failure.
+    pub fn describe(&self, f: &JobFailure) -> String {
+        let p = &self.processes[f.process];
+        match f.what {
+            FailureWhat::Call(i) => p.calls[i].describe(),
+            FailureWhat::AsyncError(i) => p.calls[i].describe(),
+            FailureWhat::Signal(s) => format!("fatal signal {}", crate::names::signal_name(s)),
+            FailureWhat::Died => match p.in_flight_calls().last() {
+                Some((_, c)) => format!("its dump ends without a clean exit, inside {}", c.name),
+                None => "its dump ends without a clean exit".to_owned(),
+            },
+        }
+    }
+
+    /// The call behind a failure, if it was one.
+    pub fn failure_call(&self, f: &JobFailure) -> Option<&CallEvent> {
+        match f.what {
+            FailureWhat::Call(i) | FailureWhat::AsyncError(i) => {
+                self.processes[f.process].calls.get(i)
+            }
+            FailureWhat::Signal(_) | FailureWhat::Died => None,
+        }
+    }
+
+    /// Processes that are members of a communicator, in rank order.
+    pub fn comm_members(&self, comm_hash: u64) -> Vec<(u32, usize)> {
+        self.comms
+            .get(&comm_hash)
+            .map(|c| {
+                c.members
+                    .iter()
+                    .flat_map(|(r, ps)| ps.iter().map(move |p| (*r, *p)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}

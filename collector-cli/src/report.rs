@@ -1,0 +1,244 @@
+//! The report: the JSON document (`--json`, versioned) and the terminal rendering of it. Both are
+//! built from one [`Report`] so the text never says something the JSON does not.
+
+use crate::load::Problem;
+use crate::model::{FailureWhat, JobModel};
+use crate::rules::{rank_list, Finding, Severity};
+use owo_colors::OwoColorize;
+use serde::Serialize;
+
+/// Bumped when a field is removed or changes meaning; additions keep it.
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CommSummary {
+    pub comm_hash: String,
+    pub nranks: u32,
+    pub ranks_present: Vec<u32>,
+    pub ranks_missing: Vec<u32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nranks_disagreement: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct JobSummary {
+    /// World size: the largest communicator's nranks (0 when no communicator was seen).
+    pub ranks: u32,
+    pub processes: usize,
+    pub hosts: Vec<String>,
+    pub dumps: usize,
+    pub synthetic: bool,
+    pub communicators: Vec<CommSummary>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FailureLine {
+    pub rank: Option<u32>,
+    pub host: String,
+    pub pid: u32,
+    pub what: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rc: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rc_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_text: Option<String>,
+    /// Wall-clock time of the failure (nanoseconds since the Unix epoch).
+    pub t_unix_ns: u64,
+    /// Milliseconds after the job's first failure.
+    pub after_first_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub format_version: u32,
+    pub tool_version: String,
+    pub job: JobSummary,
+    /// The earliest failure across all ranks and hosts, if anything failed.
+    pub first_failure: Option<FailureLine>,
+    /// Each process's first failure, earliest first.
+    pub failure_order: Vec<FailureLine>,
+    pub findings: Vec<Finding>,
+    pub problems: Vec<Problem>,
+}
+
+impl Report {
+    pub fn build(job: &JobModel, findings: Vec<Finding>, problems: Vec<Problem>) -> Self {
+        let firsts = job.first_failure_per_process();
+        let t0 = firsts.first().map(|f| f.t).unwrap_or(0);
+        let failure_order: Vec<FailureLine> = firsts
+            .iter()
+            .map(|f| {
+                let p = &job.processes[f.process];
+                let call = job.failure_call(f);
+                let is_async = matches!(f.what, FailureWhat::AsyncError(_));
+                FailureLine {
+                    rank: p.world_rank(),
+                    host: p.host.clone(),
+                    pid: p.pid,
+                    what: job.describe(f),
+                    call: call.map(|c| c.name.clone()),
+                    rc: call.map(|c| if is_async { c.args[0] as i32 } else { c.rc }),
+                    rc_name: call.map(|c| {
+                        if is_async {
+                            crate::names::rc_name(c.args[0] as i32, false)
+                        } else {
+                            c.rc_name()
+                        }
+                    }),
+                    error_text: call.and_then(|c| c.error_text.clone()),
+                    t_unix_ns: f.t,
+                    after_first_ms: (f.t.saturating_sub(t0)) as f64 / 1e6,
+                }
+            })
+            .collect();
+        let communicators = job
+            .comms
+            .values()
+            .map(|c| CommSummary {
+                comm_hash: format!("{:#018x}", c.comm_hash),
+                nranks: c.nranks(),
+                ranks_present: c.members.keys().copied().collect(),
+                ranks_missing: c.missing(),
+                nranks_disagreement: if c.nranks_claims.len() > 1 {
+                    c.nranks_claims.keys().copied().collect()
+                } else {
+                    Vec::new()
+                },
+            })
+            .collect();
+        let dumps = job.processes.iter().map(|p| p.files.len()).sum();
+        Self {
+            format_version: FORMAT_VERSION,
+            tool_version: env!("CARGO_PKG_VERSION").to_owned(),
+            job: JobSummary {
+                ranks: job.comms.values().map(|c| c.nranks()).max().unwrap_or(0),
+                processes: job.processes.len(),
+                hosts: job.hosts().into_iter().map(str::to_owned).collect(),
+                dumps,
+                synthetic: job.synthetic(),
+                communicators,
+            },
+            first_failure: failure_order.first().cloned(),
+            failure_order,
+            findings,
+            problems,
+        }
+    }
+
+    /// 0 nothing wrong found, 1 a failure (or a condition that causes one) was found.
+    pub fn exit_code(&self) -> i32 {
+        i32::from(!self.findings.is_empty())
+    }
+
+    /// The terminal rendering.
+    pub fn to_text(&self, color: bool) -> String {
+        let mut o = String::new();
+        let paint = |s: &str, f: fn(&str) -> String| if color { f(s) } else { s.to_owned() };
+        let bold = |s: &str| paint(s, |x| x.bold().to_string());
+        let red = |s: &str| paint(s, |x| x.red().bold().to_string());
+        let yellow = |s: &str| paint(s, |x| x.yellow().bold().to_string());
+        let dim = |s: &str| paint(s, |x| x.dimmed().to_string());
+        let j = &self.job;
+        o.push_str(&bold(&format!(
+            "ncclshim report: {} rank(s), {} process(es) on {} host(s), {} dump(s){}",
+            j.ranks,
+            j.processes,
+            j.hosts.len(),
+            j.dumps,
+            if j.synthetic {
+                " [SYNTHETIC dumps, not a real capture]"
+            } else {
+                ""
+            }
+        )));
+        o.push('\n');
+        match &self.first_failure {
+            Some(f) => {
+                let who = match f.rank {
+                    Some(r) => format!("rank {r} ({} pid {})", f.host, f.pid),
+                    None => format!("{} pid {}", f.host, f.pid),
+                };
+                o.push_str(&format!("{} {who}: {}\n", red("first failure:"), f.what));
+                if self.failure_order.len() > 1 {
+                    o.push_str(&dim("then:"));
+                    o.push('\n');
+                    for l in self.failure_order.iter().skip(1).take(8) {
+                        let who = l
+                            .rank
+                            .map(|r| format!("rank {r}"))
+                            .unwrap_or_else(|| format!("{} pid {}", l.host, l.pid));
+                        o.push_str(&format!(
+                            "  +{:.1} ms {who}: {}\n",
+                            l.after_first_ms, l.what
+                        ));
+                    }
+                    if self.failure_order.len() > 9 {
+                        o.push_str(&format!("  ... {} more\n", self.failure_order.len() - 9));
+                    }
+                }
+            }
+            None => o.push_str("no call returned an error\n"),
+        }
+        o.push('\n');
+        if self.findings.is_empty() {
+            o.push_str(&bold("No problem found."));
+            o.push('\n');
+        }
+        for f in &self.findings {
+            let sev = match f.severity {
+                Severity::Primary => red("PRIMARY"),
+                Severity::Contributing => yellow("CONTRIBUTING"),
+            };
+            let cat = f.catalog.map(|c| format!("[{c}] ")).unwrap_or_default();
+            let conf = format!("{:?}", f.confidence).to_lowercase();
+            o.push_str(&format!(
+                "{sev} {cat}{} {}\n",
+                bold(&f.title),
+                dim(&format!("(confidence {conf})"))
+            ));
+            if !f.ranks.is_empty() {
+                o.push_str(&format!("  ranks: {}\n", rank_list(&f.ranks)));
+            }
+            o.push_str("  evidence:\n");
+            for e in &f.evidence {
+                o.push_str(&format!("    - {e}\n"));
+            }
+            o.push_str(&format!("  {} {}\n", bold("remedy:"), f.remedy));
+            if let Some(v) = &f.fixed_in {
+                o.push_str(&format!("  fixed in NCCL {v}\n"));
+            }
+            o.push('\n');
+        }
+        if !j.communicators.is_empty() {
+            o.push_str(&bold("communicators:"));
+            o.push('\n');
+            for c in &j.communicators {
+                let mut line = format!(
+                    "  {}: {} rank(s), present {}",
+                    c.comm_hash,
+                    c.nranks,
+                    rank_list(&c.ranks_present)
+                );
+                if !c.ranks_missing.is_empty() {
+                    line.push_str(&format!(", missing {}", rank_list(&c.ranks_missing)));
+                }
+                o.push_str(&line);
+                o.push('\n');
+            }
+        }
+        if !self.problems.is_empty() {
+            o.push_str(&yellow(&format!(
+                "{} file(s) could not be read:",
+                self.problems.len()
+            )));
+            o.push('\n');
+            for p in &self.problems {
+                o.push_str(&format!("  {}: {}\n", p.file, p.error));
+            }
+        }
+        o
+    }
+}

@@ -1,0 +1,133 @@
+//! C01: `NCCL_NET` forces a network (usually IB) that cannot initialise (no libibverbs, no HCA),
+//! so communicator init fails with ncclInvalidUsage. NCCL's WARN changed in 2.27: "network IB
+//! not found" (2.15–2.26) became "Failed to initialize any NET plugin".
+
+use super::{text_has, who, Confidence, Finding, Severity};
+use crate::model::JobModel;
+
+const OLD_TEXT: &str = "network IB not found";
+const NEW_TEXT: &str = "Failed to initialize any NET plugin";
+
+/// The WARN this NCCL version prints when the forced network is missing.
+pub fn expected_text(nccl_version: Option<u64>) -> Option<&'static str> {
+    nccl_version.map(|v| if v >= 22700 { NEW_TEXT } else { OLD_TEXT })
+}
+
+pub fn check(job: &JobModel) -> Vec<Finding> {
+    let mut f = Finding::new(
+        "nccl-net-unavailable",
+        Some("C01"),
+        "NCCL_NET forces a network that cannot initialise on this host",
+        Severity::Primary,
+        Confidence::High,
+    )
+    .remedy(
+        "Unset NCCL_NET (or set NCCL_NET=Socket) so NCCL falls back to a network that exists; if \
+         InfiniBand is wanted, install rdma-core/libibverbs1 in the image and pass /dev/infiniband \
+         into the container.",
+    );
+    let mut strong = false;
+    for (p, pm) in job.processes.iter().enumerate() {
+        let net = pm.env_var("NCCL_NET");
+        let host = pm.host_facts.as_ref();
+        let no_verbs = host.and_then(|h| h.libibverbs_dlopen) == Some(false);
+        let no_hca =
+            host.is_some_and(|h| h.infiniband.is_empty() && h.dev_infiniband == Some(false));
+        for (i, c) in pm.calls.iter().enumerate() {
+            if !(c.is_init() || c.call == Some(ncclshim_dump::CallId::NcclGroupEnd)) || !c.failed()
+            {
+                continue;
+            }
+            let by_text = text_has(c, &[OLD_TEXT, NEW_TEXT]);
+            let by_facts = c.rc == 5 && net.is_some() && (no_verbs || no_hca);
+            if !by_text && !by_facts {
+                continue;
+            }
+            strong |= by_text && net.is_some();
+            f.involve(job, p);
+            f.explain(p, i);
+            f.evidence(format!("{}: {}", who(job, p), c.describe()));
+            if let Some(n) = net {
+                f.evidence(format!("{}: NCCL_NET={n}", who(job, p)));
+            }
+            if no_verbs {
+                f.evidence(format!(
+                    "{}: libibverbs.so.1 cannot be found by the loader",
+                    pm.host
+                ));
+            }
+            if no_hca {
+                f.evidence(format!(
+                    "{}: no InfiniBand HCA (/sys/class/infiniband empty, no /dev/infiniband)",
+                    pm.host
+                ));
+            }
+            if let (Some(exp), Some(v)) = (expected_text(pm.nccl_version), pm.nccl_version_text()) {
+                if by_text && !text_has(c, &[exp]) {
+                    f.evidence(format!(
+                        "NCCL {v} normally words this \"{exp}\"; the text recorded differs"
+                    ));
+                }
+            }
+        }
+    }
+    if f.process_ids.is_empty() {
+        return Vec::new();
+    }
+    if !strong {
+        f.confidence = Confidence::Medium;
+    }
+    vec![f]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testutil::{analyze, find};
+    use crate::synth::{host_facts_json, WORLD_UID};
+
+    fn scenario(version: u64, text: &str) -> Vec<Finding> {
+        let text = text.to_owned();
+        analyze(&["gpu-a", "gpu-a"], move |s| {
+            s.snapshot_all(version as i32);
+            for r in &mut s.ranks {
+                r.env(&[("NCCL_NET", "IB"), ("LOCAL_RANK", "0")]);
+                let mut h = host_facts_json(&r.host);
+                h["libibverbs_dlopen"] = false.into();
+                h["infiniband"] = serde_json::json!([]);
+                h["dev_infiniband"] = false.into();
+                r.host_facts(&h);
+                r.get_version(version);
+                let rank = u64::from(r.rank);
+                r.init_rank(2, rank, WORLD_UID, rank, 5, Some(&text), version);
+                r.clean_exit();
+            }
+        })
+        .1
+    }
+
+    #[test]
+    fn old_and_new_wording_both_match() {
+        let old = scenario(21605, "Error: network IB not found.");
+        let f = find(&old, "nccl-net-unavailable").expect("C01 on 2.16");
+        assert_eq!(f.ranks, vec![0, 1]);
+        assert_eq!(f.confidence, Confidence::High);
+        assert!(f.evidence.iter().any(|e| e.contains("NCCL_NET=IB")));
+        let new = scenario(22703, "Failed to initialize any NET plugin");
+        assert!(find(&new, "nccl-net-unavailable").is_some());
+    }
+
+    #[test]
+    fn version_mismatched_wording_is_noted() {
+        let f = scenario(22703, "Error: network IB not found.");
+        let f = find(&f, "nccl-net-unavailable").unwrap();
+        assert!(f.evidence.iter().any(|e| e.contains("normally words this")));
+    }
+
+    #[test]
+    fn expected_text_by_version() {
+        assert_eq!(expected_text(Some(22602)), Some(OLD_TEXT));
+        assert_eq!(expected_text(Some(22700)), Some(NEW_TEXT));
+        assert_eq!(expected_text(None), None);
+    }
+}

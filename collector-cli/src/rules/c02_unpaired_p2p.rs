@@ -1,0 +1,151 @@
+//! C02: point-to-point operations that do not pair up (rank A sends to B more often, or more
+//! data, than B receives from A) deadlock; the proxy-thread WARNs seen at abort ("Could not
+//! receive type from localRank", "Connection closed by localRank") are teardown noise.
+
+use super::{text_has, who, Confidence, Finding, Severity};
+use crate::model::JobModel;
+use ncclshim_dump::CallId;
+use std::collections::BTreeMap;
+
+const TEARDOWN: &[&str] = &[
+    "Could not receive type from localRank",
+    "Connection closed by localRank",
+    "Accept failed",
+    "Failed to execute operation Close",
+];
+
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    ops: u64,
+    elems: u64,
+}
+
+pub fn check(job: &JobModel) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (&comm, view) in &job.comms {
+        // (from, to) → sends posted by `from`, receives posted by `to`.
+        let mut sends: BTreeMap<(u32, u32), Tally> = BTreeMap::new();
+        let mut recvs: BTreeMap<(u32, u32), Tally> = BTreeMap::new();
+        let mut procs: BTreeMap<u32, usize> = BTreeMap::new();
+        for (&rank, ps) in &view.members {
+            for &p in ps {
+                procs.insert(rank, p);
+                for op in job.processes[p]
+                    .ops
+                    .iter()
+                    .filter(|o| o.comm_hash == Some(comm))
+                {
+                    let peer = op.root_or_peer as u32;
+                    let (map, key) = match op.call {
+                        CallId::NcclSend => (&mut sends, (rank, peer)),
+                        CallId::NcclRecv => (&mut recvs, (peer, rank)),
+                        _ => continue,
+                    };
+                    let t = map.entry(key).or_default();
+                    t.ops += 1;
+                    t.elems += op.count;
+                }
+            }
+        }
+        let mut keys: Vec<(u32, u32)> = sends.keys().chain(recvs.keys()).copied().collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut f = Finding::new(
+            "unpaired-p2p",
+            Some("C02"),
+            "Point-to-point sends and receives do not pair up between ranks",
+            Severity::Primary,
+            Confidence::Medium,
+        )
+        .remedy(
+            "Pair every send with a receive of the same count and datatype on the peer and issue \
+             them inside one group (batch_isend_irecv / ncclGroupStart..ncclGroupEnd); set the CUDA \
+             device from LOCAL_RANK before creating the communicator.",
+        );
+        for (from, to) in keys {
+            let s = sends.get(&(from, to)).copied().unwrap_or_default();
+            let r = recvs.get(&(from, to)).copied().unwrap_or_default();
+            // Only pairs where both ends are in the dumps can be compared.
+            let (Some(&ps), Some(&pr)) = (procs.get(&from), procs.get(&to)) else {
+                continue;
+            };
+            if s.ops == r.ops && s.elems == r.elems {
+                continue;
+            }
+            f.involve(job, ps);
+            f.involve(job, pr);
+            f.evidence(format!(
+                "comm {comm:#x}: rank {from} posted {} ncclSend to rank {to} ({} elements); rank {to} posted {} ncclRecv from rank {from} ({} elements)",
+                s.ops, s.elems, r.ops, r.elems
+            ));
+        }
+        if f.process_ids.is_empty() {
+            continue;
+        }
+        for &p in &f.process_ids.clone() {
+            let pm = &job.processes[p];
+            let abort_t = pm
+                .calls
+                .iter()
+                .filter(|c| {
+                    matches!(
+                        c.call,
+                        Some(CallId::NcclCommAbort | CallId::NcclCommDestroy)
+                    )
+                })
+                .map(|c| c.t_enter)
+                .min();
+            for (i, c) in pm.calls.iter().enumerate() {
+                if c.failed() && text_has(c, TEARDOWN) && abort_t.is_some_and(|t| t <= c.t_enter) {
+                    f.explain(p, i);
+                    f.evidence(format!(
+                        "{}: {} came after ncclCommAbort/Destroy: proxy teardown noise, not the cause",
+                        who(job, p),
+                        c.describe()
+                    ));
+                }
+            }
+        }
+        out.push(f);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testutil::{analyze, find};
+
+    #[test]
+    fn an_extra_send_is_reported_with_both_sides() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22203);
+            let comms = s.init_world(22203);
+            s.ranks[0].coll(CallId::NcclSend, comms[0], 0, 1024, 7, 0, 1, 0, None);
+            s.ranks[0].coll(CallId::NcclSend, comms[0], 1, 1024, 7, 0, 1, 0, None);
+            s.ranks[1].coll(CallId::NcclRecv, comms[1], 0, 1024, 7, 0, 0, 0, None);
+        });
+        let f = find(&fs, "unpaired-p2p").expect("C02");
+        assert_eq!(f.ranks, vec![0, 1]);
+        assert!(
+            f.evidence[0].contains("posted 2 ncclSend"),
+            "{:?}",
+            f.evidence
+        );
+        assert!(f.evidence[0].contains("posted 1 ncclRecv"));
+    }
+
+    #[test]
+    fn paired_traffic_is_not_reported() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22203);
+            let comms = s.init_world(22203);
+            s.ranks[0].coll(CallId::NcclSend, comms[0], 0, 1024, 7, 0, 1, 0, None);
+            s.ranks[1].coll(CallId::NcclRecv, comms[1], 0, 1024, 7, 0, 0, 0, None);
+            for r in &s.ranks {
+                r.clean_exit();
+            }
+        });
+        assert!(find(&fs, "unpaired-p2p").is_none());
+    }
+}

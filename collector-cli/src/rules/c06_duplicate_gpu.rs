@@ -1,0 +1,134 @@
+//! C06: several ranks of one communicator on the same GPU. NCCL ≤ 2.29 says "Duplicate GPU
+//! detected : rank X and rank Y both on CUDA device ..."; 2.30 rewords it ("Multiple ranks ...
+//! same GPU ... NCCL_MULTI_RANK_GPU_ENABLE") and allows it only on opt-in. ncclInvalidUsage.
+
+use super::{text_has, who, Confidence, Finding, Severity};
+use crate::model::JobModel;
+use std::collections::BTreeMap;
+
+const TEXTS: &[&str] = &[
+    "Duplicate GPU detected",
+    "Multiple ranks detected using the same GPU",
+    "Multiple Ranks are using the same GPU",
+];
+
+pub fn check(job: &JobModel) -> Vec<Finding> {
+    let mut f = Finding::new(
+        "duplicate-gpu",
+        Some("C06"),
+        "Several ranks use the same GPU",
+        Severity::Primary,
+        Confidence::High,
+    )
+    .remedy(
+        "Set the device from LOCAL_RANK before creating the communicator (torch.cuda.set_device, or \
+         device_id= in init_process_group); fix the launcher's GPU assignment; run no more processes \
+         per node than GPUs. Only if sharing is intended, on NCCL ≥ 2.30: NCCL_MULTI_RANK_GPU_ENABLE=1.",
+    );
+    // (machine, pci bus id) → processes.
+    let mut by_gpu: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+    for (p, pm) in job.processes.iter().enumerate() {
+        if let Some(bus) = pm.gpu().and_then(|g| g.pci_bus_id.clone()) {
+            by_gpu
+                .entry((pm.machine().to_owned(), bus))
+                .or_default()
+                .push(p);
+        }
+    }
+    for ((_, bus), ps) in &by_gpu {
+        if ps.len() < 2 {
+            continue;
+        }
+        // Only ranks of one job communicator matter (two jobs may time-share a GPU).
+        let share_comm = ps.iter().any(|&a| {
+            ps.iter().any(|&b| {
+                a != b
+                    && job.processes[a].memberships.iter().any(|m| {
+                        job.processes[b]
+                            .memberships
+                            .iter()
+                            .any(|n| n.comm_hash == m.comm_hash)
+                    })
+            })
+        });
+        if !share_comm {
+            continue;
+        }
+        let names: Vec<String> = ps.iter().map(|&p| who(job, p)).collect();
+        f.evidence(format!(
+            "{} all use the GPU at PCI bus id {bus}",
+            names.join(", ")
+        ));
+        for &p in ps {
+            f.involve(job, p);
+            let pm = &job.processes[p];
+            let lr = pm.env_var("LOCAL_RANK").unwrap_or("unset");
+            let cvd = pm.env_var("CUDA_VISIBLE_DEVICES").unwrap_or("unset");
+            let ord = pm
+                .gpu()
+                .and_then(|g| g.ordinal)
+                .map(|o| o.to_string())
+                .unwrap_or("?".into());
+            f.evidence(format!(
+                "{}: LOCAL_RANK={lr}, CUDA_VISIBLE_DEVICES={cvd}, device ordinal {ord}",
+                who(job, p)
+            ));
+        }
+    }
+    for (p, pm) in job.processes.iter().enumerate() {
+        for (i, c) in pm.calls.iter().enumerate() {
+            if c.failed()
+                && (text_has(c, TEXTS) || (f.process_ids.contains(&p) && c.is_init() && c.rc == 5))
+            {
+                f.involve(job, p);
+                f.explain(p, i);
+                f.evidence(format!("{}: {}", who(job, p), c.describe()));
+            }
+        }
+    }
+    if f.process_ids.is_empty() {
+        return Vec::new();
+    }
+    vec![f]
+}
+
+#[cfg(test)]
+mod tests {
+
+    use crate::rules::testutil::{analyze, find};
+    use crate::synth::WORLD_UID;
+
+    #[test]
+    fn same_bus_id_on_one_machine() {
+        let (_, fs) = analyze(&["n0", "n0", "n0"], |s| {
+            s.snapshot_all(22005);
+            for r in &mut s.ranks {
+                r.gpu(0, "0000:0f:00.0", "GPU-same");
+                let rank = u64::from(r.rank);
+                r.init_rank(
+                    3,
+                    rank,
+                    WORLD_UID,
+                    0,
+                    5,
+                    Some("Duplicate GPU detected : rank 1 and rank 0 both on CUDA device f000"),
+                    22005,
+                );
+                r.clean_exit();
+            }
+        });
+        let f = find(&fs, "duplicate-gpu").expect("C06");
+        assert_eq!(f.ranks, vec![0, 1, 2]);
+        assert_eq!(f.explains.len(), 3);
+        assert!(f.evidence[0].contains("0000:0f:00.0"));
+    }
+
+    #[test]
+    fn distinct_gpus_are_fine() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22005);
+            s.init_world(22005);
+        });
+        assert!(find(&fs, "duplicate-gpu").is_none());
+    }
+}

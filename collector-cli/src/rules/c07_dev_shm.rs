@@ -1,0 +1,94 @@
+//! C07: `/dev/shm` too small (Docker's default 64 MiB) for NCCL's SHM transport buffers:
+//! ncclSystemError at init with a shared-memory WARN whose wording depends on the version.
+
+use super::{text_has, who, Confidence, Finding, Severity};
+use crate::model::JobModel;
+
+const TEXTS: &[&str] = &[
+    "Error while creating shared memory segment",
+    "failed to extend /dev/shm",
+    "Call to posix_fallocate failed",
+    "No space left on device",
+];
+
+/// Container tmpfs sizes that are too small for several local ranks (Docker's default is 64 MiB).
+pub const SMALL_SHM: u64 = 256 << 20;
+
+pub fn check(job: &JobModel) -> Vec<Finding> {
+    let mut f = Finding::new(
+        "dev-shm-too-small",
+        Some("C07"),
+        "/dev/shm is too small for NCCL's shared-memory transport",
+        Severity::Primary,
+        Confidence::High,
+    )
+    .remedy(
+        "Give the container a bigger /dev/shm (docker run --shm-size=1g or --ipc=host; Kubernetes: a \
+         memory-backed emptyDir at /dev/shm); workaround NCCL_SHM_DISABLE=1.",
+    );
+    for (p, pm) in job.processes.iter().enumerate() {
+        let shm = pm.host_facts.as_ref().and_then(|h| h.dev_shm_bytes);
+        let small = shm.is_some_and(|b| b <= SMALL_SHM);
+        let local = job
+            .processes
+            .iter()
+            .filter(|q| q.machine() == pm.machine())
+            .count();
+        for (i, c) in pm.calls.iter().enumerate() {
+            if !c.failed() || c.is_cuda {
+                continue;
+            }
+            let by_text = text_has(c, TEXTS);
+            let by_facts = c.rc == 2 && small && local > 1 && c.error_text.is_none();
+            if !by_text && !by_facts {
+                continue;
+            }
+            f.involve(job, p);
+            f.explain(p, i);
+            f.evidence(format!("{}: {}", who(job, p), c.describe()));
+            if let Some(b) = shm {
+                f.evidence(format!("{}: /dev/shm is {} MiB", pm.host, b >> 20));
+            }
+            f.evidence(format!("{}: {local} ranks on this machine", pm.host));
+            if let Some(rt) = pm
+                .host_facts
+                .as_ref()
+                .and_then(|h| h.container_runtime.clone())
+            {
+                f.evidence(format!("{}: running in a {rt} container", pm.host));
+            }
+            if !by_text {
+                f.confidence = Confidence::Medium;
+            }
+        }
+    }
+    if f.process_ids.is_empty() {
+        return Vec::new();
+    }
+    vec![f]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testutil::{analyze, find};
+    use crate::synth::{host_facts_json, WORLD_UID};
+
+    #[test]
+    fn shm_segment_warn_with_64_mib() {
+        let (_, fs) = analyze(&["c0", "c0"], |s| {
+            s.snapshot_all(21805);
+            for r in &mut s.ranks {
+                let mut h = host_facts_json("c0");
+                h["dev_shm_bytes"] = (64u64 << 20).into();
+                r.host_facts(&h);
+                let rank = u64::from(r.rank);
+                r.init_rank(2, rank, WORLD_UID, rank, 2, Some("Error while creating shared memory segment /dev/shm/nccl-AbC123 (size 9637888)"), 21805);
+                r.clean_exit();
+            }
+        });
+        let f = find(&fs, "dev-shm-too-small").expect("C07");
+        assert!(f.evidence.iter().any(|e| e.contains("/dev/shm is 64 MiB")));
+        assert_eq!(f.confidence, Confidence::High);
+    }
+}

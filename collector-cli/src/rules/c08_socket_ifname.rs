@@ -1,0 +1,157 @@
+//! C08: `NCCL_SOCKET_IFNAME` matches no interface. NCCL says "Bootstrap : no socket interface
+//! found" (ncclInternalError ≤ 2.23, ncclInvalidUsage from 2.24), or, on some versions, fails
+//! later with a garbage address family — the same text as a version mismatch (C03), which is why
+//! this rule compares the value with the recorded interfaces instead of trusting the message.
+
+use super::{text_has, who, Confidence, Finding, Severity};
+use crate::model::facts::NetIf;
+use crate::model::JobModel;
+
+/// Whether NCCL's interface filter (`^` excludes, `=` exact, comma list, else prefix) selects
+/// at least one of `ifs` that is up.
+pub fn filter_matches(value: &str, ifs: &[NetIf]) -> bool {
+    let (exclude, rest) = match value.strip_prefix('^') {
+        Some(r) => (true, r),
+        None => (false, value),
+    };
+    let (exact, rest) = match rest.strip_prefix('=') {
+        Some(r) => (true, r),
+        None => (false, rest),
+    };
+    let pats: Vec<&str> = rest
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let hit = |name: &str| {
+        pats.iter().any(|p| {
+            if exact {
+                name == *p
+            } else {
+                name.starts_with(p)
+            }
+        })
+    };
+    ifs.iter().filter(|i| i.up).any(|i| {
+        if exclude {
+            !hit(&i.name) && !i.loopback
+        } else {
+            hit(&i.name)
+        }
+    })
+}
+
+pub fn check(job: &JobModel) -> Vec<Finding> {
+    let mut f = Finding::new(
+        "socket-ifname-no-match",
+        Some("C08"),
+        "NCCL_SOCKET_IFNAME matches no network interface",
+        Severity::Primary,
+        Confidence::High,
+    )
+    .remedy(
+        "Fix NCCL_SOCKET_IFNAME to name an interface that exists on every node (a prefix list such as \
+         eno1,eth0 for heterogeneous nodes, or per-node /etc/nccl.conf), or unset it.",
+    );
+    for (p, pm) in job.processes.iter().enumerate() {
+        let Some(value) = pm.env_var("NCCL_SOCKET_IFNAME") else {
+            continue;
+        };
+        let Some(ifs) = pm.host_facts.as_ref().and_then(|h| h.netifs.as_ref()) else {
+            continue;
+        };
+        if filter_matches(value, ifs) {
+            continue;
+        }
+        f.involve(job, p);
+        let names: Vec<&str> = ifs.iter().map(|i| i.name.as_str()).collect();
+        f.evidence(format!(
+            "{}: NCCL_SOCKET_IFNAME={value}, interfaces on {}: {}",
+            who(job, p),
+            pm.host,
+            names.join(", ")
+        ));
+        let mut failed = false;
+        for (i, c) in pm.calls.iter().enumerate() {
+            if c.failed()
+                && !c.is_cuda
+                && (text_has(c, &["no socket interface found", "is neither AF_INET"])
+                    || c.call == Some(ncclshim_dump::CallId::NcclGetUniqueId)
+                    || c.is_init())
+            {
+                f.explain(p, i);
+                f.evidence(format!("{}: {}", who(job, p), c.describe()));
+                failed = true;
+            }
+        }
+        if !failed {
+            f.severity = Severity::Contributing;
+        }
+    }
+    if f.process_ids.is_empty() {
+        // The message alone, without the facts to check it against.
+        for (p, pm) in job.processes.iter().enumerate() {
+            for (i, c) in pm.calls.iter().enumerate() {
+                if c.failed() && text_has(c, &["no socket interface found"]) {
+                    f.involve(job, p);
+                    f.explain(p, i);
+                    f.confidence = Confidence::Medium;
+                    f.evidence(format!("{}: {}", who(job, p), c.describe()));
+                    match pm.env_var("NCCL_SOCKET_IFNAME") {
+                        Some(v) => f.evidence(format!("{}: NCCL_SOCKET_IFNAME={v}", who(job, p))),
+                        None => f.evidence(format!("{}: NCCL_SOCKET_IFNAME unset; no usable interface found by NCCL's default filter", who(job, p))),
+                    }
+                }
+            }
+        }
+    }
+    if f.process_ids.is_empty() {
+        return Vec::new();
+    }
+    vec![f]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testutil::{analyze, find};
+
+    fn ifs(names: &[&str]) -> Vec<NetIf> {
+        names
+            .iter()
+            .map(|n| NetIf {
+                name: (*n).into(),
+                up: true,
+                loopback: *n == "lo",
+                addrs: vec![],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn nccl_filter_syntax() {
+        let i = ifs(&["lo", "eth0", "ib0"]);
+        assert!(filter_matches("eth", &i));
+        assert!(filter_matches("eth2,ib", &i));
+        assert!(!filter_matches("eth2", &i));
+        assert!(!filter_matches("=eth", &i));
+        assert!(filter_matches("=eth0", &i));
+        assert!(filter_matches("^docker,lo", &i));
+        assert!(!filter_matches("^eth,ib,lo", &i));
+    }
+
+    #[test]
+    fn typo_in_ifname_with_bootstrap_error() {
+        let (_, fs) = analyze(&["n0"], |s| {
+            s.snapshot_all(22703);
+            let r = &s.ranks[0];
+            r.env(&[("NCCL_SOCKET_IFNAME", "eth2")]);
+            r.get_unique_id(0, 5, Some("Bootstrap : no socket interface found"));
+            r.clean_exit();
+        });
+        let f = find(&fs, "socket-ifname-no-match").expect("C08");
+        assert_eq!(f.confidence, Confidence::High);
+        assert!(f.evidence[0].contains("eth2") && f.evidence[0].contains("eth0"));
+        assert_eq!(f.explains.len(), 1);
+    }
+}

@@ -1,0 +1,143 @@
+//! C20: a peer died and the survivors report ncclRemoteError / "Connection closed by remote
+//! peer" / "Connection reset by peer". Those errors are secondary: the primary failure is on the
+//! rank that died or failed first, which this rule names (its own finding comes from the rule
+//! that explains it, or from `abrupt_end`).
+
+use super::{text_has, who, Confidence, Finding, Severity};
+use crate::model::JobModel;
+
+const REMOTE_TEXTS: &[&str] = &[
+    "Connection closed by remote peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "remote process exited",
+    "socketProgress",
+];
+
+pub fn check(job: &JobModel) -> Vec<Finding> {
+    // (process, call index, time) of every remote-looking error.
+    let mut remote = Vec::new();
+    for (p, pm) in job.processes.iter().enumerate() {
+        for (i, c) in pm.calls.iter().enumerate() {
+            let async_remote =
+                c.call == Some(ncclshim_dump::CallId::NcclCommGetAsyncError) && c.args[0] == 6;
+            if (c.failed() && !c.is_cuda && (c.rc == 6 || text_has(c, REMOTE_TEXTS)))
+                || async_remote
+            {
+                remote.push((p, i, c.fail_time()));
+            }
+        }
+    }
+    let Some(first_remote) = remote.iter().map(|r| r.2).min() else {
+        return Vec::new();
+    };
+    let survivors: Vec<usize> = {
+        let mut v: Vec<usize> = remote.iter().map(|r| r.0).collect();
+        v.dedup();
+        v
+    };
+    let mut f = Finding::new(
+        "peer-failure-seen-by-survivors",
+        Some("C20"),
+        "Remote errors on surviving ranks: a peer failed first",
+        Severity::Contributing,
+        Confidence::High,
+    )
+    .remedy(
+        "These errors are a consequence. Diagnose the rank that failed first (its own finding, its \
+         stderr, dmesg / OOM-killer logs, NIC health).",
+    );
+    for &(p, i, _) in &remote {
+        f.involve(job, p);
+        f.explain(p, i);
+        f.evidence(format!(
+            "{}: {}",
+            who(job, p),
+            job.processes[p].calls[i].describe()
+        ));
+    }
+    // Culprits: a process that failed (non-remote) before the first remote error, or whose dump
+    // stops before it without a clean exit.
+    let mut culprit = None;
+    for fl in &job.failures {
+        if fl.t > first_remote {
+            break;
+        }
+        if !survivors.contains(&fl.process)
+            || remote.iter().all(|r| r.0 != fl.process || r.2 > fl.t)
+        {
+            culprit = Some((fl.process, job.describe(fl)));
+            break;
+        }
+    }
+    if culprit.is_none() {
+        culprit = job
+            .processes
+            .iter()
+            .enumerate()
+            .filter(|(p, pm)| !survivors.contains(p) && pm.died() && pm.last_t <= first_remote)
+            .min_by_key(|(_, pm)| pm.last_t)
+            .map(|(p, pm)| {
+                let inside = pm
+                    .in_flight_calls()
+                    .last()
+                    .map(|(_, c)| format!(", inside {}", c.name))
+                    .unwrap_or_default();
+                (
+                    p,
+                    format!(
+                        "its dump ends before the survivors' errors without a clean exit{inside}"
+                    ),
+                )
+            });
+    }
+    match culprit {
+        Some((p, what)) => {
+            f.evidence(format!("first failure: {}: {what}", who(job, p)));
+        }
+        None => {
+            f.confidence = Confidence::Medium;
+            f.evidence("the rank that failed first left no dump here (its dump is missing or it never recorded)".to_owned());
+        }
+    }
+    vec![f]
+}
+
+#[cfg(test)]
+mod tests {
+
+    use crate::rules::testutil::{analyze, find};
+    use crate::rules::Severity;
+    use ncclshim_dump::CallId;
+
+    #[test]
+    fn survivors_point_at_the_rank_that_died() {
+        let (_, fs) = analyze(&["a", "b", "b"], |s| {
+            s.snapshot_all(22105);
+            let comms = s.init_world(22105);
+            for (r, c) in s.ranks.iter().zip(&comms) {
+                r.coll(CallId::NcclAllReduce, *c, 0, 1024, 7, 0, 0, 0, None);
+            }
+            // Rank 0 dies inside its next collective (no clean exit).
+            s.ranks[0].coll_in_flight(CallId::NcclAllReduce, comms[0], 1, 1024, 7, 0, 0);
+            s.step();
+            for (r, c) in s.ranks.iter().zip(&comms).skip(1) {
+                r.async_error(*c, 6, Some("socketProgressOpt: Call to recv from 10.0.0.1<33759> failed : Connection reset by peer"));
+                r.clean_exit();
+            }
+        });
+        let f = find(&fs, "peer-failure-seen-by-survivors").expect("C20");
+        assert_eq!(f.severity, Severity::Contributing);
+        assert_eq!(f.ranks, vec![1, 2]);
+        assert!(
+            f.evidence
+                .iter()
+                .any(|e| e.starts_with("first failure: rank 0")),
+            "{:?}",
+            f.evidence
+        );
+        let dead = find(&fs, "rank-ended-abruptly").expect("primary for the dead rank");
+        assert_eq!(dead.severity, Severity::Primary);
+        assert_eq!(dead.ranks, vec![0]);
+    }
+}

@@ -1,0 +1,102 @@
+//! C27: processes disagree on the number of ranks of one communicator (same uniqueId, different
+//! `nranks`): "Bootstrap Root : mismatch in rank count" / "mismatch in info from procs".
+
+use super::{name_processes, text_has, who, Confidence, Finding, Severity};
+use crate::model::JobModel;
+
+pub fn check(job: &JobModel) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (&comm, view) in &job.comms {
+        let texts: Vec<(usize, usize)> = job
+            .processes
+            .iter()
+            .enumerate()
+            .flat_map(|(p, pm)| {
+                pm.calls
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| {
+                        c.failed()
+                            && text_has(
+                                c,
+                                &["mismatch in rank count", "mismatch in info from procs"],
+                            )
+                    })
+                    .filter(move |(_, c)| c.arg("uid_hash") == Some(comm))
+                    .map(move |(i, _)| (p, i))
+            })
+            .collect();
+        if view.nranks_claims.len() < 2 && texts.is_empty() {
+            continue;
+        }
+        let mut f = Finding::new(
+            "nranks-disagreement",
+            Some("C27"),
+            "Processes disagree on the number of ranks of one communicator",
+            Severity::Primary,
+            Confidence::High,
+        )
+        .remedy(
+            "Make WORLD_SIZE / nranks consistent with the number of processes actually launched.",
+        );
+        for (n, ps) in &view.nranks_claims {
+            f.evidence(format!(
+                "comm {comm:#x}: {} called init with nranks={n}",
+                name_processes(job, ps)
+            ));
+            for &p in ps {
+                f.involve(job, p);
+                if let Some(ws) = job.processes[p].env_var("WORLD_SIZE") {
+                    f.evidence(format!("{}: WORLD_SIZE={ws}", who(job, p)));
+                }
+            }
+        }
+        for (p, i) in texts {
+            f.involve(job, p);
+            f.explain(p, i);
+            f.evidence(format!(
+                "{}: {}",
+                who(job, p),
+                job.processes[p].calls[i].describe()
+            ));
+        }
+        // Every failed or stuck init on this communicator is this problem.
+        for ps in view.nranks_claims.values() {
+            for &p in ps {
+                for (i, c) in job.processes[p].calls.iter().enumerate() {
+                    if c.is_init() && c.failed() && c.arg("uid_hash") == Some(comm) {
+                        f.explain(p, i);
+                    }
+                }
+            }
+        }
+        out.push(f);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+
+    use crate::rules::testutil::{analyze, find};
+    use crate::synth::WORLD_UID;
+
+    #[test]
+    fn six_versus_three() {
+        let (_, fs) = analyze(&["n0", "n0", "n0"], |s| {
+            s.snapshot_all(22005);
+            s.ranks[0].init_rank_in_flight(6, 0, WORLD_UID, 0);
+            s.ranks[1].init_rank_in_flight(3, 1, WORLD_UID, 1);
+            s.ranks[2].init_rank_in_flight(3, 2, WORLD_UID, 2);
+        });
+        let f = find(&fs, "nranks-disagreement").expect("C27");
+        assert!(f
+            .evidence
+            .iter()
+            .any(|e| e.contains("ranks 1-2 called init with nranks=3")));
+        assert!(f
+            .evidence
+            .iter()
+            .any(|e| e.contains("rank 0 called init with nranks=6")));
+    }
+}

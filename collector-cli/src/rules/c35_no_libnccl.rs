@@ -1,0 +1,102 @@
+//! C35: the framework cannot load libnccl at all (JAX/XLA "Unable to load NCCL library"): no
+//! libnccl is mapped, although the process tried to use NCCL.
+
+use super::{text_has, who, Confidence, Finding, Severity};
+use crate::model::JobModel;
+
+pub fn check(job: &JobModel) -> Vec<Finding> {
+    let mut f = Finding::new(
+        "libnccl-not-loaded",
+        Some("C35"),
+        "No libnccl could be loaded in the process",
+        Severity::Primary,
+        Confidence::Medium,
+    )
+    .remedy(
+        "Install the CUDA extra that brings NCCL (e.g. jax[cuda12], nvidia-nccl-cu12) or put a \
+         compatible libnccl.so.2 on the library path.",
+    );
+    for (p, pm) in job.processes.iter().enumerate() {
+        let texts: Vec<usize> = pm
+            .calls
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| {
+                c.failed()
+                    && text_has(
+                        c,
+                        &[
+                            "Unable to load NCCL library",
+                            "libnccl.so.2: cannot open shared object",
+                        ],
+                    )
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let note = pm.notes.iter().find(|n| {
+            let l = n.to_ascii_lowercase();
+            l.contains("libnccl")
+                && (l.contains("not found") || l.contains("not loaded") || l.contains("no libnccl"))
+        });
+        let unmapped = pm
+            .libs
+            .as_ref()
+            .is_some_and(|l| l.nccl_paths.is_empty() && !l.nccl_static);
+        if texts.is_empty() && note.is_none() && !(unmapped && pm.calls.iter().any(|c| c.failed()))
+        {
+            continue;
+        }
+        f.involve(job, p);
+        if unmapped {
+            f.evidence(format!(
+                "{}: no libnccl is mapped in the process",
+                who(job, p)
+            ));
+        }
+        if let Some(n) = note {
+            f.evidence(format!("{}: recorder note: {n}", who(job, p)));
+        }
+        for i in texts {
+            f.explain(p, i);
+            f.evidence(format!("{}: {}", who(job, p), pm.calls[i].describe()));
+        }
+        match pm.env_var("LD_LIBRARY_PATH") {
+            Some(v) => f.evidence(format!("{}: LD_LIBRARY_PATH={v}", who(job, p))),
+            None => f.evidence(format!("{}: LD_LIBRARY_PATH unset", who(job, p))),
+        }
+    }
+    if f.process_ids.is_empty() {
+        return Vec::new();
+    }
+    vec![f]
+}
+
+#[cfg(test)]
+mod tests {
+
+    use crate::rules::testutil::{analyze, find};
+    use serde_json::json;
+
+    #[test]
+    fn nothing_mapped_and_a_failed_call() {
+        let (_, fs) = analyze(&["n0"], |s| {
+            s.snapshot_all(0);
+            let r = &s.ranks[0];
+            r.libraries(
+                &json!({"libs": [], "nccl_paths": [], "nccl_version": null, "nccl_static": false}),
+            );
+            r.get_unique_id(
+                0,
+                3,
+                Some("Unable to load NCCL library. Multi-GPU collectives will not work."),
+            );
+            r.clean_exit();
+        });
+        let f = find(&fs, "libnccl-not-loaded").expect("C35");
+        assert_eq!(f.explains.len(), 1);
+        assert!(f
+            .evidence
+            .iter()
+            .any(|e| e.contains("no libnccl is mapped")));
+    }
+}

@@ -1,0 +1,61 @@
+//! NCCL environment differences across ranks other than the tuning variables C26 covers,
+//! ignoring variables that legitimately differ per node or per rank (interface and HCA names,
+//! debug file names, host ids).
+
+use crate::model::JobModel;
+use crate::rules::c26_env_tuning::{describe_values, differing, TUNING};
+use crate::rules::{Confidence, Finding, Severity};
+use std::collections::BTreeSet;
+
+/// NCCL variables whose value may differ per node or per rank without harm.
+pub const PER_NODE: &[&str] = &[
+    "NCCL_SOCKET_IFNAME",
+    "NCCL_IB_HCA",
+    "NCCL_HOSTID",
+    "NCCL_DEBUG_FILE",
+    "NCCL_TOPO_DUMP_FILE",
+    "NCCL_GRAPH_DUMP_FILE",
+    "NCCL_COMM_ID",
+    "NCCL_LAUNCH_ORDER_IMPLICIT",
+];
+
+pub fn check(job: &JobModel) -> Vec<Finding> {
+    let keys: BTreeSet<String> = job
+        .processes
+        .iter()
+        .filter_map(|p| p.env.as_ref())
+        .flat_map(|e| e.keys().cloned())
+        .filter(|k| {
+            k.starts_with("NCCL_")
+                && !PER_NODE.contains(&k.as_str())
+                && !TUNING.contains(&k.as_str())
+        })
+        .collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let diffs = differing(job, &keys);
+    if diffs.is_empty() {
+        return Vec::new();
+    }
+    let mut f = Finding::new(
+        "nccl-env-differs",
+        None,
+        "NCCL environment variables differ across ranks",
+        Severity::Contributing,
+        Confidence::Low,
+    )
+    .remedy(
+        "Unless a difference is intended per node, launch every rank with one NCCL environment.",
+    );
+    let mut involved = BTreeSet::new();
+    for (k, vals) in &diffs {
+        f.evidence(describe_values(job, k, vals));
+        // The minority holds the odd value out.
+        if let Some((_, ps)) = vals.iter().min_by_key(|(_, ps)| ps.len()) {
+            involved.extend(ps.iter().copied());
+        }
+    }
+    for p in involved {
+        f.involve(job, p);
+    }
+    vec![f]
+}

@@ -1,0 +1,54 @@
+//! A fatal signal reached a rank: it crashed, and everything the other ranks report afterwards
+//! is a consequence.
+
+use crate::model::JobModel;
+use crate::names::signal_name;
+use crate::rules::{who, Confidence, Finding, Severity};
+
+pub fn check(job: &JobModel) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (p, pm) in job.processes.iter().enumerate() {
+        let Some(&(signo, _)) = pm.signals.first() else {
+            continue;
+        };
+        let mut f = Finding::new(
+            "fatal-signal",
+            None,
+            format!("{} received {}", who(job, p), signal_name(signo)),
+            Severity::Primary,
+            Confidence::High,
+        )
+        .remedy("Read this rank's stderr and core dump / dmesg for the crashing frame; the errors of other ranks follow from it.");
+        f.involve(job, p);
+        f.evidence(format!(
+            "{}: fatal signal {signo} ({})",
+            who(job, p),
+            signal_name(signo)
+        ));
+        if let Some((_, c)) = pm.in_flight_calls().last() {
+            f.evidence(format!(
+                "{}: inside {} when it happened",
+                who(job, p),
+                c.name
+            ));
+        }
+        out.push(f);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::rules::testutil::{analyze, find};
+
+    #[test]
+    fn segfault_is_primary() {
+        let (_, fs) = analyze(&["n0"], |s| {
+            s.snapshot_all(22005);
+            s.init_world(22005);
+            s.ranks[0].fatal_signal(11);
+        });
+        let f = find(&fs, "fatal-signal").expect("signal");
+        assert!(f.title.contains("SIGSEGV"));
+    }
+}

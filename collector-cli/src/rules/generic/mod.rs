@@ -1,0 +1,12 @@
+//! Checks that are not one catalog case: fatal signals, ranks that ended abruptly or never
+//! arrived, uniqueId splits, hangs (stuck inside vs outside NCCL), environment and library
+//! differences across ranks, and the evidence-only finding for failures no rule explains.
+
+pub mod abrupt_end;
+pub mod env_diff;
+pub mod fatal_signal;
+pub mod lib_diff;
+pub mod missing_ranks;
+pub mod stuck;
+pub mod uid_split;
+pub mod unknown;

@@ -1,0 +1,256 @@
+//! Hang analysis per communicator, from the shim's calls and the profiler's events together:
+//! a rank is stuck INSIDE NCCL when a call on the communicator never returned or a collective's
+//! profiler record never stopped (or its kernel never ended); it is stuck OUTSIDE NCCL when its
+//! last call returned and it issued fewer collectives than the others — the rank everybody waits
+//! for, usually the one to debug.
+
+use crate::model::{JobModel, ProcessModel};
+use crate::rules::{rank_list, Confidence, Finding, Severity};
+use ncclshim_dump::CallId;
+
+#[derive(Debug)]
+struct RankState {
+    rank: u32,
+    process: usize,
+    /// Highest collective sequence number issued on the communicator (see `choose_source`).
+    issued: Option<u64>,
+    shim_seq: Option<u64>,
+    prof_seq: Option<u64>,
+    /// What it is stuck in, when inside NCCL.
+    inside: Option<String>,
+    last_call: Option<String>,
+}
+
+fn state(pm: &ProcessModel, p: usize, rank: u32, comm: u64) -> RankState {
+    let ptr = pm
+        .memberships
+        .iter()
+        .find(|m| m.comm_hash == comm)
+        .map(|m| m.comm_ptr)
+        .unwrap_or(0);
+    let shim_seq = pm
+        .ops
+        .iter()
+        .filter(|o| o.comm_hash == Some(comm))
+        .map(|o| o.seq)
+        .max();
+    let prof_seq = pm
+        .prof_ops
+        .iter()
+        .filter(|o| o.comm_hash == Some(comm))
+        .filter_map(|o| o.seq)
+        .max();
+    let mut inside = None;
+    for c in pm.calls.iter().filter(|c| c.in_flight() && !c.nested) {
+        let on_comm =
+            (ptr != 0 && c.comm == ptr) || (c.is_init() && c.arg("uid_hash") == Some(comm));
+        if on_comm && c.call != Some(CallId::NcclCommGetAsyncError) {
+            inside = Some(
+                match c
+                    .arg("seq")
+                    .filter(|_| c.call.is_some_and(CallId::is_nccl_operation))
+                {
+                    Some(s) => format!("{} seq {s} never returned", c.name),
+                    None => format!("{} never returned", c.name),
+                },
+            );
+        }
+    }
+    if inside.is_none() {
+        if let Some(o) = pm
+            .prof_ops
+            .iter()
+            .filter(|o| {
+                o.comm_hash == Some(comm) && (!o.stopped || (o.kernel_started && !o.kernel_stopped))
+            })
+            .min_by_key(|o| o.seq)
+        {
+            let what = if o.kernel_started && !o.kernel_stopped {
+                "its kernel never ended"
+            } else {
+                "never completed"
+            };
+            inside = Some(format!(
+                "collective seq {} ({}) {what} (profiler)",
+                o.seq.map(|s| s.to_string()).unwrap_or("?".into()),
+                crate::profnames::func_name(o.func)
+            ));
+        }
+    }
+    let last_call = pm
+        .ops
+        .iter()
+        .filter(|o| o.comm_hash == Some(comm))
+        .max_by_key(|o| o.seq)
+        .map(|o| format!("{} seq {}", o.call.name(), o.seq));
+    RankState {
+        rank,
+        process: p,
+        issued: shim_seq.max(prof_seq),
+        shim_seq,
+        prof_seq,
+        inside,
+        last_call,
+    }
+}
+
+pub fn check(job: &JobModel) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for &comm in job.comms.keys() {
+        let members = job.comm_members(comm);
+        if members.len() < 2 {
+            continue;
+        }
+        // A rank with an error of its own explains the hang better than the hang does.
+        if members
+            .iter()
+            .any(|(_, p)| job.failures.iter().any(|f| f.process == *p))
+        {
+            continue;
+        }
+        let mut states: Vec<RankState> = members
+            .iter()
+            .map(|&(r, p)| state(&job.processes[p], p, r, comm))
+            .collect();
+        // The shim's and the profiler's sequence numbers are counted separately: compare ranks on
+        // one source when every rank has it.
+        if states.iter().all(|s| s.shim_seq.is_some()) {
+            states.iter_mut().for_each(|s| s.issued = s.shim_seq);
+        } else if states.iter().all(|s| s.prof_seq.is_some()) {
+            states.iter_mut().for_each(|s| s.issued = s.prof_seq);
+        }
+        let max = states.iter().filter_map(|s| s.issued).max();
+        let any_inside = states.iter().any(|s| s.inside.is_some());
+        let laggards: Vec<&RankState> = states
+            .iter()
+            .filter(|s| s.inside.is_none() && s.issued < max)
+            .collect();
+        let not_finished = members.iter().any(|(_, p)| !job.processes[*p].clean_exit);
+        if !(any_inside || (!laggards.is_empty() && not_finished)) {
+            continue;
+        }
+        let inside: Vec<&RankState> = states.iter().filter(|s| s.inside.is_some()).collect();
+        let mut f = if !laggards.is_empty() {
+            let rs: Vec<u32> = laggards.iter().map(|s| s.rank).collect();
+            let mut f = Finding::new(
+                "stuck-outside-nccl",
+                None,
+                format!("Hang: rank(s) {} stopped issuing collectives (stuck outside NCCL); the others wait for them", rank_list(&rs)),
+                Severity::Primary,
+                Confidence::High,
+            )
+            .remedy(
+                "Look at what the lagging rank(s) do instead of the next collective: a py-spy/gdb stack \
+                 of that process, a data-dependent branch or an exception swallowed on that rank, \
+                 uneven data so it ran out of batches, or a slow step (I/O, checkpoint).",
+            );
+            for s in &laggards {
+                f.involve(job, s.process);
+                let last = s.last_call.clone().unwrap_or_else(|| match s.issued {
+                    Some(q) => format!("seq {q}"),
+                    None => "no collective at all".into(),
+                });
+                f.evidence(format!(
+                    "comm {comm:#x}: rank {} last issued {last}, and that call returned; the others reached seq {}",
+                    s.rank,
+                    max.map(|m| m.to_string()).unwrap_or("?".into())
+                ));
+            }
+            f
+        } else {
+            let same_seq = inside.iter().all(|s| s.issued == max);
+            let all = inside.len() == states.len();
+            let mut f = Finding::new(
+                "stuck-inside-nccl",
+                None,
+                if all {
+                    format!("Hang: every rank of communicator {comm:#x} is stuck inside NCCL")
+                } else {
+                    format!("Hang: rank(s) {} are stuck inside NCCL", rank_list(&inside.iter().map(|s| s.rank).collect::<Vec<_>>()))
+                },
+                Severity::Primary,
+                if all && same_seq { Confidence::Medium } else { Confidence::Low },
+            )
+            .remedy(
+                "All ranks entered the same operation and it never completed: suspect the transport. \
+                 Bisect with NCCL_P2P_DISABLE=1 (PCIe ACS/IOMMU, consumer-GPU P2P), NCCL_SHM_DISABLE=1, \
+                 NCCL_NET=Socket / NCCL_IB_DISABLE=1 (RoCE GID, link errors, firewall), and read NCCL_DEBUG=INFO \
+                 of the first run that hangs.",
+            );
+            for s in &inside {
+                f.involve(job, s.process);
+            }
+            f
+        };
+        for s in &inside {
+            f.process_ids.insert(s.process);
+            f.evidence(format!(
+                "comm {comm:#x}: rank {}: {}",
+                s.rank,
+                s.inside.as_deref().unwrap_or("")
+            ));
+        }
+        out.push(f);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::rules::testutil::{analyze, find};
+    use ncclshim_dump::CallId;
+
+    #[test]
+    fn one_rank_never_issues_the_collective() {
+        let (_, fs) = analyze(&["n0", "n0", "n1", "n1"], |s| {
+            s.snapshot_all(22203);
+            let comms = s.init_world(22203);
+            for (r, c) in s.ranks.iter_mut().zip(&comms) {
+                r.coll(CallId::NcclAllReduce, *c, 0, 4096, 7, 0, 0, 0, None);
+                r.prof_init(crate::synth::WORLD_UID, 4, u64::from(r.rank));
+                r.prof_coll(crate::synth::WORLD_UID, 0, 2, 4096, 7, 0, true, true);
+                if r.rank != 2 {
+                    r.coll(CallId::NcclAllReduce, *c, 1, 4096, 7, 0, 0, 0, None);
+                    r.prof_coll(crate::synth::WORLD_UID, 1, 2, 4096, 7, 0, false, false);
+                }
+            }
+        });
+        let f = find(&fs, "stuck-outside-nccl").expect("stuck outside");
+        assert_eq!(f.ranks, vec![2]);
+        assert!(
+            f.evidence
+                .iter()
+                .any(|e| e.contains("rank 0: collective seq 1")),
+            "{:?}",
+            f.evidence
+        );
+    }
+
+    #[test]
+    fn everyone_inside_the_same_collective() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22203);
+            s.init_world(22203);
+            for r in s.ranks.iter_mut() {
+                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_coll(crate::synth::WORLD_UID, 0, 2, 4096, 7, 0, false, false);
+            }
+        });
+        let f = find(&fs, "stuck-inside-nccl").expect("stuck inside");
+        assert_eq!(f.ranks, vec![0, 1]);
+        assert!(find(&fs, "stuck-outside-nccl").is_none());
+    }
+
+    #[test]
+    fn a_finished_job_is_not_a_hang() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22203);
+            let comms = s.init_world(22203);
+            for (r, c) in s.ranks.iter().zip(&comms) {
+                r.coll(CallId::NcclAllReduce, *c, 0, 4096, 7, 0, 0, 0, None);
+                r.clean_exit();
+            }
+        });
+        assert!(fs.is_empty(), "{fs:?}");
+    }
+}

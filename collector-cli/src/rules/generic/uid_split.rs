@@ -1,0 +1,50 @@
+//! Ranks that meant to form one communicator but were handed different uniqueIds (two roots,
+//! a stale id from a previous run): each group waits in init for ranks that joined the other.
+
+use crate::model::JobModel;
+use crate::rules::{name_processes, Confidence, Finding, Severity};
+use std::collections::BTreeMap;
+
+pub fn check(job: &JobModel) -> Vec<Finding> {
+    // nranks → uid → processes, for inits that never completed.
+    let mut groups: BTreeMap<u32, BTreeMap<u64, Vec<usize>>> = BTreeMap::new();
+    for (p, pm) in job.processes.iter().enumerate() {
+        for c in &pm.calls {
+            if c.is_init() && c.in_flight() {
+                if let (Some(uid), Some(n)) = (c.arg("uid_hash"), c.arg("nranks")) {
+                    groups
+                        .entry(n as u32)
+                        .or_default()
+                        .entry(uid)
+                        .or_default()
+                        .push(p);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (n, by_uid) in groups {
+        if by_uid.len() < 2 || by_uid.values().any(|ps| ps.len() as u32 >= n) {
+            continue;
+        }
+        let mut f = Finding::new(
+            "unique-id-split",
+            None,
+            format!("Ranks waiting to form a {n}-rank communicator hold {} different uniqueIds", by_uid.len()),
+            Severity::Primary,
+            Confidence::Medium,
+        )
+        .remedy("Make every rank receive the uniqueId from the same root for the same communicator (one MASTER_ADDR/port, one ncclGetUniqueId per communicator, no stale ids).");
+        for (uid, ps) in &by_uid {
+            f.evidence(format!(
+                "uniqueId hash {uid:#x}: {} (of {n})",
+                name_processes(job, ps)
+            ));
+            for &p in ps {
+                f.involve(job, p);
+            }
+        }
+        out.push(f);
+    }
+    out
+}
