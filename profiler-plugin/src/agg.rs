@@ -131,7 +131,11 @@ pub fn cell_index(func: u8, bytes: u64) -> usize {
 /// Appends a communicator's table to the arena and maps it for in-place updates. Rare path
 /// (init): allocation and syscalls are fine here. `None` when the arena is full or the
 /// mapping fails; the records still carry everything, only the running totals are missing.
-pub fn create(rec: &'static Recorder, ctx: &CommCtx, ctx_index: u32) -> Option<(&'static AggTable, u64)> {
+pub fn create(
+    rec: &'static Recorder,
+    ctx: &CommCtx,
+    ctx_index: u32,
+) -> Option<(&'static AggTable, u64)> {
     let mut payload = vec![0u8; PAYLOAD_BYTES];
     payload[0..8].copy_from_slice(&MAGIC);
     let put32 = |p: &mut [u8], at: usize, v: u32| p[at..at + 4].copy_from_slice(&v.to_le_bytes());
@@ -186,7 +190,11 @@ fn map_payload(rec: &Recorder, payload_offset: u64) -> Option<&'static AggTable>
     // SAFETY: the payload starts 8-byte aligned (blob headers are 16 bytes, blobs 8-aligned),
     // spans PAYLOAD_BYTES == size_of::<AggTable>() inside the mapping, was fully initialized by
     // append_blob, and every field we mutate afterwards is an atomic.
-    Some(unsafe { &*p.cast::<u8>().add((payload_offset - start) as usize).cast::<AggTable>() })
+    Some(unsafe {
+        &*p.cast::<u8>()
+            .add((payload_offset - start) as usize)
+            .cast::<AggTable>()
+    })
 }
 
 // ---- in-flight operations: per-collective GPU time across channels ----
@@ -247,7 +255,9 @@ pub fn owned_by(i: u16, tag: u64) -> Option<&'static Inflight> {
 
 #[inline]
 pub fn entry(i: u16) -> Option<&'static Inflight> {
-    TABLE.get(usize::from(i)).filter(|e| e.tag.load(Ordering::Acquire) != 0)
+    TABLE
+        .get(usize::from(i))
+        .filter(|e| e.tag.load(Ordering::Acquire) != 0)
 }
 
 impl Inflight {
@@ -334,7 +344,10 @@ mod tests {
         e.channel_start(1_000);
         e.channel_start(900);
         assert_eq!(e.channel_stop(1_500), None);
-        assert_eq!(e.channel_stop(1_400), Some((3, cell_index(2, 4096), 4096, 600)));
+        assert_eq!(
+            e.channel_stop(1_400),
+            Some((3, cell_index(2, 4096), 4096, 600))
+        );
         assert!(owned_by(i, tag).is_none(), "freed once complete");
     }
 }
@@ -372,14 +385,25 @@ pub struct AggSnapshot {
 /// Decodes a blob payload; `None` when it is not a version-1 table of the expected shape.
 /// Never panics on any input.
 pub fn decode(p: &[u8]) -> Option<AggSnapshot> {
-    let u32_at = |o: usize| -> Option<u32> { Some(u32::from_le_bytes(p.get(o..o + 4)?.try_into().ok()?)) };
-    let u64_at = |o: usize| -> Option<u64> { Some(u64::from_le_bytes(p.get(o..o + 8)?.try_into().ok()?)) };
+    let u32_at =
+        |o: usize| -> Option<u32> { Some(u32::from_le_bytes(p.get(o..o + 4)?.try_into().ok()?)) };
+    let u64_at =
+        |o: usize| -> Option<u64> { Some(u64::from_le_bytes(p.get(o..o + 8)?.try_into().ok()?)) };
     if p.get(0..8)? != MAGIC || u32_at(8)? != VERSION {
         return None;
     }
-    let (rows, buckets, words) = (u32_at(12)? as usize, u32_at(16)? as usize, u32_at(20)? as usize);
+    let (rows, buckets, words) = (
+        u32_at(12)? as usize,
+        u32_at(16)? as usize,
+        u32_at(20)? as usize,
+    );
     let min_log2 = u32_at(24)?;
-    if rows != ROWS || buckets != BUCKETS || words != CELL_WORDS || min_log2 != MIN_LOG2 || p.len() < PAYLOAD_BYTES {
+    if rows != ROWS
+        || buckets != BUCKETS
+        || words != CELL_WORDS
+        || min_log2 != MIN_LOG2
+        || p.len() < PAYLOAD_BYTES
+    {
         return None;
     }
     let mut cells = Vec::new();

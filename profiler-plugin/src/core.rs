@@ -15,7 +15,7 @@ use crate::mask;
 use ncclshim_dump::layout::{counters, SLOT_ARGS};
 use ncclshim_dump::process::ProcessRecorder;
 use ncclshim_dump::schema::slot_flags;
-use ncclshim_dump::{BlobKind, CallId, Entry, Recorder, RecordKind, WriterKind};
+use ncclshim_dump::{BlobKind, CallId, Entry, RecordKind, Recorder, WriterKind};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -182,7 +182,12 @@ impl InitFacts {
 /// # Safety
 /// `ctx_out` and `mask_out` are NULL or NCCL's valid out-pointers; `facts.name` is NULL or a
 /// NUL-terminated string.
-pub unsafe fn init(abi: u32, ctx_out: *mut *mut c_void, mask_out: *mut c_int, facts: InitFacts) -> c_int {
+pub unsafe fn init(
+    abi: u32,
+    ctx_out: *mut *mut c_void,
+    mask_out: *mut c_int,
+    facts: InitFacts,
+) -> c_int {
     let result = guard(|| {
         if !ctx_out.is_null() {
             // SAFETY: NCCL's out-pointer (contract).
@@ -203,11 +208,15 @@ pub unsafe fn init(abi: u32, ctx_out: *mut *mut c_void, mask_out: *mut c_int, fa
         };
         c.abi.store(abi, Ordering::Relaxed);
         c.comm_id.store(facts.comm_id, Ordering::Relaxed);
-        c.rank.store(if abi >= 4 { facts.rank } else { -1 }, Ordering::Relaxed);
+        c.rank
+            .store(if abi >= 4 { facts.rank } else { -1 }, Ordering::Relaxed);
         c.nranks.store(facts.nranks, Ordering::Relaxed);
         c.nnodes.store(facts.nnodes, Ordering::Relaxed);
         if let Some((table, off)) = agg::create(rec, c, index) {
-            c.agg.store((table as *const agg::AggTable).cast_mut(), Ordering::Release);
+            c.agg.store(
+                (table as *const agg::AggTable).cast_mut(),
+                Ordering::Release,
+            );
             c.agg_blob.store(off, Ordering::Relaxed);
         }
         let name_blob = if facts.name.is_null() {
@@ -358,7 +367,13 @@ fn start(ctx_ptr: *mut c_void, ev: Start) -> Option<u64> {
             let cell = agg::cell_index(op.func, op.bytes);
             t.add_op(cell, op.bytes);
             if op.timed && wants(event::KERNEL_CH) {
-                h.inflight = Some(agg::claim(h.record_ref(), index, cell, op.bytes, op.channels));
+                h.inflight = Some(agg::claim(
+                    h.record_ref(),
+                    index,
+                    cell,
+                    op.bytes,
+                    op.channels,
+                ));
             }
         }
     }
@@ -405,7 +420,11 @@ pub fn record_state(ehandle: *mut c_void, state: u32, value: impl FnOnce() -> (u
         }
         PROF.with_ring(|_, w| w.instant(&e));
         if state == abi::state::KERNEL_CH_STOP {
-            if let Some(done) = h.inflight.and_then(agg::entry).and_then(|x| x.channel_stop(v)) {
+            if let Some(done) = h
+                .inflight
+                .and_then(agg::entry)
+                .and_then(|x| x.channel_stop(v))
+            {
                 let (ctx_index, cell, bytes, ns) = done;
                 if let Some(t) = ctx::by_index(ctx_index).and_then(CommCtx::agg) {
                     t.add_timed(cell, bytes, ns);
@@ -427,7 +446,9 @@ pub unsafe extern "C" fn record_state_v4(
 ) -> c_int {
     let state = state as u32;
     // SAFETY: forwarded contract.
-    record_state(ehandle, state, || (unsafe { abi::state_value_v4(state, args) }, 0))
+    record_state(ehandle, state, || {
+        (unsafe { abi::state_value_v4(state, args) }, 0)
+    })
 }
 
 /// `recordEventState` for v1-v3 (16-byte state args).
@@ -441,7 +462,9 @@ pub unsafe extern "C" fn record_state_v1(
 ) -> c_int {
     let state = state as u32;
     // SAFETY: forwarded contract.
-    record_state(ehandle, state, || unsafe { abi::state_value_v1(state, args) })
+    record_state(ehandle, state, || unsafe {
+        abi::state_value_v1(state, args)
+    })
 }
 
 /// The bit index of a descriptor's `type`, when it is exactly one known bit the mask wants.

@@ -114,7 +114,10 @@ mod tests {
     #[test]
     fn seq_is_taken_modulo_2_pow_40() {
         let h = Handle {
-            slot: SlotRef { ring: 2, seq: (1 << 40) + 5 },
+            slot: SlotRef {
+                ring: 2,
+                seq: (1 << 40) + 5,
+            },
             inflight: None,
             type_index: 1,
             foreign: false,

@@ -144,10 +144,16 @@ mod tests {
         assert_eq!(parse("coll").0, COLL);
         assert_eq!(parse("Coll, P2P").0, COLL | P2P);
         assert_eq!(parse("all").0, ALL_MASK);
-        assert_eq!(parse("all,-proxystep,-netplugin").0, ALL_MASK & !(PROXY_STEP | NET_PLUGIN));
+        assert_eq!(
+            parse("all,-proxystep,-netplugin").0,
+            ALL_MASK & !(PROXY_STEP | NET_PLUGIN)
+        );
         assert_eq!(parse("0x3").0, GROUP | COLL);
         assert_eq!(parse("none").0, 0);
-        assert_eq!(parse("api").0, GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH);
+        assert_eq!(
+            parse("api").0,
+            GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH
+        );
         let (m, bad) = parse("coll,bogus");
         assert_eq!(m, COLL);
         assert_eq!(bad, vec!["bogus".to_owned()]);
@@ -156,7 +162,10 @@ mod tests {
     #[test]
     fn descendants_bring_their_parents() {
         assert_eq!(parse("kernelch").0, KERNEL_CH | COLL | P2P);
-        assert_eq!(parse("netplugin").0, NET_PLUGIN | PROXY_STEP | PROXY_OP | COLL | P2P);
+        assert_eq!(
+            parse("netplugin").0,
+            NET_PLUGIN | PROXY_STEP | PROXY_OP | COLL | P2P
+        );
         assert_eq!(parse("kernelphase").0 & KERNEL_CH, KERNEL_CH);
         assert_eq!(parse("cesync").0, CE_SYNC | CE_COLL);
     }

@@ -154,10 +154,22 @@ mod tests {
 
     #[test]
     fn v1_enums_map_to_the_same_codes_as_strings() {
-        assert_eq!(v1_enums::code(NameTable::Func, 4), NameTable::Func.code_of(b"AllReduce"));
-        assert_eq!(v1_enums::code(NameTable::Datatype, 7), NameTable::Datatype.code_of(b"ncclFloat32"));
-        assert_eq!(v1_enums::code(NameTable::Algo, 1), NameTable::Algo.code_of(b"RING"));
-        assert_eq!(v1_enums::code(NameTable::Proto, 2), NameTable::Proto.code_of(b"SIMPLE"));
+        assert_eq!(
+            v1_enums::code(NameTable::Func, 4),
+            NameTable::Func.code_of(b"AllReduce")
+        );
+        assert_eq!(
+            v1_enums::code(NameTable::Datatype, 7),
+            NameTable::Datatype.code_of(b"ncclFloat32")
+        );
+        assert_eq!(
+            v1_enums::code(NameTable::Algo, 1),
+            NameTable::Algo.code_of(b"RING")
+        );
+        assert_eq!(
+            v1_enums::code(NameTable::Proto, 2),
+            NameTable::Proto.code_of(b"SIMPLE")
+        );
         assert_eq!(v1_enums::code(NameTable::Func, 200), 0);
     }
 }

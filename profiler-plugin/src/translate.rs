@@ -248,7 +248,14 @@ pub unsafe fn p2p_api(
             Name::Str(datatype).code(NameTable::Datatype, "datatype", &mut s),
         )
     };
-    s.args[2..8].copy_from_slice(&[u64::from(f), count as u64, u64::from(d), stream, u64::from(graph), user_tag]);
+    s.args[2..8].copy_from_slice(&[
+        u64::from(f),
+        count as u64,
+        u64::from(d),
+        stream,
+        u64::from(graph),
+        user_tag,
+    ]);
     s
 }
 

@@ -63,7 +63,11 @@ pub unsafe fn translate(d: *const Descr) -> Option<Start> {
     // SAFETY: header and the union member matching `type_` (contract).
     unsafe {
         let ty = core::wanted_type(u64::from(addr_of!((*d).type_).read()))?;
-        let s = Start::new(ty, addr_of!((*d).parent_obj).read(), addr_of!((*d).rank).read());
+        let s = Start::new(
+            ty,
+            addr_of!((*d).parent_obj).read(),
+            addr_of!((*d).rank).read(),
+        );
         Some(match ty {
             ty::GROUP | ty::PROXY_CTRL => s,
             ty::COLL => {

@@ -43,17 +43,38 @@ pub unsafe fn translate(d: *const Descr, version: u32) -> Option<Start> {
     // inside the descriptor NCCL passed (contract).
     unsafe {
         let ty = core::wanted_type(addr_of!((*d).type_).read())?;
-        let s = Start::new(ty, addr_of!((*d).parent_obj).read(), addr_of!((*d).rank).read());
+        let s = Start::new(
+            ty,
+            addr_of!((*d).parent_obj).read(),
+            addr_of!((*d).rank).read(),
+        );
         Some(match ty {
             ty::GROUP | ty::PROXY_CTRL => s,
             ty::GROUP_API => t::group_api(s, &addr_of!((*d).u.group_api).read()),
             ty::COLL_API => {
                 let a = addr_of!((*d).u.coll_api).read();
-                t::coll_api(s, a.func, a.count, a.datatype, a.root, a.stream as u64, a.graph_captured, 0)
+                t::coll_api(
+                    s,
+                    a.func,
+                    a.count,
+                    a.datatype,
+                    a.root,
+                    a.stream as u64,
+                    a.graph_captured,
+                    0,
+                )
             }
             ty::P2P_API => {
                 let a = addr_of!((*d).u.p2p_api).read();
-                t::p2p_api(s, a.func, a.count, a.datatype, a.stream as u64, a.graph_captured, 0)
+                t::p2p_api(
+                    s,
+                    a.func,
+                    a.count,
+                    a.datatype,
+                    a.stream as u64,
+                    a.graph_captured,
+                    0,
+                )
             }
             ty::KERNEL_LAUNCH => t::kernel_launch(s, &addr_of!((*d).u.kernel_launch).read()),
             ty::COLL => {

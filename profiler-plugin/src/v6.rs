@@ -35,7 +35,13 @@ pub unsafe fn translate(d: *const Descr, version: u32) -> Option<Start> {
     unsafe {
         let raw = addr_of!((*d).type_).read();
         let ty = core::wanted_type(raw)?;
-        let s = || Start::new(ty, addr_of!((*d).parent_obj).read(), addr_of!((*d).rank).read());
+        let s = || {
+            Start::new(
+                ty,
+                addr_of!((*d).parent_obj).read(),
+                addr_of!((*d).rank).read(),
+            )
+        };
         match ty {
             ty::CE_COLL => Some(t::ce_coll(s(), &addr_of!((*d).u.ce_coll).read())),
             ty::CE_SYNC => Some(t::ce_sync(s(), &addr_of!((*d).u.ce_sync).read())),

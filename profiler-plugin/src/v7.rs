@@ -86,17 +86,40 @@ pub unsafe fn translate(d: *const Descr) -> Option<Start> {
     // shared with v6 sit at the same offsets, so v6 reads them.
     unsafe {
         let ty = core::wanted_type(addr_of!((*d).type_).read())?;
-        let s = || Start::new(ty, addr_of!((*d).parent_obj).read(), addr_of!((*d).rank).read());
+        let s = || {
+            Start::new(
+                ty,
+                addr_of!((*d).parent_obj).read(),
+                addr_of!((*d).rank).read(),
+            )
+        };
         Some(match ty {
             ty::COLL_API => {
                 let a = addr_of!((*d).u.coll_api).read();
                 let b = a.base;
-                t::coll_api(s(), b.func, b.count, b.datatype, b.root, b.stream as u64, b.graph_captured, a.user_tag)
+                t::coll_api(
+                    s(),
+                    b.func,
+                    b.count,
+                    b.datatype,
+                    b.root,
+                    b.stream as u64,
+                    b.graph_captured,
+                    a.user_tag,
+                )
             }
             ty::P2P_API => {
                 let a = addr_of!((*d).u.p2p_api).read();
                 let b = a.base;
-                t::p2p_api(s(), b.func, b.count, b.datatype, b.stream as u64, b.graph_captured, a.user_tag)
+                t::p2p_api(
+                    s(),
+                    b.func,
+                    b.count,
+                    b.datatype,
+                    b.stream as u64,
+                    b.graph_captured,
+                    a.user_tag,
+                )
             }
             ty::COLL => {
                 let c = addr_of!((*d).u.coll).read();

@@ -18,7 +18,11 @@ use std::process::Command;
 const CHILD: &str = "NCCLSHIM_EMU_CHILD_OUT";
 
 /// Runs `test` again in a child process with `env`; returns its dump and expectations.
-fn in_child(test: &str, profile: &str, extra: &[(&str, &str)]) -> (tempfile::TempDir, Dump, Vec<Expect>) {
+fn in_child(
+    test: &str,
+    profile: &str,
+    extra: &[(&str, &str)],
+) -> (tempfile::TempDir, Dump, Vec<Expect>) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("expect.tsv");
     let mut cmd = Command::new(std::env::current_exe().unwrap());
@@ -31,9 +35,18 @@ fn in_child(test: &str, profile: &str, extra: &[(&str, &str)]) -> (tempfile::Tem
         cmd.env(k, v);
     }
     let st = cmd.output().unwrap();
-    assert!(st.status.success(), "child failed: {}\n{}", String::from_utf8_lossy(&st.stdout), String::from_utf8_lossy(&st.stderr));
+    assert!(
+        st.status.success(),
+        "child failed: {}\n{}",
+        String::from_utf8_lossy(&st.stdout),
+        String::from_utf8_lossy(&st.stderr)
+    );
     let dumps = prof_dumps(&dir.path().join("dumps"));
-    assert_eq!(dumps.len(), 1, "one process, one profiler dump across all reloads: {dumps:?}");
+    assert_eq!(
+        dumps.len(),
+        1,
+        "one process, one profiler dump across all reloads: {dumps:?}"
+    );
     let dump = read_dump(&dumps[0]).unwrap();
     let exp = read_expect(&out);
     (dir, dump, exp)
@@ -47,8 +60,11 @@ fn func_code(name: &str) -> u64 {
     u64::from(NameTable::Func.code_of(name.as_bytes()))
 }
 
-fn by_call<'a>(d: &'a Dump, kind: RecordKind, call: CallId) -> Vec<&'a Record> {
-    d.records.iter().filter(|r| r.kind() == Some(kind) && r.call() == Some(call)).collect()
+fn by_call(d: &Dump, kind: RecordKind, call: CallId) -> Vec<&Record> {
+    d.records
+        .iter()
+        .filter(|r| r.kind() == Some(kind) && r.call() == Some(call))
+        .collect()
 }
 
 /// Checks every operation the emulator issued against the records and the aggregates.
@@ -79,19 +95,27 @@ fn check_ops(d: &Dump, exp: &[Expect]) {
             *p2ps
                 .iter()
                 .find(|r| {
-                    r.comm == e.comm_id && r.args[2] == func_code(e.func) && r.args[3] == e.count && !p2p_used.contains(&r.slot_ref().encode())
+                    r.comm == e.comm_id
+                        && r.args[2] == func_code(e.func)
+                        && r.args[3] == e.count
+                        && !p2p_used.contains(&r.slot_ref().encode())
                 })
                 .unwrap_or_else(|| panic!("no P2p record for {e:?}"))
         } else {
             *colls
                 .iter()
-                .find(|r| r.comm == e.comm_id && r.args[2] == e.seq && r.args[3] == func_code(e.func))
+                .find(|r| {
+                    r.comm == e.comm_id && r.args[2] == e.seq && r.args[3] == func_code(e.func)
+                })
                 .unwrap_or_else(|| panic!("no Coll record for {e:?}"))
         };
         p2p_used.insert(rec.slot_ref().encode());
         if !e.p2p {
             assert_eq!(rec.args[4], e.count, "{e:?}");
-            assert_eq!(NameTable::Datatype.name_of(rec.args[5]), Some("ncclFloat32"));
+            assert_eq!(
+                NameTable::Datatype.name_of(rec.args[5]),
+                Some("ncclFloat32")
+            );
             let (algo, proto) = ncclshim_dump::profnames::unpack_algo_proto(rec.args[7]);
             assert_eq!(NameTable::Algo.name_of(algo), Some("RING"), "{e:?}");
             assert_eq!(NameTable::Proto.name_of(proto), Some("SIMPLE"));
@@ -104,7 +128,11 @@ fn check_ops(d: &Dump, exp: &[Expect]) {
             .filter(|k| k.call() == Some(CallId::ProfKernelCh) && k.args[1] == me)
             .collect();
         if e.version >= 3 {
-            assert_eq!(kernels.len(), usize::from(e.channels), "KernelCh per channel: {e:?}");
+            assert_eq!(
+                kernels.len(),
+                usize::from(e.channels),
+                "KernelCh per channel: {e:?}"
+            );
         } else {
             assert!(kernels.is_empty());
         }
@@ -112,7 +140,11 @@ fn check_ops(d: &Dump, exp: &[Expect]) {
             let start = kernels.iter().map(|k| k.args[3]).min().unwrap();
             let stop = kernels
                 .iter()
-                .map(|k| *kernel_stop.get(&k.slot_ref().encode()).expect("state 22 for each channel"))
+                .map(|k| {
+                    *kernel_stop
+                        .get(&k.slot_ref().encode())
+                        .expect("state 22 for each channel")
+                })
                 .max()
                 .unwrap();
             assert_eq!(stop - start, gpu, "GPU time from the records: {e:?}");
@@ -140,13 +172,36 @@ fn check_ops(d: &Dump, exp: &[Expect]) {
             .iter()
             .find(|t| t.comm_id == comm)
             .unwrap_or_else(|| panic!("no aggregate table for comm {comm:#x}"));
-        let cells: Vec<_> = t.cells.iter().filter(|c| u64::from(c.func) == func_code(func)).collect();
-        assert_eq!(cells.iter().map(|c| c.count).sum::<u64>(), count, "{comm:#x} {func}");
-        assert_eq!(cells.iter().map(|c| c.bytes).sum::<u64>(), bytes, "{comm:#x} {func}");
-        assert_eq!(cells.iter().map(|c| c.timed_count).sum::<u64>(), timed, "{comm:#x} {func}");
-        assert_eq!(cells.iter().map(|c| c.gpu_ns_sum).sum::<u64>(), gpu, "{comm:#x} {func}");
+        let cells: Vec<_> = t
+            .cells
+            .iter()
+            .filter(|c| u64::from(c.func) == func_code(func))
+            .collect();
+        assert_eq!(
+            cells.iter().map(|c| c.count).sum::<u64>(),
+            count,
+            "{comm:#x} {func}"
+        );
+        assert_eq!(
+            cells.iter().map(|c| c.bytes).sum::<u64>(),
+            bytes,
+            "{comm:#x} {func}"
+        );
+        assert_eq!(
+            cells.iter().map(|c| c.timed_count).sum::<u64>(),
+            timed,
+            "{comm:#x} {func}"
+        );
+        assert_eq!(
+            cells.iter().map(|c| c.gpu_ns_sum).sum::<u64>(),
+            gpu,
+            "{comm:#x} {func}"
+        );
         for c in cells {
-            assert!(c.bytes >= c.count * c.bucket_floor, "bucket floor respected");
+            assert!(
+                c.bytes >= c.count * c.bucket_floor,
+                "bucket floor respected"
+            );
         }
     }
 }
@@ -164,7 +219,11 @@ fn check_inits(d: &Dump, exp: &[Expect], mask: u32) {
             .unwrap_or_else(|| panic!("no ProfInit naming comm {comm:#x} (v{v})"));
         assert_eq!(i.args[4], u64::from(v));
         let supported = nccl_profiler_ncclshim::abi::event::supported(v);
-        assert_eq!(i.args[5], u64::from(mask & supported), "mask written for v{v}");
+        assert_eq!(
+            i.args[5],
+            u64::from(mask & supported),
+            "mask written for v{v}"
+        );
         if v >= 4 {
             assert_eq!(i.args[2], 2, "nranks");
             let name = d.blob(i.blob).expect("comm name blob");
@@ -173,7 +232,10 @@ fn check_inits(d: &Dump, exp: &[Expect], mask: u32) {
         }
         assert!(i.args[6] != 0, "aggregate blob reserved");
         let ctx = i.args[7];
-        assert!(finals.iter().any(|f| f.args[2] == ctx), "finalize for comm {comm:#x}");
+        assert!(
+            finals.iter().any(|f| f.args[2] == ctx),
+            "finalize for comm {comm:#x}"
+        );
     }
 }
 
@@ -188,7 +250,13 @@ fn every_version_default_mask() {
     assert!(d.warnings.is_empty(), "{:?}", d.warnings);
     assert_eq!(d.summary.torn, 0);
     assert_eq!(d.summary.lost, 0);
-    assert_eq!(exp.iter().map(|e| e.version).collect::<std::collections::BTreeSet<_>>().len(), 7);
+    assert_eq!(
+        exp.iter()
+            .map(|e| e.version)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        7
+    );
     check_inits(&d, &exp, nccl_profiler_ncclshim::mask::DEFAULT_MASK);
     check_ops(&d, &exp);
     // The default mask records no API, group, launch or proxy events.
@@ -239,15 +307,27 @@ fn every_version_all_events_with_pxn() {
         .into_iter()
         .filter(|r| exp.iter().any(|e| e.comm_id == r.comm && e.version <= 4));
     for c in legacy {
-        assert_eq!(starts.get(&c.args[1]).and_then(|g| g.call()), Some(CallId::ProfGroup));
+        assert_eq!(
+            starts.get(&c.args[1]).and_then(|g| g.call()),
+            Some(CallId::ProfGroup)
+        );
     }
     // GroupApi states 23/24 arrive with NULL args and are recorded.
-    assert!(d.records.iter().any(|r| r.kind() == Some(RecordKind::ProfState) && r.args[1] == 24));
+    assert!(d
+        .records
+        .iter()
+        .any(|r| r.kind() == Some(RecordKind::ProfState) && r.args[1] == 24));
     // PXN: ops of another process are flagged FOREIGN, with their pid, and so are their steps.
     let pid = u64::from(d.header.pid);
     let ops = by_call(&d, RecordKind::ProfStart, CallId::ProfProxyOp);
-    let foreign: Vec<_> = ops.iter().filter(|r| r.flags & slot_flags::FOREIGN != 0).collect();
-    let local: Vec<_> = ops.iter().filter(|r| r.flags & slot_flags::FOREIGN == 0).collect();
+    let foreign: Vec<_> = ops
+        .iter()
+        .filter(|r| r.flags & slot_flags::FOREIGN != 0)
+        .collect();
+    let local: Vec<_> = ops
+        .iter()
+        .filter(|r| r.flags & slot_flags::FOREIGN == 0)
+        .collect();
     assert!(!foreign.is_empty() && !local.is_empty());
     for f in &foreign {
         assert_ne!(f.args[2], pid);
@@ -268,7 +348,12 @@ fn the_newest_version_is_probed_first() {
     assert_eq!(p.version, 7);
     assert_eq!(p.name, "ncclshim");
     for v in 1..=7 {
-        assert_eq!(emulator::Plugin::load(&plugin_path(), Some(v)).unwrap().version, v);
+        assert_eq!(
+            emulator::Plugin::load(&plugin_path(), Some(v))
+                .unwrap()
+                .version,
+            v
+        );
     }
     assert!(emulator::Plugin::load(&plugin_path(), Some(8)).is_err());
     assert!(emulator::Plugin::load(Path::new("/nonexistent/libnccl-profiler-x.so"), None).is_err());
@@ -278,8 +363,17 @@ fn the_newest_version_is_probed_first() {
 fn nccl_derives_our_library_name_from_the_suffix() {
     assert_eq!(
         emulator::nccl_library_names(Some("ncclshim")),
-        vec!["ncclshim".to_owned(), "libnccl-profiler-ncclshim.so".to_owned()]
+        vec![
+            "ncclshim".to_owned(),
+            "libnccl-profiler-ncclshim.so".to_owned()
+        ]
     );
-    assert_eq!(emulator::nccl_library_names(Some("/abs/libx.so")), vec!["/abs/libx.so".to_owned()]);
-    assert_eq!(emulator::nccl_library_names(None), vec!["libnccl-profiler.so".to_owned()]);
+    assert_eq!(
+        emulator::nccl_library_names(Some("/abs/libx.so")),
+        vec!["/abs/libx.so".to_owned()]
+    );
+    assert_eq!(
+        emulator::nccl_library_names(None),
+        vec!["libnccl-profiler.so".to_owned()]
+    );
 }

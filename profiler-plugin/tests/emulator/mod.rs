@@ -90,7 +90,9 @@ impl Plugin {
                 "unknown".to_owned()
             } else {
                 // SAFETY: non-null C string from dlerror.
-                unsafe { std::ffi::CStr::from_ptr(err) }.to_string_lossy().into_owned()
+                unsafe { std::ffi::CStr::from_ptr(err) }
+                    .to_string_lossy()
+                    .into_owned()
             };
             return Err(format!("dlopen {}: {msg}", path.display()));
         }
@@ -127,7 +129,14 @@ impl Plugin {
     }
 
     /// `init` with this version's argument order. Returns NCCL's result and the context.
-    pub fn init(&self, comm_id: u64, name: Option<&str>, nnodes: i32, nranks: i32, rank: i32) -> (i32, *mut c_void) {
+    pub fn init(
+        &self,
+        comm_id: u64,
+        name: Option<&str>,
+        nnodes: i32,
+        nranks: i32,
+        rank: i32,
+    ) -> (i32, *mut c_void) {
         let mut ctx: *mut c_void = std::ptr::null_mut();
         let name_c = name.map(|n| CString::new(n).expect("name"));
         let name_p = name_c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
@@ -188,12 +197,18 @@ impl Plugin {
         let rc = if self.version <= 3 {
             let mut a: StateArgsV1 = unsafe_zeroed();
             a.proxy_op.trans_size = value.unwrap_or(0) as usize;
-            let p = value.map_or(std::ptr::null_mut(), |_| (&mut a as *mut StateArgsV1).cast());
+            let p = value.map_or(std::ptr::null_mut(), |_| {
+                (&mut a as *mut StateArgsV1).cast()
+            });
             // SAFETY: handle from the plugin, args NULL or a valid v1 union.
             unsafe { f(h as *mut c_void, state as c_int, p) }
         } else {
-            let mut a = StateArgsV4 { p_timer: value.unwrap_or(0) };
-            let p = value.map_or(std::ptr::null_mut(), |_| (&mut a as *mut StateArgsV4).cast());
+            let mut a = StateArgsV4 {
+                p_timer: value.unwrap_or(0),
+            };
+            let p = value.map_or(std::ptr::null_mut(), |_| {
+                (&mut a as *mut StateArgsV4).cast()
+            });
             // SAFETY: handle from the plugin, args NULL or a valid v4 union.
             unsafe { f(h as *mut c_void, state as c_int, p) }
         };
@@ -240,15 +255,42 @@ fn unsafe_zeroed<T>() -> T {
 #[derive(Debug, Clone)]
 pub enum Ev {
     Group,
-    GroupApi { depth: i32 },
-    CollApi { func: &'static str, count: u64, dtype: &'static str, root: i32 },
-    P2pApi { func: &'static str, count: u64, dtype: &'static str },
+    GroupApi {
+        depth: i32,
+    },
+    CollApi {
+        func: &'static str,
+        count: u64,
+        dtype: &'static str,
+        root: i32,
+    },
+    P2pApi {
+        func: &'static str,
+        count: u64,
+        dtype: &'static str,
+    },
     KernelLaunch,
     Coll(CollEv),
-    P2p { func: &'static str, count: u64, dtype: &'static str, peer: i32, channels: u8, comm_hash: u64 },
-    ProxyOp { pid: i32, channel: u8, peer: i32 },
-    ProxyStep { step: i32 },
-    KernelCh { channel: u8, p_timer: u64 },
+    P2p {
+        func: &'static str,
+        count: u64,
+        dtype: &'static str,
+        peer: i32,
+        channels: u8,
+        comm_hash: u64,
+    },
+    ProxyOp {
+        pid: i32,
+        channel: u8,
+        peer: i32,
+    },
+    ProxyStep {
+        step: i32,
+    },
+    KernelCh {
+        channel: u8,
+        p_timer: u64,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -271,7 +313,9 @@ impl Ev {
         let below_coll = COLL | PROXY_OP | PROXY_STEP | KERNEL_CH | NET_PLUGIN;
         match self {
             Ev::Group => GROUP | below_coll | P2P,
-            Ev::GroupApi { .. } => GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH | below_coll | P2P,
+            Ev::GroupApi { .. } => {
+                GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH | below_coll | P2P
+            }
             Ev::CollApi { .. } => COLL_API | below_coll,
             Ev::P2pApi { .. } => P2P_API | P2P | PROXY_OP | PROXY_STEP | KERNEL_CH | NET_PLUGIN,
             Ev::KernelLaunch => KERNEL_LAUNCH,
@@ -366,7 +410,14 @@ impl Plugin {
                     ..unsafe_zeroed()
                 }
             }
-            Ev::P2p { func, count, dtype, peer, comm_hash, .. } => {
+            Ev::P2p {
+                func,
+                count,
+                dtype,
+                peer,
+                comm_hash,
+                ..
+            } => {
                 d.u.p2p = v1::P2pV1 {
                     comm_hash: *comm_hash,
                     func: v1_enum(func),
@@ -405,7 +456,14 @@ impl Plugin {
                     ..unsafe_zeroed()
                 }
             }
-            Ev::P2p { func, count, dtype, peer, comm_hash, .. } => d.u.p2p = p2p_v2(func, *count, dtype, *peer, *comm_hash),
+            Ev::P2p {
+                func,
+                count,
+                dtype,
+                peer,
+                comm_hash,
+                ..
+            } => d.u.p2p = p2p_v2(func, *count, dtype, *peer, *comm_hash),
             Ev::ProxyOp { pid, channel, peer } => d.u.proxy_op = proxy_op(*pid, *channel, *peer),
             Ev::ProxyStep { step } => d.u.proxy_step = abi::ProxyStep { step: *step },
             Ev::Group => {}
@@ -435,10 +493,21 @@ impl Plugin {
                     ..unsafe_zeroed()
                 }
             }
-            Ev::P2p { func, count, dtype, peer, comm_hash, .. } => d.u.p2p = p2p_v2(func, *count, dtype, *peer, *comm_hash),
+            Ev::P2p {
+                func,
+                count,
+                dtype,
+                peer,
+                comm_hash,
+                ..
+            } => d.u.p2p = p2p_v2(func, *count, dtype, *peer, *comm_hash),
             Ev::ProxyOp { pid, channel, peer } => d.u.proxy_op = proxy_op(*pid, *channel, *peer),
             Ev::ProxyStep { step } => d.u.proxy_step = abi::ProxyStep { step: *step },
-            Ev::KernelCh { channel, .. } => d.u.kernel_ch = v3::KernelChV3 { channel_id: *channel },
+            Ev::KernelCh { channel, .. } => {
+                d.u.kernel_ch = v3::KernelChV3 {
+                    channel_id: *channel,
+                }
+            }
             Ev::Group => {}
             _ => return 0,
         }
@@ -465,7 +534,14 @@ impl Plugin {
                     ..unsafe_zeroed()
                 }
             }
-            Ev::P2p { func, count, dtype, peer, channels, .. } => {
+            Ev::P2p {
+                func,
+                count,
+                dtype,
+                peer,
+                channels,
+                ..
+            } => {
                 d.u.p2p = v4::P2pV4 {
                     func: lit(func),
                     buff: std::ptr::null_mut(),
@@ -477,7 +553,12 @@ impl Plugin {
             }
             Ev::ProxyOp { pid, channel, peer } => d.u.proxy_op = proxy_op(*pid, *channel, *peer),
             Ev::ProxyStep { step } => d.u.proxy_step = abi::ProxyStep { step: *step },
-            Ev::KernelCh { channel, p_timer } => d.u.kernel_ch = abi::KernelCh { channel_id: *channel, p_timer: *p_timer },
+            Ev::KernelCh { channel, p_timer } => {
+                d.u.kernel_ch = abi::KernelCh {
+                    channel_id: *channel,
+                    p_timer: *p_timer,
+                }
+            }
             Ev::Group => {}
             _ => return 0,
         }
@@ -494,9 +575,17 @@ impl Plugin {
         // SAFETY (for the union writes): plain field stores into a zeroed repr(C) union.
         match ev {
             Ev::GroupApi { depth } => {
-                d.u.v6.v5.group_api = abi::GroupApi { graph_captured: false, group_depth: *depth }
+                d.u.v6.v5.group_api = abi::GroupApi {
+                    graph_captured: false,
+                    group_depth: *depth,
+                }
             }
-            Ev::CollApi { func, count, dtype, root } => {
+            Ev::CollApi {
+                func,
+                count,
+                dtype,
+                root,
+            } => {
                 let base = abi::CollApiV5 {
                     func: lit(func),
                     count: *count as usize,
@@ -506,7 +595,10 @@ impl Plugin {
                     graph_captured: false,
                 };
                 if v7 {
-                    d.u.coll_api = v7::CollApiV7 { base, user_tag: 0x7a6 }
+                    d.u.coll_api = v7::CollApiV7 {
+                        base,
+                        user_tag: 0x7a6,
+                    }
                 } else {
                     d.u.v6.v5.coll_api = base
                 }
@@ -520,12 +612,19 @@ impl Plugin {
                     graph_captured: false,
                 };
                 if v7 {
-                    d.u.p2p_api = v7::P2pApiV7 { base, user_tag: 0x7a6 }
+                    d.u.p2p_api = v7::P2pApiV7 {
+                        base,
+                        user_tag: 0x7a6,
+                    }
                 } else {
                     d.u.v6.v5.p2p_api = base
                 }
             }
-            Ev::KernelLaunch => d.u.v6.v5.kernel_launch = abi::KernelLaunch { stream: 0x5000 as *mut c_void },
+            Ev::KernelLaunch => {
+                d.u.v6.v5.kernel_launch = abi::KernelLaunch {
+                    stream: 0x5000 as *mut c_void,
+                }
+            }
             Ev::Coll(c) => {
                 let base = abi::CollV5 {
                     seq_number: c.seq,
@@ -542,12 +641,24 @@ impl Plugin {
                     parent_group: std::ptr::null_mut(),
                 };
                 if v7 {
-                    d.u.coll = v7::CollV7 { base, kernel_variant: std::ptr::null(), is_sym_coll: false, user_tag: 0x7a6 }
+                    d.u.coll = v7::CollV7 {
+                        base,
+                        kernel_variant: std::ptr::null(),
+                        is_sym_coll: false,
+                        user_tag: 0x7a6,
+                    }
                 } else {
                     d.u.v6.v5.coll = base
                 }
             }
-            Ev::P2p { func, count, dtype, peer, channels, .. } => {
+            Ev::P2p {
+                func,
+                count,
+                dtype,
+                peer,
+                channels,
+                ..
+            } => {
                 let base = abi::P2pV5 {
                     func: lit(func),
                     buff: std::ptr::null_mut(),
@@ -558,22 +669,33 @@ impl Plugin {
                     parent_group: std::ptr::null_mut(),
                 };
                 if v7 {
-                    d.u.p2p = v7::P2pV7 { base, user_tag: 0x7a6 }
+                    d.u.p2p = v7::P2pV7 {
+                        base,
+                        user_tag: 0x7a6,
+                    }
                 } else {
                     d.u.v6.v5.p2p = base
                 }
             }
-            Ev::ProxyOp { pid, channel, peer } => d.u.v6.v5.proxy_op = proxy_op(*pid, *channel, *peer),
+            Ev::ProxyOp { pid, channel, peer } => {
+                d.u.v6.v5.proxy_op = proxy_op(*pid, *channel, *peer)
+            }
             Ev::ProxyStep { step } => d.u.v6.v5.proxy_step = abi::ProxyStep { step: *step },
             Ev::KernelCh { channel, p_timer } => {
-                d.u.v6.v5.kernel_ch = abi::KernelCh { channel_id: *channel, p_timer: *p_timer }
+                d.u.v6.v5.kernel_ch = abi::KernelCh {
+                    channel_id: *channel,
+                    p_timer: *p_timer,
+                }
             }
             Ev::Group => {}
         }
         // v5/v6 plugins get a 112-byte prefix of the same bytes (the extra v7 fields sit
         // past the members they read).
         let p = (&mut d as *mut v7::Descr).cast();
-        let _ = (std::mem::size_of::<v5::Descr>(), std::mem::size_of::<v6::Descr>());
+        let _ = (
+            std::mem::size_of::<v5::Descr>(),
+            std::mem::size_of::<v6::Descr>(),
+        );
         self.start_raw(ctx, p)
     }
 }
@@ -621,7 +743,14 @@ pub struct Expect {
 }
 
 enum ProxyWork {
-    Kernel { parent: u64, ctx: usize, channels: u8, base: u64, hang: bool, done: mpsc::Sender<()> },
+    Kernel {
+        parent: u64,
+        ctx: usize,
+        channels: u8,
+        base: u64,
+        hang: bool,
+        done: mpsc::Sender<()>,
+    },
     Quit,
 }
 
@@ -649,10 +778,26 @@ impl Proxy {
                 while let Ok(w) = rx.recv() {
                     match w {
                         ProxyWork::Quit => break,
-                        ProxyWork::Kernel { parent, ctx, channels, base, hang, done } => {
+                        ProxyWork::Kernel {
+                            parent,
+                            ctx,
+                            channels,
+                            base,
+                            hang,
+                            done,
+                        } => {
                             let ctx = ctx as *mut c_void;
                             if mask() & (event::PROXY_OP | event::PROXY_STEP) != 0 {
-                                let op = plugin.start(ctx, &Ev::ProxyOp { pid, channel: 0, peer: (rank + 1) % 8 }, parent, rank);
+                                let op = plugin.start(
+                                    ctx,
+                                    &Ev::ProxyOp {
+                                        pid,
+                                        channel: 0,
+                                        peer: (rank + 1) % 8,
+                                    },
+                                    parent,
+                                    rank,
+                                );
                                 let st = plugin.start(ctx, &Ev::ProxyStep { step: 0 }, op, rank);
                                 plugin.state(st, 8, Some(1 << 19));
                                 plugin.stop(st);
@@ -662,11 +807,20 @@ impl Proxy {
                                     // process's context and parent pointer values.
                                     let foreign = plugin.start(
                                         0x7f00_dead_0000usize as *mut c_void,
-                                        &Ev::ProxyOp { pid: pid + 100_000, channel: 1, peer: rank },
+                                        &Ev::ProxyOp {
+                                            pid: pid + 100_000,
+                                            channel: 1,
+                                            peer: rank,
+                                        },
                                         0x0000_0100_0000_0042,
                                         rank,
                                     );
-                                    let st = plugin.start(0x7f00_dead_0000usize as *mut c_void, &Ev::ProxyStep { step: 1 }, foreign, rank);
+                                    let st = plugin.start(
+                                        0x7f00_dead_0000usize as *mut c_void,
+                                        &Ev::ProxyStep { step: 1 },
+                                        foreign,
+                                        rank,
+                                    );
                                     plugin.state(st, 9, Some(4096));
                                     plugin.stop(st);
                                     plugin.stop(foreign);
@@ -675,7 +829,15 @@ impl Proxy {
                             let mut started = Vec::new();
                             for ch in 0..channels {
                                 let (t0, _) = channel_times(base, ch);
-                                started.push(plugin.start(ctx, &Ev::KernelCh { channel: ch, p_timer: t0 }, parent, rank));
+                                started.push(plugin.start(
+                                    ctx,
+                                    &Ev::KernelCh {
+                                        channel: ch,
+                                        p_timer: t0,
+                                    },
+                                    parent,
+                                    rank,
+                                ));
                             }
                             if !hang {
                                 for (ch, h) in started.into_iter().enumerate() {
@@ -692,13 +854,23 @@ impl Proxy {
                 }
             })
             .expect("spawn proxy thread");
-        Self { tx, join: Some(join) }
+        Self {
+            tx,
+            join: Some(join),
+        }
     }
 
     fn kernel(&self, parent: u64, ctx: *mut c_void, channels: u8, base: u64, hang: bool) {
         let (done, wait) = mpsc::channel();
         self.tx
-            .send(ProxyWork::Kernel { parent, ctx: ctx as usize, channels, base, hang, done })
+            .send(ProxyWork::Kernel {
+                parent,
+                ctx: ctx as usize,
+                channels,
+                base,
+                hang,
+                done,
+            })
             .expect("proxy alive");
         wait.recv().expect("proxy finished the kernel");
     }
@@ -729,7 +901,13 @@ pub struct Comm {
 unsafe impl Send for Comm {}
 
 impl Comm {
-    pub fn init(plugin: Arc<Plugin>, comm_id: u64, rank: i32, nranks: i32, log: Arc<Mutex<Vec<Expect>>>) -> Self {
+    pub fn init(
+        plugin: Arc<Plugin>,
+        comm_id: u64,
+        rank: i32,
+        nranks: i32,
+        log: Arc<Mutex<Vec<Expect>>>,
+    ) -> Self {
         let (rc, ctx) = plugin.init(comm_id, Some(&format!("emu-{comm_id:x}")), 1, nranks, rank);
         assert_eq!(rc, 0, "plugin init failed");
         Self {
@@ -758,13 +936,27 @@ impl Comm {
         self.gpu_clock
     }
 
-    fn expect_coll(&mut self, func: &'static str, count: u64, elem: u64, channels: u8, base: u64, hang: bool) -> CollEv {
+    fn expect_coll(
+        &mut self,
+        func: &'static str,
+        count: u64,
+        elem: u64,
+        channels: u8,
+        base: u64,
+        hang: bool,
+    ) -> CollEv {
         let seq = self.coll_seq.entry(func).or_insert(0);
         let s = *seq;
         *seq += 1;
         let gpu_ns = (self.plugin.version >= 4 && !hang).then(|| {
-            let start = (0..channels).map(|c| channel_times(base, c).0).min().unwrap_or(0);
-            let stop = (0..channels).map(|c| channel_times(base, c).1).max().unwrap_or(0);
+            let start = (0..channels)
+                .map(|c| channel_times(base, c).0)
+                .min()
+                .unwrap_or(0);
+            let stop = (0..channels)
+                .map(|c| channel_times(base, c).1)
+                .max()
+                .unwrap_or(0);
             stop - start
         });
         self.log.lock().unwrap().push(Expect {
@@ -812,7 +1004,17 @@ impl Comm {
         let g = self.group_start(1);
         let mut parent = g;
         if p.version >= 5 {
-            let api = p.start(self.ctx, &Ev::CollApi { func: "AllReduce", count, dtype: "ncclFloat32", root: -1 }, g, self.rank);
+            let api = p.start(
+                self.ctx,
+                &Ev::CollApi {
+                    func: "AllReduce",
+                    count,
+                    dtype: "ncclFloat32",
+                    root: -1,
+                },
+                g,
+                self.rank,
+            );
             p.stop(api);
             p.state(g, 24, None);
             let kl = p.start(self.ctx, &Ev::KernelLaunch, g, self.rank);
@@ -835,7 +1037,16 @@ impl Comm {
         if p.version >= 5 {
             p.state(g, 23, None);
             for (i, f) in ["Send", "Recv"].into_iter().enumerate() {
-                apis[i] = p.start(self.ctx, &Ev::P2pApi { func: f, count, dtype: "ncclFloat32" }, g, self.rank);
+                apis[i] = p.start(
+                    self.ctx,
+                    &Ev::P2pApi {
+                        func: f,
+                        count,
+                        dtype: "ncclFloat32",
+                    },
+                    g,
+                    self.rank,
+                );
                 p.stop(apis[i]);
             }
             p.state(g, 24, None);
@@ -844,7 +1055,8 @@ impl Comm {
         }
         for (i, (f, peer)) in [("Send", next), ("Recv", prev)].into_iter().enumerate() {
             let base = self.next_base();
-            let gpu_ns = (p.version >= 4).then(|| channel_times(base, 0).1 - channel_times(base, 0).0);
+            let gpu_ns =
+                (p.version >= 4).then(|| channel_times(base, 0).1 - channel_times(base, 0).0);
             self.log.lock().unwrap().push(Expect {
                 comm_id: self.comm_id,
                 version: p.version,
@@ -859,7 +1071,14 @@ impl Comm {
             });
             let h = p.start(
                 self.ctx,
-                &Ev::P2p { func: f, count, dtype: "ncclFloat32", peer, channels: 1, comm_hash: self.hash_for_descr() },
+                &Ev::P2p {
+                    func: f,
+                    count,
+                    dtype: "ncclFloat32",
+                    peer,
+                    channels: 1,
+                    comm_hash: self.hash_for_descr(),
+                },
                 apis[i],
                 self.rank,
             );
@@ -877,7 +1096,17 @@ impl Comm {
         let mut apis = [g; 3];
         if p.version >= 5 {
             for (i, f) in funcs.iter().enumerate() {
-                apis[i] = p.start(self.ctx, &Ev::CollApi { func: f, count, dtype: "ncclFloat32", root: -1 }, g, self.rank);
+                apis[i] = p.start(
+                    self.ctx,
+                    &Ev::CollApi {
+                        func: f,
+                        count,
+                        dtype: "ncclFloat32",
+                        root: -1,
+                    },
+                    g,
+                    self.rank,
+                );
                 p.stop(apis[i]);
             }
             p.state(g, 24, None);
@@ -938,13 +1167,26 @@ pub fn run_versions(path: &Path, versions: &[u32], allreduces: u64, pxn: bool) -
         }
         drop(plugin); // dlclose, like NCCL after the last finalize
     }
-    Arc::try_unwrap(log).expect("threads done").into_inner().unwrap()
+    Arc::try_unwrap(log)
+        .expect("threads done")
+        .into_inner()
+        .unwrap()
 }
 
 /// One rank of a job: `n` all-reduces on a shared communicator. `stop_at`: this rank stops
 /// issuing collectives before seq `stop_at` (its host code is stuck elsewhere). `hang_at`: the
 /// collective with this seq starts but its kernel never finishes (waiting for a missing peer).
-pub fn run_rank(path: &Path, version: u32, comm_id: u64, rank: i32, nranks: i32, n: u64, stop_at: Option<u64>, hang_at: Option<u64>) -> Vec<Expect> {
+#[allow(clippy::too_many_arguments)]
+pub fn run_rank(
+    path: &Path,
+    version: u32,
+    comm_id: u64,
+    rank: i32,
+    nranks: i32,
+    n: u64,
+    stop_at: Option<u64>,
+    hang_at: Option<u64>,
+) -> Vec<Expect> {
     let log = Arc::new(Mutex::new(Vec::new()));
     let plugin = Arc::new(Plugin::load(path, Some(version)).expect("load plugin"));
     let mut comm = Comm::init(plugin.clone(), comm_id, rank, nranks, log.clone());
@@ -1031,4 +1273,115 @@ pub fn prof_dumps(dir: &Path) -> Vec<PathBuf> {
     v.retain(|p| p.to_string_lossy().contains(".prof.ncclshim"));
     v.sort();
     v
+}
+
+// ---- multi-rank jobs: one process per rank, one dump per rank ----
+
+/// A job of `ranks` processes sharing one communicator. Rank `stop_rank` stops issuing
+/// collectives before seq `stop_at`; every other rank enters collective `stop_at` and hangs
+/// in its kernel (waiting for the missing peer). Then every rank is SIGKILLed (`kill`) or
+/// exits normally, as a launcher would end a hung job.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub ranks: i32,
+    pub collectives: u64,
+    pub stop_rank: i32,
+    pub stop_at: u64,
+    pub abi: u32,
+    pub comm_id: u64,
+    pub kill: bool,
+}
+
+const JOB_ENV: &str = "NCCLSHIM_EMU_JOB";
+const RANK_ENV: &str = "NCCLSHIM_EMU_RANK";
+
+impl Job {
+    fn to_env(&self) -> String {
+        format!(
+            "{},{},{},{},{},{:x},{}",
+            self.ranks,
+            self.collectives,
+            self.stop_rank,
+            self.stop_at,
+            self.abi,
+            self.comm_id,
+            u8::from(self.kill)
+        )
+    }
+
+    fn from_env(s: &str) -> Option<Self> {
+        let f: Vec<&str> = s.split(',').collect();
+        Some(Self {
+            ranks: f.first()?.parse().ok()?,
+            collectives: f.get(1)?.parse().ok()?,
+            stop_rank: f.get(2)?.parse().ok()?,
+            stop_at: f.get(3)?.parse().ok()?,
+            abi: f.get(4)?.parse().ok()?,
+            comm_id: u64::from_str_radix(f.get(5)?, 16).ok()?,
+            kill: f.get(6)? == &"1",
+        })
+    }
+
+    /// Starts one process per rank: `exe args...` with the job and rank in the environment
+    /// and `NCCLSHIM_DIR=dir`. `env` adds variables (dump sizes, say). Waits for all of them.
+    pub fn run(
+        &self,
+        exe: &Path,
+        args: &[&str],
+        dir: &Path,
+        env: &[(&str, &str)],
+    ) -> Vec<std::process::Output> {
+        let children: Vec<_> = (0..self.ranks)
+            .map(|r| {
+                let mut c = std::process::Command::new(exe);
+                c.args(args)
+                    .env(JOB_ENV, self.to_env())
+                    .env(RANK_ENV, r.to_string())
+                    .env("NCCLSHIM_DIR", dir)
+                    .env_remove("NCCLSHIM_DISABLE")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped());
+                for (k, v) in env {
+                    c.env(k, v);
+                }
+                c.spawn().expect("spawn rank")
+            })
+            .collect();
+        children
+            .into_iter()
+            .map(|c| c.wait_with_output().expect("rank finished"))
+            .collect()
+    }
+}
+
+/// In a rank process: runs that rank and never returns. `None` when this process is not a
+/// rank of an emulated job.
+pub fn rank_main_if_child() -> Option<std::convert::Infallible> {
+    let job = Job::from_env(&std::env::var(JOB_ENV).ok()?)?;
+    let rank: i32 = std::env::var(RANK_ENV).ok()?.parse().ok()?;
+    let stop_at = (rank == job.stop_rank).then_some(job.stop_at);
+    let hang_at = (rank != job.stop_rank).then_some(job.stop_at);
+    let ops = run_rank(
+        &plugin_path(),
+        job.abi,
+        job.comm_id,
+        rank,
+        job.ranks,
+        job.collectives,
+        stop_at,
+        hang_at,
+    );
+    let last = ops.last().map_or(-1, |e| e.seq as i64);
+    println!(
+        "rank {rank} pid {} issued {} collectives, last seq {last}",
+        std::process::id(),
+        ops.len()
+    );
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    if job.kill {
+        // SAFETY: raising a signal on ourselves; SIGKILL ends the process like a launcher's kill.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+    std::process::exit(0)
 }
