@@ -14,47 +14,58 @@ use std::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-thread_local! {
+/// Per-thread call state, one thread-local so the hot path pays for one TLS lookup.
+struct ThreadState {
     /// How many real NCCL calls this thread is inside (NCCL calls its own API through the PLT).
-    static IN_NCCL: Cell<u32> = const { Cell::new(0) };
+    in_nccl: Cell<u32>,
     /// User-level ncclGroupStart depth on this thread.
-    static GROUP: Cell<u32> = const { Cell::new(0) };
+    group: Cell<u32>,
+}
+
+thread_local! {
+    static STATE: ThreadState = const {
+        ThreadState { in_nccl: Cell::new(0), group: Cell::new(0) }
+    };
 }
 
 /// Whether this call comes from inside another NCCL call on this thread.
 #[inline]
 pub fn nested() -> bool {
-    IN_NCCL.try_with(|c| c.get() > 0).unwrap_or(false)
+    STATE.try_with(|s| s.in_nccl.get() > 0).unwrap_or(false)
 }
 
 pub fn group_depth() -> u32 {
-    GROUP.try_with(Cell::get).unwrap_or(0)
+    STATE.try_with(|s| s.group.get()).unwrap_or(0)
 }
 
 pub fn set_group_depth(v: u32) {
-    let _ = GROUP.try_with(|c| c.set(v));
+    let _ = STATE.try_with(|s| s.group.set(v));
 }
 
 /// Runs the real call with this thread marked as inside NCCL.
 #[inline]
 pub fn forward<R>(f: impl FnOnce() -> R) -> R {
-    let _ = IN_NCCL.try_with(|c| c.set(c.get() + 1));
+    let _ = STATE.try_with(|s| s.in_nccl.set(s.in_nccl.get() + 1));
     let r = f();
-    let _ = IN_NCCL.try_with(|c| c.set(c.get().saturating_sub(1)));
+    let _ = STATE.try_with(|s| s.in_nccl.set(s.in_nccl.get().saturating_sub(1)));
     r
 }
 
 /// The slot flags every record of this call carries.
 #[inline]
 pub fn context_flags() -> u32 {
-    let mut f = 0;
-    if nested() {
-        f |= slot_flags::NESTED;
-    }
-    if group_depth() > 0 {
-        f |= slot_flags::IN_GROUP;
-    }
-    f
+    STATE
+        .try_with(|s| {
+            let mut f = 0;
+            if s.in_nccl.get() > 0 {
+                f |= slot_flags::NESTED;
+            }
+            if s.group.get() > 0 {
+                f |= slot_flags::IN_GROUP;
+            }
+            f
+        })
+        .unwrap_or(0)
 }
 
 /// A call recorded at entry (or not, when recording is off or we are inside our own code).
@@ -81,17 +92,26 @@ impl Active {
     /// Completes the record: `extra` fills result arguments, then the error text (on failure)
     /// and the return code are written.
     #[inline]
+    // `comm` is never dereferenced: it only goes to ncclGetLastError, which ignores it.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
     pub fn finish(self, rc: NcclResult, comm: NcclComm, extra: impl FnOnce(&PendingCall)) {
         let Some(p) = self.0 else { return };
+        if !is_failure(rc) {
+            // The success path only stores into the slot this thread owns: no reentrancy, no
+            // errno-changing call, nothing that can panic short of a bug in `extra`.
+            if catch_unwind(AssertUnwindSafe(|| extra(&p))).is_err() {
+                SHIM.disable("internal panic while completing a record");
+            }
+            p.complete(rc);
+            return;
+        }
         record(|r, _| {
             extra(&p);
-            if is_failure(rc) {
-                // SAFETY: last_error returns NCCL's NUL-terminated static buffer or null.
-                if let Some(text) = unsafe { last_error(comm) } {
-                    let off = r.append_blob(BlobKind::ErrorText, text.to_bytes());
-                    if off != 0 {
-                        p.set_blob(off, slot_flags::HAS_ERROR_TEXT);
-                    }
+            // SAFETY: last_error returns NCCL's NUL-terminated static buffer or null.
+            if let Some(text) = unsafe { last_error(comm) } {
+                let off = r.append_blob(BlobKind::ErrorText, text.to_bytes());
+                if off != 0 {
+                    p.set_blob(off, slot_flags::HAS_ERROR_TEXT);
                 }
             }
             p.complete(rc);

@@ -226,6 +226,7 @@ pub unsafe extern "C" fn ncclGetUniqueId(id: *mut NcclUniqueId) -> NcclResult {
 
 // ---------------------------------------------------------------- communicator creation
 
+#[allow(clippy::too_many_arguments)] // the C call's own arguments plus the forwarding closure
 unsafe fn init_rank_common(
     call: CallId,
     newcomm: *mut NcclComm,
