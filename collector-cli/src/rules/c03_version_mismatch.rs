@@ -73,6 +73,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     }
     for (p, pm) in job.processes.iter().enumerate() {
         for (i, c) in pm.calls.iter().enumerate() {
+            if c.is_init() && c.in_flight() {
+                f.evidence(format!("{}: {}", pm.label(), c.describe()));
+            }
             if c.failed()
                 && (text_has(
                     c,

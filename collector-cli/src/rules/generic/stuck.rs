@@ -98,7 +98,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out = Vec::new();
     for &comm in job.comms.keys() {
         let members = job.comm_members(comm);
-        if members.len() < 2 {
+        // Ranks that never arrived explain why the others wait (`missing_ranks`).
+        if members.len() < 2 || !job.comms[&comm].missing().is_empty() {
             continue;
         }
         // A rank with an error of its own explains the hang better than the hang does.

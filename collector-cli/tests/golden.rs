@@ -1,0 +1,127 @@
+//! Golden tests: every synthetic scenario is written with the real dump writer, analyzed, and its
+//! `--json` report compared with a reviewed snapshot (volatile fields redacted). The committed
+//! fixtures under `tests/fixtures/synthetic/` must give the same report as a fresh generation.
+
+use collector_cli::{analyze_dir, scenarios};
+use std::path::Path;
+
+fn report_json(dir: &Path) -> serde_json::Value {
+    let r = analyze_dir(dir, None).expect("analyze");
+    serde_json::to_value(&r).expect("json")
+}
+
+/// Replaces values that differ from run to run (times, this tool's version).
+fn redact(mut v: serde_json::Value) -> serde_json::Value {
+    v["tool_version"] = "[version]".into();
+    let fix = |l: &mut serde_json::Value| {
+        if l.is_object() {
+            l["t_unix_ns"] = "[time]".into();
+            l["after_first_ms"] = "[ms]".into();
+        }
+    };
+    fix(&mut v["first_failure"]);
+    if let Some(a) = v["failure_order"].as_array_mut() {
+        a.iter_mut().for_each(fix);
+    }
+    v
+}
+
+#[test]
+fn every_scenario_matches_its_snapshot() {
+    for (name, build) in scenarios::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        build(dir.path()).unwrap();
+        let v = redact(report_json(dir.path()));
+        insta::assert_json_snapshot!(*name, v);
+    }
+}
+
+#[test]
+fn committed_fixtures_are_current() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/synthetic");
+    for (name, build) in scenarios::ALL {
+        let fixture = root.join(name);
+        assert!(
+            fixture.is_dir(),
+            "{} missing: run `cargo run -p collector-cli --example gen_synthetic`",
+            fixture.display()
+        );
+        let fresh = tempfile::tempdir().unwrap();
+        build(fresh.path()).unwrap();
+        assert_eq!(
+            redact(report_json(&fixture)),
+            redact(report_json(fresh.path())),
+            "{name}: committed fixture is stale; regenerate with `cargo run -p collector-cli --example gen_synthetic`"
+        );
+    }
+}
+
+#[test]
+fn seed_cases_name_their_catalog_entry_as_primary() {
+    let expect = [
+        ("c01-nccl-net-ib", "C01"),
+        ("c02-unpaired-p2p", "C02"),
+        ("c03-version-mismatch", "C03"),
+        ("c04-cumem-containers", "C04"),
+        ("c05-gdr-peermem", "C05"),
+        ("c06-duplicate-gpu", "C06"),
+        ("c19-desync", "C19"),
+    ];
+    for (name, catalog) in expect {
+        let build = scenarios::ALL.iter().find(|(n, _)| *n == name).unwrap().1;
+        let dir = tempfile::tempdir().unwrap();
+        build(dir.path()).unwrap();
+        let r = analyze_dir(dir.path(), None).unwrap();
+        let primary: Vec<_> = r
+            .findings
+            .iter()
+            .filter(|f| f.severity == collector_cli::rules::Severity::Primary)
+            .filter_map(|f| f.catalog)
+            .collect();
+        assert!(
+            primary.contains(&catalog),
+            "{name}: primary findings {primary:?}"
+        );
+        assert!(r.job.synthetic);
+        assert_eq!(r.exit_code(), 1);
+    }
+}
+
+#[test]
+fn healthy_job_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    scenarios::healthy(dir.path()).unwrap();
+    let r = analyze_dir(dir.path(), None).unwrap();
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+    assert_eq!(r.exit_code(), 0);
+    assert!(r.first_failure.is_none());
+}
+
+#[test]
+fn dead_peer_names_the_rank_that_died_first() {
+    let dir = tempfile::tempdir().unwrap();
+    scenarios::c20(dir.path()).unwrap();
+    let r = analyze_dir(dir.path(), None).unwrap();
+    assert_eq!(r.first_failure.as_ref().and_then(|f| f.rank), Some(2));
+    let c20 = r
+        .findings
+        .iter()
+        .find(|f| f.catalog == Some("C20"))
+        .unwrap();
+    assert_eq!(c20.severity, collector_cli::rules::Severity::Contributing);
+}
+
+#[test]
+fn missing_and_running_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    scenarios::missing_and_running(dir.path()).unwrap();
+    let r = analyze_dir(dir.path(), None).unwrap();
+    let c = &r.job.communicators[0];
+    assert_eq!(c.nranks, 4);
+    assert_eq!(c.ranks_present, vec![0, 1]);
+    assert_eq!(c.ranks_missing, vec![2, 3]);
+    assert!(r
+        .findings
+        .iter()
+        .any(|f| f.id == "ranks-never-arrived" && f.ranks == vec![2, 3]));
+}
