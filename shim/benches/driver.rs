@@ -15,17 +15,25 @@
 //! glibc in its own dependency scope). This bench does not link the shim's rlib, so its own
 //! `libc::dlsym` is glibc's.
 //!
-//! Run: `cargo bench -p ncclshim-shim --bench driver` (needs `cc`).
+//! Method: alternating rounds (variant A, then B, 21 times) of a fixed number of calls each;
+//! the medians of the per-round times and of the per-round difference are printed, so drift
+//! and other load on the machine hit both variants alike.
+//!
+//! Run: `cargo bench -p ncclshim-shim --bench driver` (needs `cc`; without `--bench`, as under
+//! `cargo test --benches`, one short round checks that it works).
 
-use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Instant;
 
 type Dlsym = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 type Gpa2 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
 type Release = unsafe extern "C" fn(u64) -> c_int;
 type Init = unsafe extern "C" fn(u32) -> c_int;
+
+const ROUNDS: usize = 21;
 
 fn build_double(dir: &Path) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
@@ -64,7 +72,7 @@ fn open(path: &Path) -> *mut c_void {
     h
 }
 
-fn sym<T: Copy>(d: Dlsym, h: *mut c_void, name: &std::ffi::CStr) -> T {
+fn sym<T: Copy>(d: Dlsym, h: *mut c_void, name: &CStr) -> T {
     // SAFETY: looking up a function whose C type is T.
     let p = unsafe { d(h, name.as_ptr()) };
     assert!(!p.is_null(), "{name:?} not found");
@@ -72,7 +80,40 @@ fn sym<T: Copy>(d: Dlsym, h: *mut c_void, name: &std::ffi::CStr) -> T {
     unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) }
 }
 
-fn bench(c: &mut Criterion) {
+fn time(calls: u32, mut f: impl FnMut()) -> f64 {
+    let t = Instant::now();
+    for _ in 0..calls {
+        f();
+    }
+    t.elapsed().as_nanos() as f64 / f64::from(calls)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Alternating rounds of `a` and `b`; prints the medians and the median difference.
+fn compare(label: &str, rounds: usize, calls: u32, mut a: impl FnMut(), mut b: impl FnMut()) {
+    let (mut ta, mut tb, mut diff) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let x = time(calls, &mut a);
+        let y = time(calls, &mut b);
+        ta.push(x);
+        tb.push(y);
+        diff.push(y - x);
+    }
+    println!(
+        "  {label:<52} {:7.1} ns  {:7.1} ns  {:+7.1} ns",
+        median(ta),
+        median(tb),
+        median(diff)
+    );
+}
+
+fn main() {
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let rounds = if quick { 1 } else { ROUNDS };
     let dir = std::env::temp_dir().join(format!("ncclshim-driver-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::env::set_var("NCCLSHIM_DIR", dir.join("dumps"));
@@ -99,31 +140,47 @@ fn bench(c: &mut Criterion) {
     // SAFETY: the double's cuMemRelease accepts any non-zero handle.
     assert_eq!(unsafe { wrapped(0x42) }, 0);
 
-    let mut g = c.benchmark_group("driver_call/cuMemRelease");
-    // SAFETY (both closures): cuMemRelease of the double with a non-zero handle.
-    g.bench_function("direct", |b| b.iter(|| unsafe { direct(black_box(0x42)) }));
-    g.bench_function("wrapped", |b| {
-        b.iter(|| unsafe { wrapped(black_box(0x42)) })
-    });
-    g.finish();
-
-    let mut g = c.benchmark_group("dlsym");
-    for (name, handle) in [
-        (c"malloc", libc::RTLD_DEFAULT),
-        (c"cuDeviceGet", libcuda),
-        (c"cuMemRelease", libcuda),
+    println!(
+        "{rounds} alternating rounds, medians:{:>37}  {:>10}  {:>10}",
+        "A", "B", "B - A"
+    );
+    let calls = if quick { 1000 } else { 200_000 };
+    compare(
+        "cuMemRelease: direct A / wrapped B",
+        rounds,
+        calls,
+        // SAFETY: cuMemRelease of the double with a non-zero handle.
+        || {
+            black_box(unsafe { direct(black_box(0x42)) });
+        },
+        // SAFETY: as above, through the shim's recording wrapper.
+        || {
+            black_box(unsafe { wrapped(black_box(0x42)) });
+        },
+    );
+    let calls = if quick { 1000 } else { 50_000 };
+    for (name, handle, what) in [
+        (c"malloc", libc::RTLD_DEFAULT, "dlsym malloc (not cu*)"),
+        (
+            c"cuDeviceGet",
+            libcuda,
+            "dlsym cuDeviceGet (cu*, unwatched)",
+        ),
+        (c"cuMemRelease", libcuda, "dlsym cuMemRelease (watched)"),
     ] {
-        let label = name.to_str().unwrap();
-        for (variant, d) in [("glibc", glibc_dlsym), ("shim", shim_dlsym)] {
-            g.bench_function(format!("{label}/{variant}"), |b| {
-                // SAFETY: dlsym with a valid handle and NUL-terminated name.
-                b.iter(|| unsafe { d(black_box(handle), black_box(name.as_ptr())) })
-            });
-        }
+        compare(
+            &format!("{what}: glibc A / shim B"),
+            rounds,
+            calls,
+            // SAFETY: dlsym with a valid handle and NUL-terminated name.
+            || {
+                black_box(unsafe { glibc_dlsym(black_box(handle), black_box(name.as_ptr())) });
+            },
+            // SAFETY: as above, through the shim's exported dlsym.
+            || {
+                black_box(unsafe { shim_dlsym(black_box(handle), black_box(name.as_ptr())) });
+            },
+        );
     }
-    g.finish();
     let _ = std::fs::remove_dir_all(&dir);
 }
-
-criterion_group!(benches, bench);
-criterion_main!(benches);
