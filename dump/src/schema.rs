@@ -238,9 +238,20 @@ call_ids! {
     NcclRedOpDestroy = 0x0026, "ncclRedOpDestroy", ["op"];
 
     // ---- CUDA driver (0x0100..) ----
+    // Written by the shim's driver hooks (shim/src/driver). Conventions for every Cu* record:
+    // rc is the CUresult (flag RC_IS_CUDA); u64::MAX marks a value that is unknown (device
+    // identity before cuInit or without a context; an out-value after a failed call);
+    // `device` is the calling thread's current device ordinal, `pci_bus_id` is packed as
+    // `domain << 16 | bus << 8 | device << 3 | function`, `uuid_hi`/`uuid_lo` are the UUID's
+    // bytes 0..8 / 8..16 read big-endian; `caller` is the return address in the code that
+    // called the driver; flag NESTED means NCCL made the call (inside an intercepted nccl* call).
+    // Out-values (`handle` of Create/Import/Retain, `ptr` of Reserve/IpcOpen, the fd of an
+    // export or dma-buf) are filled in on success only.
+    /// `shareable_handle`: the exported fd (POSIX_FD) or the first 8 bytes of the handle.
     CuMemExportToShareableHandle = 0x0100, "cuMemExportToShareableHandle",
         ["shareable_handle", "handle", "handle_type", "flags", "device", "pci_bus_id", "caller"];
-    /// `os_handle` is the fd for POSIX_FD; device/pci/uuid describe the current device.
+    /// `os_handle` is the fd for POSIX_FD (handle_type 1), the raw pointer value otherwise;
+    /// device/pci/uuid describe the calling thread's current device.
     CuMemImportFromShareableHandle = 0x0101, "cuMemImportFromShareableHandle",
         ["handle", "os_handle", "handle_type", "device", "pci_bus_id", "uuid_hi", "uuid_lo", "caller"];
     CuMemCreate = 0x0102, "cuMemCreate",
@@ -262,6 +273,7 @@ call_ids! {
         ["mc_handle", "mc_offset", "mem_handle", "mem_offset", "size", "flags", "caller"];
     CuMulticastBindAddr = 0x010e, "cuMulticastBindAddr", ["mc_handle", "mc_offset", "ptr", "size", "flags", "caller"];
     CuMulticastUnbind = 0x010f, "cuMulticastUnbind", ["mc_handle", "device", "mc_offset", "size", "caller"];
+    /// `handle_w0`/`handle_w1`: the first 16 bytes of the 64-byte IPC handle, little-endian.
     CuIpcGetMemHandle = 0x0110, "cuIpcGetMemHandle", ["ptr", "handle_w0", "handle_w1", "device", "caller"];
     /// `abi` is 1 for the 4010 entry point and 2 for the 11000 one.
     CuIpcOpenMemHandle = 0x0111, "cuIpcOpenMemHandle",

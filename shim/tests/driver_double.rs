@@ -2,6 +2,8 @@
 //! a C program reaches the driver exactly as NCCL's static cudart does, and the tests check
 //! that the program sees the same results with and without the shim, and that the dump holds
 //! every watched call with its arguments, CUresult, device identity and caller.
+// The hooks exist on x86_64 Linux only (naked-asm trampoline and stubs).
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 #[path = "driver_common.rs"]
 mod driver_common;

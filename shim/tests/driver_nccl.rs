@@ -2,6 +2,8 @@
 //! DOUBLE: cudart's driver lookups must all go through the shim's hooks (the `dlsym` of
 //! `cuGetProcAddress_v2`, then the self-lookup, then ~415 lookups through the re-fetched
 //! pointer), and NCCL must fail with exactly the same rc and error text as without the shim.
+// The hooks exist on x86_64 Linux only (naked-asm trampoline and stubs).
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 mod common;
 #[path = "driver_common.rs"]

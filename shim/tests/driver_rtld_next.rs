@@ -2,6 +2,8 @@
 //! caller's return address, so an interposed `dlsym` that calls the real one from its own frame
 //! hands a `puts` wrapper itself back. The shim's tail-jump trampoline must keep every other
 //! library's RTLD_NEXT lookups exactly as they are without it.
+// The hooks exist on x86_64 Linux only (naked-asm trampoline and stubs).
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 #[path = "driver_common.rs"]
 mod driver_common;
