@@ -5,7 +5,6 @@
 // The hooks exist on x86_64 Linux only (naked-asm trampoline and stubs).
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-#[path = "driver_common.rs"]
 mod driver_common;
 
 use driver_common::*;

@@ -6,7 +6,6 @@
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 mod common;
-#[path = "driver_common.rs"]
 mod driver_common;
 
 use common::{compile_driver, Wheel};

@@ -1,6 +1,6 @@
 //! Helpers for the driver tests: building the libcuda TEST DOUBLE (`tests/doubles/libcuda`)
 //! and the C programs under `tests/c/driver`, running them with and without the shim, and
-//! reading the driver records of a dump. Included with `#[path]` by the `driver_*` tests.
+//! reading the driver records of a dump. A directory module so Cargo does not build it as a test of its own.
 #![allow(dead_code)]
 
 use ncclshim_dump::layout::counters;
