@@ -9,16 +9,17 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cache="${1:-$root/.cache/nccl}"
 mkdir -p "$cache"
 
-fetch() { # name spec
-    local name="$1" spec="$2" dir="$cache/$1"
-    if [[ -f "$dir/lib/libnccl.so.2" && -f "$dir/VERSION" ]]; then
+fetch() { # name spec version
+    local name="$1" spec="$2" want="$3" dir="$cache/$1"
+    if [[ -f "$dir/lib/libnccl.so.2" && "$(cat "$dir/VERSION" 2>/dev/null)" == "$want" ]]; then
         return 0
     fi
     local tmp
     tmp="$(mktemp -d "$cache/.dl.XXXXXX")"
     python3 -m pip download --quiet --disable-pip-version-check --no-deps \
         --only-binary=:all: --python-version 3.11 \
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_18_x86_64 --platform manylinux2014_x86_64 \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_18_x86_64 \
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
         -d "$tmp" "$spec" >&2
     local whl
     whl="$(ls "$tmp"/*.whl | head -n1)"
@@ -40,7 +41,7 @@ PY
     rm -rf "$tmp"
 }
 
-# The newest cu12 wheel the index has (2.31.x or 2.32.x at the time of writing).
-fetch cu12 "nvidia-nccl-cu12>=2.31"
-fetch cu11 "nvidia-nccl-cu11==2.21.5"
+# Pinned, so every machine tests the same binaries: the newest cu12 release and the last cu11 one.
+fetch cu12 "nvidia-nccl-cu12==2.32.3" 2.32.3
+fetch cu11 "nvidia-nccl-cu11==2.21.5" 2.21.5
 for d in cu12 cu11; do echo "$d $(cat "$cache/$d/VERSION") $cache/$d/lib/libnccl.so.2"; done

@@ -92,7 +92,10 @@ fn has_ib(h: &HostFacts) -> bool {
 }
 
 fn peermem(h: &HostFacts, suffix: &str) -> Option<bool> {
-    h.peermem.iter().find(|p| p.path.ends_with(suffix)).map(|p| p.exists)
+    h.peermem
+        .iter()
+        .find(|p| p.path.ends_with(suffix))
+        .map(|p| p.exists)
 }
 
 /// Runs every check on collected facts.
@@ -118,7 +121,10 @@ pub fn run_checks(f: &Facts) -> Vec<Check> {
         _ => Check::new("nccl-installed", Status::Ok, "NCCL is installed"),
     };
     for n in &f.nccl {
-        let v = n.version.map(|v| nccl_version_string(v as u64)).unwrap_or_else(|| "version unknown".into());
+        let v = n
+            .version
+            .map(|v| nccl_version_string(v as u64))
+            .unwrap_or_else(|| "version unknown".into());
         c = c.evidence(format!("{} ({v})", n.path));
     }
     out.push(c);
@@ -183,7 +189,11 @@ pub fn run_checks(f: &Facts) -> Vec<Check> {
             .remedy("Upgrade NCCL to 2.23.4 or newer, or use DMA-BUF (NCCL_DMABUF_ENABLE=1).")
             .catalog("C05");
             for n in old {
-                c = c.evidence(format!("{} is NCCL {}", n.path, nccl_version_string(n.version.unwrap_or(0) as u64)));
+                c = c.evidence(format!(
+                    "{} is NCCL {}",
+                    n.path,
+                    nccl_version_string(n.version.unwrap_or(0) as u64)
+                ));
             }
             out.push(c);
         } else if !module && !legacy {
@@ -243,7 +253,12 @@ pub fn run_checks(f: &Facts) -> Vec<Check> {
             })
             .collect();
         if !filter_matches(v, &ifs) {
-            let names: Vec<&str> = h.netifs.iter().filter(|i| i.up).map(|i| i.name.as_str()).collect();
+            let names: Vec<&str> = h
+                .netifs
+                .iter()
+                .filter(|i| i.up)
+                .map(|i| i.name.as_str())
+                .collect();
             out.push(
                 Check::new(
                     "socket-ifname-no-match",
@@ -260,20 +275,35 @@ pub fn run_checks(f: &Facts) -> Vec<Check> {
 
     // Settings that are legal but often the cause of a slow or failing job.
     for (k, why) in [
-        ("NCCL_P2P_DISABLE", "GPU peer-to-peer is off: intra-node traffic goes through host memory"),
+        (
+            "NCCL_P2P_DISABLE",
+            "GPU peer-to-peer is off: intra-node traffic goes through host memory",
+        ),
         ("NCCL_SHM_DISABLE", "the shared-memory transport is off"),
-        ("NCCL_IB_DISABLE", "NCCL's InfiniBand transport is off: inter-node traffic uses TCP sockets"),
+        (
+            "NCCL_IB_DISABLE",
+            "NCCL's InfiniBand transport is off: inter-node traffic uses TCP sockets",
+        ),
     ] {
         if env_is_true(env, k) && (k != "NCCL_IB_DISABLE" || has_ib(h)) {
-            out.push(Check::new("nccl-setting", Status::Info, format!("{k}=1: {why}")).remedy(format!(
-                "Keep {k}=1 only as a deliberate workaround; it costs bandwidth."
-            )));
+            out.push(
+                Check::new("nccl-setting", Status::Info, format!("{k}=1: {why}")).remedy(format!(
+                    "Keep {k}=1 only as a deliberate workaround; it costs bandwidth."
+                )),
+            );
         }
     }
-    let tuning: Vec<String> = ["NCCL_ALGO", "NCCL_PROTO", "NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS"]
-        .iter()
-        .filter_map(|k| env.get(*k).map(|v| format!("{k}={v}")))
-        .collect();
+    let tuning: Vec<String> = [
+        "NCCL_ALGO",
+        "NCCL_PROTO",
+        "NCCL_BUFFSIZE",
+        "NCCL_NTHREADS",
+        "NCCL_MAX_NCHANNELS",
+        "NCCL_MIN_NCHANNELS",
+    ]
+    .iter()
+    .filter_map(|k| env.get(*k).map(|v| format!("{k}={v}")))
+    .collect();
     if !tuning.is_empty() {
         let mut c = Check::new(
             "nccl-tuning",
@@ -290,9 +320,13 @@ pub fn run_checks(f: &Facts) -> Vec<Check> {
     if let Some(p) = env.get("NCCL_PROFILER_PLUGIN") {
         if p.contains('/') && !Path::new(p).exists() {
             out.push(
-                Check::new("profiler-plugin-missing", Status::Warn, "NCCL_PROFILER_PLUGIN names a file that does not exist")
-                    .evidence(format!("NCCL_PROFILER_PLUGIN={p}"))
-                    .remedy("Point it at libnccl-profiler-ncclshim.so (absolute path) or unset it."),
+                Check::new(
+                    "profiler-plugin-missing",
+                    Status::Warn,
+                    "NCCL_PROFILER_PLUGIN names a file that does not exist",
+                )
+                .evidence(format!("NCCL_PROFILER_PLUGIN={p}"))
+                .remedy("Point it at libnccl-profiler-ncclshim.so (absolute path) or unset it."),
             );
         }
     }
@@ -303,8 +337,14 @@ pub fn run_checks(f: &Facts) -> Vec<Check> {
         );
     }
     match &f.nvidia_driver {
-        Some(v) => out.push(Check::new("nvidia-driver", Status::Ok, "NVIDIA driver loaded").evidence(v.clone())),
-        None => out.push(Check::new("nvidia-driver", Status::Info, "no NVIDIA driver on this host (/proc/driver/nvidia/version absent)")),
+        Some(v) => out.push(
+            Check::new("nvidia-driver", Status::Ok, "NVIDIA driver loaded").evidence(v.clone()),
+        ),
+        None => out.push(Check::new(
+            "nvidia-driver",
+            Status::Info,
+            "no NVIDIA driver on this host (/proc/driver/nvidia/version absent)",
+        )),
     }
     out
 }
@@ -317,9 +357,16 @@ fn find_nccl_files() -> Vec<PathBuf> {
         dirs.extend(v.split(':').filter(|d| !d.is_empty()).map(PathBuf::from));
     }
     dirs.extend(
-        ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib", "/usr/local/cuda/lib64", "/usr/lib/aarch64-linux-gnu"]
-            .iter()
-            .map(PathBuf::from),
+        [
+            "/usr/lib/x86_64-linux-gnu",
+            "/usr/lib64",
+            "/usr/lib",
+            "/usr/local/lib",
+            "/usr/local/cuda/lib64",
+            "/usr/lib/aarch64-linux-gnu",
+        ]
+        .iter()
+        .map(PathBuf::from),
     );
     let sites = std::process::Command::new("python3")
         .args(["-c", "import site,sys\nfor p in site.getsitepackages()+[site.getusersitepackages()]: print(p)"])
@@ -336,7 +383,9 @@ fn find_nccl_files() -> Vec<PathBuf> {
         files.push(PathBuf::from(p));
     }
     for d in dirs {
-        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if name.starts_with("libnccl.so") {
@@ -439,8 +488,18 @@ mod tests {
             memlock_unlimited: true,
             libibverbs_dlopen: false,
             netifs: vec![
-                NetIf { name: "lo".into(), up: true, loopback: true, addrs: vec!["127.0.0.1".into()] },
-                NetIf { name: "eth0".into(), up: true, loopback: false, addrs: vec!["10.0.0.5".into()] },
+                NetIf {
+                    name: "lo".into(),
+                    up: true,
+                    loopback: true,
+                    addrs: vec!["127.0.0.1".into()],
+                },
+                NetIf {
+                    name: "eth0".into(),
+                    up: true,
+                    loopback: false,
+                    addrs: vec!["10.0.0.5".into()],
+                },
             ],
             ..HostFacts::default()
         }
@@ -448,27 +507,53 @@ mod tests {
 
     fn facts(env: &[(&str, &str)], host: HostFacts, nccl: &[(&str, i64)]) -> Facts {
         Facts {
-            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             host,
-            nccl: nccl.iter().map(|(p, v)| InstalledNccl { path: p.to_string(), version: Some(*v) }).collect(),
+            nccl: nccl
+                .iter()
+                .map(|(p, v)| InstalledNccl {
+                    path: p.to_string(),
+                    version: Some(*v),
+                })
+                .collect(),
             nvidia_driver: None,
         }
     }
 
     fn ids(c: &[Check], status: Status) -> Vec<&'static str> {
-        c.iter().filter(|c| c.status == status).map(|c| c.id).collect()
+        c.iter()
+            .filter(|c| c.status == status)
+            .map(|c| c.id)
+            .collect()
     }
 
     #[test]
     fn a_healthy_host_has_no_warnings_or_errors() {
-        let c = run_checks(&facts(&[("NCCL_DEBUG", "WARN")], host(), &[("/usr/lib/libnccl.so.2", 22703)]));
-        assert!(ids(&c, Status::Error).is_empty() && ids(&c, Status::Warn).is_empty(), "{c:#?}");
+        let c = run_checks(&facts(
+            &[("NCCL_DEBUG", "WARN")],
+            host(),
+            &[("/usr/lib/libnccl.so.2", 22703)],
+        ));
+        assert!(
+            ids(&c, Status::Error).is_empty() && ids(&c, Status::Warn).is_empty(),
+            "{c:#?}"
+        );
     }
 
     #[test]
     fn forced_ib_without_verbs_is_an_error() {
-        let c = run_checks(&facts(&[("NCCL_NET", "ib")], host(), &[("/x/libnccl.so.2", 23203)]));
-        let e = c.iter().find(|c| c.id == "net-ib-unavailable").expect("C01 check");
+        let c = run_checks(&facts(
+            &[("NCCL_NET", "ib")],
+            host(),
+            &[("/x/libnccl.so.2", 23203)],
+        ));
+        let e = c
+            .iter()
+            .find(|c| c.id == "net-ib-unavailable")
+            .expect("C01 check");
         assert_eq!(e.status, Status::Error);
         assert!(e.evidence.iter().any(|l| l.contains("not found")));
     }
@@ -484,7 +569,10 @@ mod tests {
         ));
         assert_eq!(ids(&c, Status::Error), vec!["socket-ifname-no-match"]);
         let warns = ids(&c, Status::Warn);
-        assert!(warns.contains(&"dev-shm-small") && warns.contains(&"nccl-installed"), "{warns:?}");
+        assert!(
+            warns.contains(&"dev-shm-small") && warns.contains(&"nccl-installed"),
+            "{warns:?}"
+        );
         let ok = run_checks(&facts(&[("NCCL_SOCKET_IFNAME", "=eth0")], host(), &[]));
         assert!(ids(&ok, Status::Error).is_empty());
     }
@@ -495,8 +583,16 @@ mod tests {
         h.infiniband = vec!["mlx5_0".into()];
         h.libibverbs_dlopen = true;
         h.peermem = vec![
-            PathFact { path: "/sys/kernel/mm/memory_peers/nv_mem/version".into(), exists: false, content: None },
-            PathFact { path: "/sys/module/nvidia_peermem/version".into(), exists: true, content: Some("1.0".into()) },
+            PathFact {
+                path: "/sys/kernel/mm/memory_peers/nv_mem/version".into(),
+                exists: false,
+                content: None,
+            },
+            PathFact {
+                path: "/sys/module/nvidia_peermem/version".into(),
+                exists: true,
+                content: Some("1.0".into()),
+            },
         ];
         let c = run_checks(&facts(&[], h.clone(), &[("/x/libnccl.so.2", 21903)]));
         assert!(ids(&c, Status::Warn).contains(&"gdr-peermem-undetected"));

@@ -3,6 +3,7 @@
 //! report ([`report`]), the raw `dump` view ([`dumpjson`]) and synthetic job dumps for tests and
 //! benchmarks ([`synth`]).
 
+pub mod doctor;
 pub mod dumpjson;
 pub mod load;
 pub mod model;
@@ -10,8 +11,10 @@ pub mod names;
 pub mod profnames;
 pub mod report;
 pub mod rules;
+pub mod run;
 pub mod scenarios;
 pub mod synth;
+pub mod trace;
 
 use std::path::Path;
 

@@ -43,6 +43,36 @@ enum Command {
         #[arg(long, value_enum, default_value = "auto")]
         color: ColorChoice,
     },
+    /// Write a Perfetto / Chrome trace (one process per rank, clocks aligned across hosts).
+    Trace {
+        /// Directory holding the job's `*.ncclshim` files.
+        dir: PathBuf,
+        /// Output file (open it in ui.perfetto.dev or chrome://tracing).
+        #[arg(short, long, default_value = "trace.json")]
+        output: PathBuf,
+    },
+    /// Run a command with the recorder preloaded, the profiler plugin and the dump directory set;
+    /// print the report if the command fails. Exits with the command's exit code.
+    Run {
+        /// Dump directory (default: $NCCLSHIM_DIR, else ./ncclshim-dumps/run-<time>).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Do not set NCCL_PROFILER_PLUGIN.
+        #[arg(long)]
+        no_plugin: bool,
+        /// The command and its arguments (after `--`).
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// Check this host before a job: libibverbs, peermem, /dev/shm, memlock, NCCL versions, NCCL_* settings.
+    Doctor {
+        /// Machine-readable JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Colors in the text output.
+        #[arg(long, value_enum, default_value = "auto")]
+        color: ColorChoice,
+    },
 }
 
 /// Exit status when the tool itself failed (unreadable input, bad arguments).
@@ -53,6 +83,13 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Dump { file } => cmd_dump(&file),
         Command::Report { dir, json, color } => cmd_report(&dir, json, color),
+        Command::Trace { dir, output } => cmd_trace(&dir, &output),
+        Command::Run {
+            dir,
+            no_plugin,
+            command,
+        } => cmd_run(dir.as_deref(), !no_plugin, &command),
+        Command::Doctor { json, color } => cmd_doctor(json, color),
     };
     match result {
         Ok(code) => code,
@@ -61,6 +98,84 @@ fn main() -> ExitCode {
             ExitCode::from(TOOL_FAILED)
         }
     }
+}
+
+fn use_color(choice: ColorChoice) -> bool {
+    match choice {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => {
+            std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+        }
+    }
+}
+
+fn cmd_trace(dir: &std::path::Path, output: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let files = collector_cli::load::find_dumps(dir)
+        .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", dir.display()))?;
+    let loaded = collector_cli::load::load_files(dir, &files, None);
+    for p in &loaded.problems {
+        eprintln!("ncclshim: skipped {}: {}", p.file, p.error);
+    }
+    if loaded.dumps.is_empty() {
+        anyhow::bail!("{}: no readable dump files", dir.display());
+    }
+    let job = collector_cli::model::JobModel::build(&loaded.dumps, |d| {
+        collector_cli::load::display_path(dir, &d.path)
+    });
+    let trace = collector_cli::trace::build_trace(&loaded.dumps, &job);
+    let f = std::fs::File::create(output)
+        .map_err(|e| anyhow::anyhow!("{}: cannot create: {e}", output.display()))?;
+    let mut w = std::io::BufWriter::new(f);
+    serde_json::to_writer(&mut w, &trace)?;
+    w.flush()?;
+    eprintln!(
+        "ncclshim: wrote {} ({} processes); open it in ui.perfetto.dev",
+        output.display(),
+        job.processes.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_run(
+    dir: Option<&std::path::Path>,
+    with_plugin: bool,
+    command: &[std::ffi::OsString],
+) -> anyhow::Result<ExitCode> {
+    use collector_cli::run;
+    let plan = run::plan(dir, with_plugin, |k| std::env::var_os(k))?;
+    eprintln!("ncclshim: recording into {}", plan.dir.display());
+    let status = run::execute(&plan, command)?;
+    let code = run::exit_code(status);
+    if code != 0 {
+        eprintln!(
+            "ncclshim: the command failed ({status}); report of {}:",
+            plan.dir.display()
+        );
+        match analyze_dir(&plan.dir, None) {
+            Ok(report) => print!("{}", report.to_text(use_color(ColorChoice::Auto))),
+            Err(e) => eprintln!("ncclshim: no report: {e:#}"),
+        }
+    }
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+fn cmd_doctor(json: bool, color: ColorChoice) -> anyhow::Result<ExitCode> {
+    use collector_cli::doctor;
+    let facts = doctor::collect();
+    let checks = doctor::run_checks(&facts);
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(
+            &mut out,
+            &serde_json::json!({"checks": checks, "facts": facts}),
+        )?;
+        writeln!(out)?;
+    } else {
+        write!(out, "{}", doctor::render_text(&checks, use_color(color)))?;
+    }
+    let failed = checks.iter().any(|c| c.status == doctor::Status::Error);
+    Ok(ExitCode::from(u8::from(failed)))
 }
 
 fn cmd_dump(file: &std::path::Path) -> anyhow::Result<ExitCode> {
@@ -109,14 +224,7 @@ fn cmd_report(dir: &std::path::Path, json: bool, color: ColorChoice) -> anyhow::
         serde_json::to_writer_pretty(&mut out, &report)?;
         writeln!(out)?;
     } else {
-        let color = match color {
-            ColorChoice::Always => true,
-            ColorChoice::Never => false,
-            ColorChoice::Auto => {
-                std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
-            }
-        };
-        write!(out, "{}", report.to_text(color))?;
+        write!(out, "{}", report.to_text(use_color(color)))?;
     }
     if readable == 0 {
         eprintln!(

@@ -12,7 +12,10 @@ use std::process::{Command, ExitStatus};
 
 pub const SHIM_NAME: &str = "libncclshim.so";
 /// The name NCCL derives from `NCCL_PROFILER_PLUGIN=ncclshim`; cargo's own name is the fallback.
-pub const PLUGIN_NAMES: [&str; 2] = ["libnccl-profiler-ncclshim.so", "libnccl_profiler_ncclshim.so"];
+pub const PLUGIN_NAMES: [&str; 2] = [
+    "libnccl-profiler-ncclshim.so",
+    "libnccl_profiler_ncclshim.so",
+];
 
 /// What `run` sets up.
 #[derive(Debug, Clone)]
@@ -46,7 +49,11 @@ pub fn find_in(dirs: &[PathBuf], names: &[&str]) -> Option<PathBuf> {
 
 /// Works out the environment for the command. `dir` defaults to `$NCCLSHIM_DIR`, else a new
 /// `ncclshim-dumps/<time>` under the current directory.
-pub fn plan(dir: Option<&Path>, with_plugin: bool, current: impl Fn(&str) -> Option<OsString>) -> Result<RunPlan> {
+pub fn plan(
+    dir: Option<&Path>,
+    with_plugin: bool,
+    current: impl Fn(&str) -> Option<OsString>,
+) -> Result<RunPlan> {
     let dirs = library_dirs();
     let shim = find_in(&dirs, &[SHIM_NAME]);
     if shim.is_none() {
@@ -55,7 +62,11 @@ pub fn plan(dir: Option<&Path>, with_plugin: bool, current: impl Fn(&str) -> Opt
             dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
         );
     }
-    let plugin = if with_plugin { find_in(&dirs, &PLUGIN_NAMES) } else { None };
+    let plugin = if with_plugin {
+        find_in(&dirs, &PLUGIN_NAMES)
+    } else {
+        None
+    };
     let dir = match dir {
         Some(d) => d.to_path_buf(),
         None => match current("NCCLSHIM_DIR").filter(|v| !v.is_empty()) {
@@ -69,8 +80,11 @@ pub fn plan(dir: Option<&Path>, with_plugin: bool, current: impl Fn(&str) -> Opt
             }
         },
     };
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating dump directory {}", dir.display()))?;
-    let dir = dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("creating dump directory {}", dir.display()))?;
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", dir.display()))?;
 
     let mut env = Vec::new();
     let shim_path = shim.clone().expect("checked above");
@@ -89,10 +103,18 @@ pub fn plan(dir: Option<&Path>, with_plugin: bool, current: impl Fn(&str) -> Opt
     if let Some(p) = &plugin {
         // A profiler the user chose stays; NCCL loads only one.
         if current("NCCL_PROFILER_PLUGIN").is_none() {
-            env.push(("NCCL_PROFILER_PLUGIN".to_owned(), p.clone().into_os_string()));
+            env.push((
+                "NCCL_PROFILER_PLUGIN".to_owned(),
+                p.clone().into_os_string(),
+            ));
         }
     }
-    Ok(RunPlan { shim, plugin, dir, env })
+    Ok(RunPlan {
+        shim,
+        plugin,
+        dir,
+        env,
+    })
 }
 
 /// Runs `cmd` under `plan` and waits for it.
@@ -126,10 +148,24 @@ mod tests {
         let libdir = tempfile::tempdir().unwrap();
         let shim = libdir.path().join(SHIM_NAME);
         std::fs::write(&shim, b"").unwrap();
-        assert_eq!(find_in(&[libdir.path().to_path_buf()], &[SHIM_NAME]), shim.canonicalize().ok());
+        assert_eq!(
+            find_in(&[libdir.path().to_path_buf()], &[SHIM_NAME]),
+            shim.canonicalize().ok()
+        );
         assert_eq!(find_in(&[libdir.path().to_path_buf()], &PLUGIN_NAMES), None);
-        assert_eq!(exit_code(std::process::Command::new("sh").args(["-c", "exit 3"]).status().unwrap()), 3);
-        let killed = std::process::Command::new("sh").args(["-c", "kill -9 $$"]).status().unwrap();
+        assert_eq!(
+            exit_code(
+                std::process::Command::new("sh")
+                    .args(["-c", "exit 3"])
+                    .status()
+                    .unwrap()
+            ),
+            3
+        );
+        let killed = std::process::Command::new("sh")
+            .args(["-c", "kill -9 $$"])
+            .status()
+            .unwrap();
         assert_eq!(exit_code(killed), 137);
     }
 }

@@ -24,12 +24,18 @@ const KERNEL_PHASE_STOP: u64 = 31;
 const GPU_TRACK_BASE: u64 = 1 << 40;
 
 fn wall(d: &Dump, mono: u64) -> i128 {
-    i128::from(mono) - i128::from(d.header.clock.monotonic_ns) + i128::from(d.header.clock.realtime_ns)
+    i128::from(mono) - i128::from(d.header.clock.monotonic_ns)
+        + i128::from(d.header.clock.realtime_ns)
 }
 
 fn process_key(d: &Dump) -> (String, String, u32, u64) {
     let h = &d.header;
-    (h.hostname.clone(), h.boot_id.clone(), h.pid, h.pid_start_ticks)
+    (
+        h.hostname.clone(),
+        h.boot_id.clone(),
+        h.pid,
+        h.pid_start_ticks,
+    )
 }
 
 /// Per-host clock shifts (ns) from shared communicator-creation anchors.
@@ -84,11 +90,17 @@ fn named_args(r: &Record) -> Map<String, Value> {
         for (name, v) in call.arg_names().iter().zip(r.args) {
             m.insert((*name).to_owned(), json!(v));
         }
-        if matches!(call, CallId::ProfColl | CallId::ProfP2p | CallId::ProfCollApi | CallId::ProfP2pApi) {
+        if matches!(
+            call,
+            CallId::ProfColl | CallId::ProfP2p | CallId::ProfCollApi | CallId::ProfP2pApi
+        ) {
             if let Some(f) = r.arg("func").and_then(|c| NameTable::Func.name_of(c)) {
                 m.insert("func".into(), json!(f));
             }
-            if let Some(dt) = r.arg("datatype").and_then(|c| NameTable::Datatype.name_of(c)) {
+            if let Some(dt) = r
+                .arg("datatype")
+                .and_then(|c| NameTable::Datatype.name_of(c))
+            {
                 m.insert("datatype".into(), json!(dt));
             }
         }
@@ -144,12 +156,15 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
     let mut events: Vec<Value> = Vec::new();
     let mut named_threads: BTreeMap<(u64, u64), String> = BTreeMap::new();
     for (pid, label) in pids.values() {
-        events.push(json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": label}}));
+        events
+            .push(json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": label}}));
         events.push(json!({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}}));
     }
 
     for d in dumps {
-        let Some(&(pid, _)) = pids.get(&process_key(d)) else { continue };
+        let Some(&(pid, _)) = pids.get(&process_key(d)) else {
+            continue;
+        };
         let end = d
             .records
             .iter()
@@ -163,7 +178,9 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
             } else {
                 format!("{} ({tag})", ring.thread_name)
             };
-            named_threads.entry((pid, u64::from(ring.tid))).or_insert(name);
+            named_threads
+                .entry((pid, u64::from(ring.tid)))
+                .or_insert(name);
         }
         let by_ref: HashMap<SlotRef, &Record> = d
             .records
@@ -204,10 +221,12 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
                     if state != KERNEL_CH_STOP && state != KERNEL_PHASE_STOP {
                         continue;
                     }
-                    let Some(start) = SlotRef::decode(r.args[0]).and_then(|s| by_ref.get(&s)) else {
+                    let Some(start) = SlotRef::decode(r.args[0]).and_then(|s| by_ref.get(&s))
+                    else {
                         continue;
                     };
-                    let (channel, gpu_start) = (start.arg("channel").unwrap_or(0), start.arg("gpu_start_ns"));
+                    let (channel, gpu_start) =
+                        (start.arg("channel").unwrap_or(0), start.arg("gpu_start_ns"));
                     let Some(gpu_start) = gpu_start.filter(|&g| g != 0 && r.args[2] >= g) else {
                         continue;
                     };
@@ -253,7 +272,10 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
     for ((pid, tid), name) in named_threads {
         events.push(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}));
     }
-    let shifts_json: Map<String, Value> = shifts.into_iter().map(|(h, s)| (h, json!(s as i64))).collect();
+    let shifts_json: Map<String, Value> = shifts
+        .into_iter()
+        .map(|(h, s)| (h, json!(s as i64)))
+        .collect();
     json!({
         "traceEvents": events,
         "displayTimeUnit": "ns",
@@ -314,7 +336,10 @@ mod tests {
     #[test]
     fn one_process_per_rank_with_calls_profiler_and_gpu_slices() {
         let dir = tempfile::tempdir().unwrap();
-        let dumps = vec![rank_dump(dir.path(), "a", 10, 0), rank_dump(dir.path(), "b", 20, 1)];
+        let dumps = vec![
+            rank_dump(dir.path(), "a", 10, 0),
+            rank_dump(dir.path(), "b", 20, 1),
+        ];
         let job = JobModel::build(&dumps, |d| d.path.display().to_string());
         let trace = build_trace(&dumps, &job);
         let events = trace["traceEvents"].as_array().unwrap();
@@ -331,9 +356,18 @@ mod tests {
         let gpu: Vec<_> = events.iter().filter(|e| e["cat"] == "gpu").collect();
         assert_eq!(gpu.len(), 2);
         assert_eq!(gpu[0]["dur"], json!(5.0));
-        let in_flight: Vec<_> = events.iter().filter(|e| e["args"]["in_flight"] == json!(true)).collect();
-        assert_eq!(in_flight.len(), 2, "ncclGroupEnd never returned on either rank");
-        assert!(trace["otherData"]["host_clock_shifts_ns"].get("boot-b").is_some());
+        let in_flight: Vec<_> = events
+            .iter()
+            .filter(|e| e["args"]["in_flight"] == json!(true))
+            .collect();
+        assert_eq!(
+            in_flight.len(),
+            2,
+            "ncclGroupEnd never returned on either rank"
+        );
+        assert!(trace["otherData"]["host_clock_shifts_ns"]
+            .get("boot-b")
+            .is_some());
         for e in events.iter().filter(|e| e["ph"] == "X") {
             assert!(e["dur"].as_f64().unwrap() >= 0.0);
             assert!(e["ts"].as_f64().unwrap() >= 0.0);

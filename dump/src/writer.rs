@@ -60,7 +60,7 @@ unsafe impl Sync for Recorder {}
 
 /// A reference to a committed record: which ring and which sequence number. Profiler handles
 /// and stop/state records carry it encoded as one `u64`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SlotRef {
     pub ring: u32,
     pub seq: u64,

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One-time setup on a fresh machine: caches the real libnccl.so.2 from the PyPI wheels (what the tests
+# and the demo run against) and builds the release artifacts (libncclshim.so, the profiler plugin under
+# both of its names, the ncclshim CLI). Idempotent; safe to run again.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+command -v cc >/dev/null || { echo "setup: a C compiler (cc) is needed for the tests' C drivers" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "setup: python3 with pip is needed to fetch the NCCL wheels" >&2; exit 1; }
+bash scripts/fetch-nccl.sh
+cargo build --release --workspace --quiet
+if [[ -f scripts/install-plugin.sh ]]; then
+    bash scripts/install-plugin.sh target/release
+fi
+echo "setup: release artifacts in $root/target/release"
