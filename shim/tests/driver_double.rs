@@ -158,6 +158,8 @@ fn every_watched_call_is_recorded_with_its_arguments() {
             "cuMemAddressFree",
             "cuMemRelease",
             "cuMemRelease",
+            "cuMemRelease",
+            "cuMemRelease",
             "cuMulticastCreate",
             "cuMulticastAddDevice",
             "cuMulticastBindMem",
@@ -232,6 +234,11 @@ fn every_watched_call_is_recorded_with_its_arguments() {
     assert!(arg(range, "handle") < 1 << 20, "a dma-buf fd");
     let rel = by(CallId::CuMemRelease);
     assert_eq!((rel[0].rc, rel[1].rc, arg(rel[1], "handle")), (0, 1, 0));
+    // The flags=2 lookup got its own wrapper copy calling its own target (801), the first
+    // copy still calls the default one (0); the @14000 lookup was not wrapped (4 records).
+    assert_eq!(field(&out, "cuMemRelease[ptds] ", "rc"), "801");
+    assert_eq!((rel[2].rc, rel[3].rc), (801, 0));
+    assert_eq!(field(&out, "cuMemRelease@14000 ", "rc"), "0");
     let mcc = by(CallId::CuMulticastCreate)[0];
     assert_eq!(
         (
@@ -284,7 +291,7 @@ fn v1_cuda11_path_is_wrapped_too() {
     let out = same_both_ways(&s, "v1", &[]);
     assert!(out.contains("dlsym cuGetProcAddress ok"), "{out}");
     let d = single_dump(&s.dumps);
-    assert_eq!(driver_calls(&d).len(), 22);
+    assert_eq!(driver_calls(&d).len(), 24);
     let opens = calls_of(&d, CallId::CuIpcOpenMemHandle);
     assert_eq!((arg(opens[0], "abi"), arg(opens[1], "abi")), (1, 2));
 }

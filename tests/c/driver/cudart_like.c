@@ -136,6 +136,13 @@ static int mode_all(int use_v1) {
     CUresult (*release)(CUmemGenericAllocationHandle) = look("cuMemRelease", 10020, 0);
     printf("cuMemRelease rc=%d\n", release(mh));
     printf("cuMemRelease(0) rc=%d\n", release(0));
+    /* Per-thread-stream flavour: a different driver function behind the same name. */
+    CUresult (*release_ptds)(CUmemGenericAllocationHandle) = look("cuMemRelease", 10020, 2);
+    printf("cuMemRelease[ptds] rc=%d\n", release_ptds(mh));
+    printf("cuMemRelease again rc=%d\n", release(mh));
+    /* A version from a CUDA the shim does not know: must come back unwrapped (not recorded). */
+    CUresult (*release_future)(CUmemGenericAllocationHandle) = look("cuMemRelease", 14000, 0);
+    printf("cuMemRelease@14000 rc=%d\n", release_future(mh));
 
     CUmulticastObjectProp mprop = {2, 1 << 21, 1, 0};
     CUresult (*mcc)(CUmemGenericAllocationHandle *, const CUmulticastObjectProp *) = look("cuMulticastCreate", 12010, 0);

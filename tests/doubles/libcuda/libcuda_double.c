@@ -153,6 +153,14 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
     return h == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
+/* What the lookup returns for cuMemRelease with flags=2 (per-thread default stream): a distinct
+ * function, as a real driver may hand out, so a test sees whether each wrapper calls its own
+ * target. */
+static CUresult cuMemRelease_ptds(CUmemGenericAllocationHandle h) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    return h == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
+}
+
 EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h, unsigned int type, unsigned long long flags) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
     if (!out || flags != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -344,6 +352,7 @@ static CUresult lookup(const char *symbol, void **pfn, int version, unsigned lon
         }
         st = STATUS_VERSION_NOT_SUFFICIENT;
     }
+    if (rc == CUDA_SUCCESS && flags == 2 && *pfn == (void *)cuMemRelease) *pfn = (void *)cuMemRelease_ptds;
     if (!known && strncmp(symbol, "cu", 2) == 0 && strlen(symbol) > 2) {
         const char *mode = getenv("LIBCUDA_DOUBLE_UNKNOWN");
         if (!(mode && strcmp(mode, "notfound") == 0)) {
