@@ -16,6 +16,8 @@ fetch() { # name spec version
     fi
     local tmp
     tmp="$(mktemp -d "$cache/.dl.XXXXXX")"
+    # A failed download must not leave half a wheel behind.
+    trap 'rm -rf "$tmp"' RETURN
     python3 -m pip download --quiet --disable-pip-version-check --no-deps \
         --only-binary=:all: --python-version 3.11 \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_18_x86_64 \

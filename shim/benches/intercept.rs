@@ -40,6 +40,28 @@ fn round(f: GetVersion) -> f64 {
     t.elapsed().as_nanos() as f64 / f64::from(CALLS)
 }
 
+/// ns per iteration of the floor any recorded call pays: two CLOCK_MONOTONIC reads (entry, exit)
+/// and one 128-byte record store.
+fn floor_round(slot: &mut [u64; 16]) -> f64 {
+    let t = Instant::now();
+    for i in 0..CALLS {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: ts is a valid out-pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        let rec = [u64::from(i) ^ ts.tv_nsec as u64; 16];
+        // SAFETY: slot is a valid, aligned 128-byte buffer; volatile keeps the store.
+        unsafe { std::ptr::write_volatile(slot, rec) };
+        // SAFETY: as above.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        // SAFETY: as above.
+        unsafe { std::ptr::write_volatile(&mut slot[1], ts.tv_nsec as u64) };
+    }
+    t.elapsed().as_nanos() as f64 / f64::from(CALLS)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -68,17 +90,33 @@ fn main() {
     assert!(v > 0);
 
     let rounds = if quick { 1 } else { ROUNDS };
-    let (mut d, mut s, mut added) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut d, mut s, mut added, mut fl, mut beyond) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut slot = Box::new([0u64; 16]);
     for _ in 0..rounds {
         let a = round(direct);
         let b = round(shim);
+        let f = floor_round(&mut slot);
         d.push(a);
         s.push(b);
         added.push(b - a);
+        fl.push(f);
+        beyond.push(b - a - f);
     }
     println!("ncclGetVersion (NCCL {v}), {rounds} alternating rounds of {CALLS} calls, medians:");
     println!("  direct (pncclGetVersion)       {:7.1} ns/call", median(d));
     println!("  through the shim (recorded)    {:7.1} ns/call", median(s));
-    println!("  added by the shim              {:7.1} ns/call", median(added));
+    println!(
+        "  added by the shim              {:7.1} ns/call",
+        median(added)
+    );
+    println!(
+        "  floor: 2 clock reads + 128 B   {:7.1} ns/call",
+        median(fl)
+    );
+    println!(
+        "  shim cost beyond the floor     {:7.1} ns/call",
+        median(beyond)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
