@@ -325,7 +325,8 @@ call_ids! {
     /// A fatal signal reached the process (if the recorder installed a handler).
     FatalSignal = 0x0304, "fatalSignal", ["signo", "code", "addr"];
     /// A snapshot of environment / libraries / host facts (`blob`). `reason`: 0 = the dump was
-    /// created (first NCCL event), 1 = a communicator init (only changed snapshots are stored);
+    /// created (first NCCL event), 1 = a communicator init (only changed snapshots are stored),
+    /// 2 = the shim's driver hooks first saw a device (a `gpu` blob: ordinal, pci_bus_id, uuid, name);
     /// `blob_kind` repeats the blob's `BlobKind`.
     SnapshotTaken = 0x0305, "snapshot", ["reason", "blob_kind"];
     /// A test or benchmark record with no meaning of its own.

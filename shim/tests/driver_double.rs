@@ -87,6 +87,13 @@ fn failing_import_is_recorded_with_rc_handle_type_fd_device_and_caller() {
     // Failed: the out-handle is not read back.
     assert_eq!(arg(r, "handle"), u64::MAX);
     assert!(arg(r, "caller") != 0);
+    // The device's identity, once, as the GPU snapshot the CLI's GPU facts come from.
+    let gpus = gpu_snapshots(&d);
+    assert_eq!(gpus.len(), 1, "{gpus:?}");
+    assert_eq!(gpus[0]["ordinal"], 0);
+    assert_eq!(gpus[0]["pci_bus_id"], "0000:3b:00.0");
+    assert_eq!(gpus[0]["uuid"], "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf");
+    assert_eq!(gpus[0]["name"], "libcuda test double");
     // 1 dlsym + 11 lookups through the wrapped cuGetProcAddress pointers (the program's), of
     // which the dlsym, both self-lookups and the import were answered with wrappers.
     assert_eq!(lookups(&d), 12);
@@ -267,6 +274,8 @@ fn every_watched_call_is_recorded_with_its_arguments() {
         (0xabc000, 0xabc000)
     );
     assert_eq!(arg(get, "device"), 0);
+    // Several calls on device 0: one GPU snapshot.
+    assert_eq!(gpu_snapshots(&d).len(), 1);
     let opens = by(CallId::CuIpcOpenMemHandle);
     assert_eq!((arg(opens[0], "abi"), arg(opens[1], "abi")), (1, 2));
     assert_eq!(
@@ -374,4 +383,5 @@ fn device_identity_stays_unknown_before_cuinit() {
     for a in ["device", "pci_bus_id", "uuid_hi", "uuid_lo"] {
         assert_eq!(arg(r, a), u64::MAX, "{a}");
     }
+    assert!(gpu_snapshots(&d).is_empty());
 }

@@ -15,7 +15,7 @@ use super::watch::{self, W};
 use crate::recorder;
 use ncclshim_dump::layout::SLOT_ARGS;
 use ncclshim_dump::schema::slot_flags;
-use ncclshim_dump::{CallId, Entry, PendingCall, RecordKind};
+use ncclshim_dump::{CallId, Entry, PendingCall, RecordKind, Recorder, RingWriter};
 use std::ffi::{c_int, c_uint, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -46,7 +46,10 @@ macro_rules! stub {
 
 /// Records the entry of `call`; `fill` runs only when recording (inside the shim's guard).
 #[inline]
-fn begin(call: CallId, fill: impl FnOnce(&mut [u64; SLOT_ARGS])) -> Option<PendingCall> {
+fn begin(
+    call: CallId,
+    fill: impl FnOnce(&mut [u64; SLOT_ARGS], &Recorder, &RingWriter),
+) -> Option<PendingCall> {
     recorder::record(|rec, ring| {
         super::flush_counters(rec);
         let mut e = Entry::new(RecordKind::Call, call);
@@ -58,7 +61,7 @@ fn begin(call: CallId, fill: impl FnOnce(&mut [u64; SLOT_ARGS])) -> Option<Pendi
             } else {
                 0
             };
-        fill(&mut e.args);
+        fill(&mut e.args, rec, ring);
         ring.begin(&e)
     })
 }
@@ -86,8 +89,11 @@ fn target<F: Copy>(w: W, s: usize) -> Option<F> {
     (!p.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
 }
 
-fn identity() -> DeviceIdentity {
-    device::current()
+/// The current device, noted in the dump the first time it is seen.
+fn identity(rec: &Recorder, ring: &RingWriter) -> DeviceIdentity {
+    let id = device::current();
+    device::note_gpu(rec, ring, &id);
+    id
 }
 
 /// Reads an out-handle of `handle_type` written by the driver: an `int` fd for POSIX_FD, the
@@ -137,8 +143,8 @@ unsafe extern "C" fn mem_export_body<const S: usize>(
         return NO_TARGET;
     };
     let ty = ty as c_uint;
-    let p = begin(CallId::CuMemExportToShareableHandle, |a| {
-        let id = identity();
+    let p = begin(CallId::CuMemExportToShareableHandle, |a, rec, ring| {
+        let id = identity(rec, ring);
         *a = [
             UNKNOWN,
             handle,
@@ -176,8 +182,8 @@ unsafe extern "C" fn mem_import_body<const S: usize>(
         return NO_TARGET;
     };
     let ty = ty as c_uint;
-    let p = begin(CallId::CuMemImportFromShareableHandle, |a| {
-        let id = identity();
+    let p = begin(CallId::CuMemImportFromShareableHandle, |a, rec, ring| {
+        let id = identity(rec, ring);
         // POSIX_FD passes the fd itself cast to a pointer: keep the int.
         let os = if ty == HANDLE_TYPE_POSIX_FD {
             os_handle as c_int as u32 as u64
@@ -220,7 +226,7 @@ unsafe extern "C" fn mem_create_body<const S: usize>(
     let Some(real) = target::<CreateFn>(W::MemCreate, S) else {
         return NO_TARGET;
     };
-    let p = begin(CallId::CuMemCreate, |a| {
+    let p = begin(CallId::CuMemCreate, |a, _, _| {
         let pp = prop as *const CuMemAllocationPropHead;
         let (t, lt, lid, ht) = if pp.is_null() {
             (UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN)
@@ -267,7 +273,7 @@ unsafe extern "C" fn mem_release_body<const S: usize>(
     let Some(real) = target::<ReleaseFn>(W::MemRelease, S) else {
         return NO_TARGET;
     };
-    let p = begin(CallId::CuMemRelease, |a| {
+    let p = begin(CallId::CuMemRelease, |a, _, _| {
         *a = [handle, caller as u64, 0, 0, 0, 0, 0, 0, 0]
     });
     // SAFETY: forwarded unchanged.
@@ -291,7 +297,7 @@ unsafe extern "C" fn mem_map_body<const S: usize>(
     let Some(real) = target::<MapFn>(W::MemMap, S) else {
         return NO_TARGET;
     };
-    let p = begin(CallId::CuMemMap, |a| {
+    let p = begin(CallId::CuMemMap, |a, _, _| {
         *a = [ptr, size, offset, handle, flags, caller as u64, 0, 0, 0]
     });
     // SAFETY: forwarded unchanged.
@@ -315,7 +321,7 @@ unsafe extern "C" fn mem_unmap_body<const S: usize>(
     let Some(real) = target::<UnmapFn>(W::MemUnmap, S) else {
         return NO_TARGET;
     };
-    let p = begin(CallId::CuMemUnmap, |a| {
+    let p = begin(CallId::CuMemUnmap, |a, _, _| {
         *a = [ptr, size, caller as u64, 0, 0, 0, 0, 0, 0]
     });
     // SAFETY: forwarded unchanged.
@@ -341,7 +347,7 @@ unsafe extern "C" fn mem_set_access_body<const S: usize>(
         return NO_TARGET;
     };
     let d = desc as *const CuMemAccessDesc;
-    let p = begin(CallId::CuMemSetAccess, |a| {
+    let p = begin(CallId::CuMemSetAccess, |a, _, _| {
         let (lt, lid, fl) = if d.is_null() || count == 0 {
             (UNKNOWN, UNKNOWN, UNKNOWN)
         } else {
@@ -376,7 +382,7 @@ unsafe extern "C" fn mem_address_reserve_body<const S: usize>(
     let Some(real) = target::<ReserveFn>(W::MemAddressReserve, S) else {
         return NO_TARGET;
     };
-    let p = begin(CallId::CuMemAddressReserve, |a| {
+    let p = begin(CallId::CuMemAddressReserve, |a, _, _| {
         *a = [
             UNKNOWN,
             size,
@@ -421,7 +427,7 @@ unsafe extern "C" fn mem_address_free_body<const S: usize>(
     let Some(real) = target::<AddressFreeFn>(W::MemAddressFree, S) else {
         return NO_TARGET;
     };
-    let p = begin(CallId::CuMemAddressFree, |a| {
+    let p = begin(CallId::CuMemAddressFree, |a, _, _| {
         *a = [ptr, size, caller as u64, 0, 0, 0, 0, 0, 0]
     });
     // SAFETY: forwarded unchanged.
@@ -445,7 +451,7 @@ unsafe extern "C" fn mem_retain_body<const S: usize>(
     let Some(real) = target::<RetainFn>(W::MemRetain, S) else {
         return NO_TARGET;
     };
-    let p = begin(CallId::CuMemRetainAllocationHandle, |a| {
+    let p = begin(CallId::CuMemRetainAllocationHandle, |a, _, _| {
         *a = [UNKNOWN, addr, caller as u64, 0, 0, 0, 0, 0, 0]
     });
     // SAFETY: forwarded unchanged.
@@ -473,7 +479,7 @@ unsafe extern "C" fn mem_get_handle_for_range_body<const S: usize>(
         return NO_TARGET;
     };
     let ty = ty as c_uint;
-    let p = begin(CallId::CuMemGetHandleForAddressRange, |a| {
+    let p = begin(CallId::CuMemGetHandleForAddressRange, |a, _, _| {
         *a = [UNKNOWN, ptr, size, ty.into(), flags, caller as u64, 0, 0, 0]
     });
     // SAFETY: forwarded unchanged.
@@ -505,7 +511,7 @@ unsafe extern "C" fn mc_create_body<const S: usize>(
         return NO_TARGET;
     };
     let pp = prop as *const CuMulticastObjectProp;
-    let p = begin(CallId::CuMulticastCreate, |a| {
+    let p = begin(CallId::CuMulticastCreate, |a, _, _| {
         let (size, n, ht, fl) = if pp.is_null() {
             (UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN)
         } else {
@@ -540,7 +546,7 @@ unsafe extern "C" fn mc_add_device_body<const S: usize>(
         return NO_TARGET;
     };
     let dev = dev as CuDevice;
-    let p = begin(CallId::CuMulticastAddDevice, |a| {
+    let p = begin(CallId::CuMulticastAddDevice, |a, _, _| {
         *a = [mc, dev as i64 as u64, caller as u64, 0, 0, 0, 0, 0, 0]
     });
     // SAFETY: forwarded unchanged.
@@ -565,7 +571,7 @@ unsafe extern "C" fn mc_bind_mem_body<const S: usize>(
     let Some(real) = target::<McBindMemFn>(W::McBindMem, S) else {
         return NO_TARGET;
     };
-    let p = begin(CallId::CuMulticastBindMem, |a| {
+    let p = begin(CallId::CuMulticastBindMem, |a, _, _| {
         *a = [
             mc,
             mc_offset,
@@ -608,7 +614,7 @@ unsafe extern "C" fn mc_bind_addr_body<const S: usize>(
     let Some(real) = target::<McBindAddrFn>(W::McBindAddr, S) else {
         return NO_TARGET;
     };
-    let p = begin(CallId::CuMulticastBindAddr, |a| {
+    let p = begin(CallId::CuMulticastBindAddr, |a, _, _| {
         *a = [mc, mc_offset, ptr, size, flags, caller as u64, 0, 0, 0]
     });
     // SAFETY: forwarded unchanged.
@@ -633,7 +639,7 @@ unsafe extern "C" fn mc_unbind_body<const S: usize>(
         return NO_TARGET;
     };
     let dev = dev as CuDevice;
-    let p = begin(CallId::CuMulticastUnbind, |a| {
+    let p = begin(CallId::CuMulticastUnbind, |a, _, _| {
         *a = [
             mc,
             dev as i64 as u64,
@@ -677,8 +683,8 @@ unsafe extern "C" fn ipc_get_body<const S: usize>(
     let Some(real) = target::<IpcGetFn>(W::IpcGet, S) else {
         return NO_TARGET;
     };
-    let p = begin(CallId::CuIpcGetMemHandle, |a| {
-        let id = identity();
+    let p = begin(CallId::CuIpcGetMemHandle, |a, rec, ring| {
+        let id = identity(rec, ring);
         *a = [ptr, UNKNOWN, UNKNOWN, id.ordinal, caller as u64, 0, 0, 0, 0];
     });
     // SAFETY: forwarded unchanged.
@@ -745,8 +751,8 @@ unsafe fn ipc_open(
     let Some(real) = target::<IpcOpenFn>(w, s) else {
         return NO_TARGET;
     };
-    let p = begin(CallId::CuIpcOpenMemHandle, |a| {
-        let id = identity();
+    let p = begin(CallId::CuIpcOpenMemHandle, |a, rec, ring| {
+        let id = identity(rec, ring);
         let (w0, w1) = ipc_words(&handle);
         *a = [
             UNKNOWN,
@@ -784,7 +790,7 @@ unsafe extern "C" fn ipc_close_body<const S: usize>(
     let Some(real) = target::<IpcCloseFn>(W::IpcClose, S) else {
         return NO_TARGET;
     };
-    let p = begin(CallId::CuIpcCloseMemHandle, |a| {
+    let p = begin(CallId::CuIpcCloseMemHandle, |a, _, _| {
         *a = [ptr, caller as u64, 0, 0, 0, 0, 0, 0, 0]
     });
     // SAFETY: forwarded unchanged.

@@ -5,9 +5,10 @@
 
 use super::cuda::*;
 use super::watch::{self, W};
+use ncclshim_dump::{BlobKind, CallId, Entry, RecordKind, Recorder, RingWriter};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// Stored for a field we could not learn.
 pub const UNKNOWN: u64 = u64::MAX;
@@ -37,6 +38,7 @@ impl DeviceIdentity {
 static CTX_GET_DEVICE: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 static GET_PCI_BUS_ID: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 static GET_UUID: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+static GET_NAME: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 /// 0: not looked up yet; 1: looked up (pointers may still be null if the driver lacked them).
 static RESOLVED: AtomicU8 = AtomicU8::new(0);
 
@@ -104,6 +106,7 @@ fn resolve() {
         uuid = lookup(c"cuDeviceGetUuid", 9020);
     }
     GET_UUID.store(uuid, Ordering::Relaxed);
+    GET_NAME.store(lookup(c"cuDeviceGetName", 2000), Ordering::Relaxed);
     RESOLVED.store(1, Ordering::Release);
 }
 
@@ -192,6 +195,94 @@ fn query_uuid(dev: CuDevice) -> (u64, u64) {
     )
 }
 
+/// The device's marketing name (`cuDeviceGetName`), if the driver gives one.
+fn name(dev: CuDevice) -> Option<String> {
+    let f = GET_NAME.load(Ordering::Relaxed);
+    if f.is_null() {
+        return None;
+    }
+    let mut buf = [0 as c_char; 128];
+    // SAFETY: the driver's cuDeviceGetName writing at most `len` bytes into buf.
+    let rc = unsafe {
+        std::mem::transmute::<*mut c_void, DeviceGetNameFn>(f)(
+            buf.as_mut_ptr(),
+            buf.len() as c_int - 1,
+            dev,
+        )
+    };
+    if rc != CUDA_SUCCESS {
+        return None;
+    }
+    // SAFETY: zero-initialized, one byte longer than the driver may write.
+    let s = unsafe { CStr::from_ptr(buf.as_ptr()) };
+    Some(s.to_string_lossy().into_owned()).filter(|s| !s.is_empty())
+}
+
+/// Which ordinals already have a GPU snapshot in which dump (a forked child's dump is new).
+static NOTED_FOR: AtomicUsize = AtomicUsize::new(0);
+static NOTED: AtomicU64 = AtomicU64::new(0);
+
+/// `SnapshotTaken` reason of the GPU identity snapshot the driver hooks write.
+pub const SNAPSHOT_REASON_DRIVER_GPU: u64 = 2;
+
+/// The first time a dump sees a device's identity, stores it as a `Gpu` snapshot (the same JSON
+/// shape the CLI reads for GPU facts), so cross-rank rules (same GPU twice, containers that
+/// each see "device 0") work from driver evidence. Rare path: once per device per dump.
+pub fn note_gpu(rec: &Recorder, ring: &RingWriter, id: &DeviceIdentity) {
+    let Some(bit) = (id.ordinal < CACHED as u64).then(|| 1u64 << id.ordinal) else {
+        return;
+    };
+    let me = rec as *const Recorder as usize;
+    if NOTED_FOR.load(Ordering::Acquire) != me {
+        NOTED_FOR.store(me, Ordering::Release);
+        NOTED.store(0, Ordering::Release);
+    }
+    if NOTED.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+        return;
+    }
+    let mut v = serde_json::json!({ "ordinal": id.ordinal, "source": "driver" });
+    if id.pci_bus_id != UNKNOWN {
+        v["pci_bus_id"] = format_pci_bus_id(id.pci_bus_id).into();
+    }
+    if id.uuid_hi != UNKNOWN || id.uuid_lo != UNKNOWN {
+        v["uuid"] = format_uuid(id.uuid_hi, id.uuid_lo).into();
+    }
+    if let Some(n) = name(id.ordinal as CuDevice) {
+        v["name"] = n.into();
+    }
+    let Ok(json) = serde_json::to_vec(&v) else {
+        return;
+    };
+    let mut e = Entry::new(RecordKind::Snapshot, CallId::SnapshotTaken);
+    e.blob = rec.append_blob(BlobKind::Gpu, &json);
+    e.args[0] = SNAPSHOT_REASON_DRIVER_GPU;
+    e.args[1] = BlobKind::Gpu as u64;
+    ring.instant(&e);
+}
+
+/// Packed bus id → `"0000:3b:00.0"` (NCCL's spelling).
+pub fn format_pci_bus_id(v: u64) -> String {
+    format!(
+        "{:04x}:{:02x}:{:02x}.{:x}",
+        v >> 16,
+        (v >> 8) & 0xff,
+        (v >> 3) & 0x1f,
+        v & 7
+    )
+}
+
+/// `"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"`, as nvidia-smi prints it.
+pub fn format_uuid(hi: u64, lo: u64) -> String {
+    format!(
+        "GPU-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        hi >> 32,
+        (hi >> 16) & 0xffff,
+        hi & 0xffff,
+        lo >> 48,
+        lo & 0xffff_ffff_ffff
+    )
+}
+
 /// `"0000:65:00.0"` / `"00000000:65:00.0"` → `domain << 16 | bus << 8 | device << 3 | function`.
 pub fn parse_pci_bus_id(s: &[u8]) -> Option<u64> {
     let s = std::str::from_utf8(s).ok()?;
@@ -225,5 +316,19 @@ mod tests {
         assert_eq!(parse_pci_bus_id(b"0000:65:00"), None);
         assert_eq!(parse_pci_bus_id(b"0000:165:00.0"), None);
         assert_eq!(parse_pci_bus_id(b""), None);
+        for s in ["0000:3b:00.0", "0001:b3:1f.7"] {
+            assert_eq!(
+                format_pci_bus_id(parse_pci_bus_id(s.as_bytes()).unwrap()),
+                s
+            );
+        }
+    }
+
+    #[test]
+    fn uuids_print_like_nvidia_smi() {
+        assert_eq!(
+            format_uuid(0xa0a1_a2a3_a4a5_a6a7, 0xa8a9_aaab_acad_aeaf),
+            "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf"
+        );
     }
 }

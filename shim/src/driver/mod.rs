@@ -19,7 +19,10 @@
 //! elsewhere nothing is interposed and driver calls are simply not recorded.
 
 // Elsewhere the counters and slot table have no users.
-#![cfg_attr(not(all(target_os = "linux", target_arch = "x86_64")), allow(dead_code))]
+#![cfg_attr(
+    not(all(target_os = "linux", target_arch = "x86_64")),
+    allow(dead_code)
+)]
 
 pub mod cuda;
 pub mod watch;

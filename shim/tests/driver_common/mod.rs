@@ -144,6 +144,17 @@ pub fn arg(r: &Record, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("{} has no arg {name}", r.call_name()))
 }
 
+/// The GPU snapshots the driver hooks wrote (reason 2), as JSON.
+pub fn gpu_snapshots(d: &Dump) -> Vec<serde_json::Value> {
+    d.records_by_time()
+        .into_iter()
+        .filter(|r| r.kind() == Some(RecordKind::Snapshot) && r.args[0] == 2)
+        .filter_map(|r| d.blob(r.blob))
+        .filter(|b| b.kind() == Some(ncclshim_dump::BlobKind::Gpu))
+        .map(|b| serde_json::from_slice(&b.bytes).expect("gpu JSON"))
+        .collect()
+}
+
 pub fn lookups(d: &Dump) -> u64 {
     d.header.counters[counters::SHIM_DRIVER_LOOKUPS]
 }

@@ -95,6 +95,13 @@ EXPORT CUresult cuDeviceGetPCIBusId(char *buf, int len, CUdevice dev) {
     return CUDA_SUCCESS;
 }
 
+EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!name || len < 1 || dev < 0) return CUDA_ERROR_INVALID_VALUE;
+    snprintf(name, (size_t)len, "libcuda test double");
+    return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuDeviceGetUuid(CUuuid *u, CUdevice dev) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
     if (!u || dev < 0) return CUDA_ERROR_INVALID_VALUE;
@@ -301,6 +308,7 @@ static const struct entry table[] = {
     {"cuDeviceGet", 2000, 0, (void *)cuDeviceGet},
     {"cuCtxGetDevice", 2000, 0, (void *)cuCtxGetDevice},
     {"cuDeviceGetPCIBusId", 4010, 0, (void *)cuDeviceGetPCIBusId},
+    {"cuDeviceGetName", 2000, 0, (void *)cuDeviceGetName},
     {"cuDeviceGetUuid", 11040, 0, (void *)cuDeviceGetUuid_v2},
     {"cuDeviceGetUuid", 9020, 11040, (void *)cuDeviceGetUuid},
     {"cuGetErrorName", 6000, 0, (void *)cuGetErrorName},
