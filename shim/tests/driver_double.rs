@@ -23,7 +23,11 @@ struct Setup {
 fn setup() -> Setup {
     let tmp = tempfile::tempdir().unwrap();
     let double = build_double(tmp.path());
-    let prog = build_program(tmp.path(), "cudart_like", &["-ldl".into()]);
+    let prog = build_program(
+        tmp.path(),
+        "cudart_like",
+        &["-ldl".into(), "-lpthread".into()],
+    );
     let dumps = tmp.path().join("dumps");
     Setup {
         _tmp: tmp,
@@ -384,4 +388,29 @@ fn device_identity_stays_unknown_before_cuinit() {
         assert_eq!(arg(r, a), u64::MAX, "{a}");
     }
     assert!(gpu_snapshots(&d).is_empty());
+}
+
+#[test]
+fn concurrent_threads_each_record_every_call_in_their_own_ring() {
+    let s = setup();
+    let out = same_both_ways(&s, "threads", &[]);
+    assert!(out.contains("threads=4 calls=1000 ok=1"), "{out}");
+    let d = single_dump(&s.dumps);
+    let rel = calls_of(&d, CallId::CuMemRelease);
+    assert_eq!(rel.len(), 4001);
+    assert_eq!(d.header.counters[ncclshim_dump::layout::counters::EVENTS_SKIPPED], 0);
+    for t in 0..4u64 {
+        let mine: Vec<_> = rel
+            .iter()
+            .filter(|r| arg(r, "handle") == 0x1000 + t)
+            .collect();
+        assert_eq!(mine.len(), 1000, "thread {t}");
+        // One thread, one ring: all of a thread's calls carry its tid and ring.
+        assert!(mine
+            .iter()
+            .all(|r| r.tid == mine[0].tid && r.ring == mine[0].ring));
+        assert!(mine.iter().all(|r| r.rc == 0 && !r.in_flight()));
+    }
+    assert_eq!(d.summary.lost, 0);
+    assert_eq!(d.summary.torn, 0);
 }

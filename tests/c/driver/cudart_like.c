@@ -11,6 +11,7 @@
  *   v1       NCCL <= 2.20: dlsym(h, "cuGetProcAddress") and the 4-argument ABI
  *   direct   the DOCA path: plain dlsym of the watched cu* names
  *   nodriver dlsym lookups only (cu* and others), no call into the driver
+ *   threads  4 threads, each looking up and calling cuMemRelease 1000 times (own handle value)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -174,6 +176,41 @@ static int mode_all(int use_v1) {
     return 0;
 }
 
+#define THREADS 4
+#define CALLS_PER_THREAD 1000
+
+/* Each thread looks cuMemRelease up itself (concurrent lookups through the wrapped
+ * cuGetProcAddress) and calls it with its own handle value. */
+static void *thread_main(void *arg) {
+    uintptr_t id = (uintptr_t)arg;
+    CUresult (*release)(CUmemGenericAllocationHandle) = NULL;
+    int st = 0;
+    if (gpa2("cuMemRelease", (void **)&release, 10020, 0, &st) != 0 || !release) return (void *)1;
+    for (int i = 0; i < CALLS_PER_THREAD; i++)
+        if (release(0x1000 + id) != 0) return (void *)2;
+    return NULL;
+}
+
+static int mode_threads(void) {
+    void *h = open_driver();
+    cudart_init(h, 0);
+    init_driver();
+    /* The first recorded event creates the dump; events that race with its creation are
+     * skipped (counted), never waited for. Make it exist first, as NCCL's first call does. */
+    CUresult (*release)(CUmemGenericAllocationHandle) = look("cuMemRelease", 10020, 0);
+    printf("main cuMemRelease rc=%d\n", release(0x999));
+    pthread_t t[THREADS];
+    for (uintptr_t i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, thread_main, (void *)i);
+    int bad = 0;
+    for (int i = 0; i < THREADS; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        bad |= r != NULL;
+    }
+    printf("threads=%d calls=%d ok=%d\n", THREADS, CALLS_PER_THREAD, !bad);
+    return bad;
+}
+
 static int mode_direct(void) {
     if (getenv("CUDART_LIKE_PRINT_ADDR")) printf("mode_direct at=%p\n", (void *)mode_direct);
     void *h = open_driver();
@@ -206,6 +243,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "all")) return mode_all(0);
     if (!strcmp(mode, "v1")) return mode_all(1);
     if (!strcmp(mode, "direct")) return mode_direct();
+    if (!strcmp(mode, "threads")) return mode_threads();
     if (!strcmp(mode, "nodriver")) return mode_nodriver();
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
