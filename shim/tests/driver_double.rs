@@ -82,6 +82,13 @@ fn failing_import_is_recorded_with_rc_handle_type_fd_device_and_caller() {
     let r = imports[0];
     assert_eq!(r.rc, 101);
     assert!(!r.in_flight());
+    // The driver's own words, as NCCL would print them.
+    let text = d.blob(r.blob).map(|b| b.text());
+    assert_eq!(text.as_deref(), Some("invalid device ordinal"));
+    assert_ne!(
+        r.flags & ncclshim_dump::schema::slot_flags::HAS_ERROR_TEXT,
+        0
+    );
     assert_eq!(arg(r, "handle_type"), 1, "POSIX_FD");
     assert_eq!(arg(r, "os_handle"), fd);
     assert_eq!(arg(r, "device"), 0);
@@ -245,6 +252,13 @@ fn every_watched_call_is_recorded_with_its_arguments() {
     assert!(arg(range, "handle") < 1 << 20, "a dma-buf fd");
     let rel = by(CallId::CuMemRelease);
     assert_eq!((rel[0].rc, rel[1].rc, arg(rel[1], "handle")), (0, 1, 0));
+    // Failures carry the driver's text, interned: both rc=1 failures share one blob.
+    assert_eq!(rel[0].blob, 0);
+    assert_eq!(
+        d.blob(rel[1].blob).unwrap().text(),
+        "CUDA_ERROR_INVALID_VALUE"
+    );
+    assert_eq!(maps[1].blob, rel[1].blob);
     // The flags=2 lookup got its own wrapper copy calling its own target (801), the first
     // copy still calls the default one (0); the @14000 lookup was not wrapped (4 records).
     assert_eq!(field(&out, "cuMemRelease[ptds] ", "rc"), "801");
@@ -398,7 +412,10 @@ fn concurrent_threads_each_record_every_call_in_their_own_ring() {
     let d = single_dump(&s.dumps);
     let rel = calls_of(&d, CallId::CuMemRelease);
     assert_eq!(rel.len(), 4001);
-    assert_eq!(d.header.counters[ncclshim_dump::layout::counters::EVENTS_SKIPPED], 0);
+    assert_eq!(
+        d.header.counters[ncclshim_dump::layout::counters::EVENTS_SKIPPED],
+        0
+    );
     for t in 0..4u64 {
         let mine: Vec<_> = rel
             .iter()

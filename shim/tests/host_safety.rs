@@ -116,3 +116,16 @@ fn disabled_by_env_records_nothing() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("ncclGetVersion rc=0"));
     assert!(dump_files(&dir).is_empty());
 }
+
+#[test]
+fn errno_survives_the_first_call_that_creates_the_dump() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = compile_driver(Wheel::Cu12, tmp.path(), false);
+    let dir = tmp.path().join("dumps");
+    let bare = run(Command::new(&prog).arg("errno"));
+    let out = run(preloaded(&prog, &dir).arg("errno"));
+    let seen = field(&String::from_utf8_lossy(&out.stdout), "errno", "errno");
+    assert_eq!(seen, field(&String::from_utf8_lossy(&bare.stdout), "errno", "errno"));
+    // The shim did its most errno-prone work in that call: mkdir, open, fallocate, mmap, snapshots.
+    assert_eq!(dump_files(&dir).len(), 1);
+}

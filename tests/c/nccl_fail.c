@@ -8,9 +8,12 @@
  *                            commName="ncclshim-test")
  * Built as a program (argv[1] is the mode) or, with -DNCCL_FAIL_LIB, as a shared library whose
  * nccl_fail_run(mode) a Python ctypes test calls after loading it RTLD_LOCAL.
+ *   nccl_fail errno          errno set to 77 before the first ncclGetVersion (which creates the dump
+ *                            under the shim) and printed after it
  *   nccl_fail fork           ncclGetVersion in the parent, then in a forked child
  */
 #include "nccl_min.h"
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -18,9 +21,11 @@
 
 int nccl_fail_run(const char* what) {
     int v = 0;
+    errno = 77;
     ncclResult_t rc = ncclGetVersion(&v);
+    if (!strcmp(what, "errno")) printf("errno=%d\n", errno);
     printf("ncclGetVersion rc=%d version=%d\n", (int)rc, v);
-    if (!strcmp(what, "version")) return 0;
+    if (!strcmp(what, "version") || !strcmp(what, "errno")) return 0;
     if (!strcmp(what, "fork")) {
         fflush(stdout);
         pid_t pid = fork();
