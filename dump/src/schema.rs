@@ -63,7 +63,8 @@ pub mod slot_flags {
     pub const IN_GROUP: u32 = 1 << 2;
     /// The event came from another process (PXN proxy): its parent and context were not ours.
     pub const FOREIGN: u32 = 1 << 3;
-    /// The blob referenced by `Slot::blob` is NCCL's `ncclGetLastError()` text.
+    /// The blob referenced by `Slot::blob` is NCCL's `ncclGetLastError()` text (for a CUDA
+    /// driver record: the driver's `cuGetErrorString` of its CUresult).
     pub const HAS_ERROR_TEXT: u32 = 1 << 4;
 }
 

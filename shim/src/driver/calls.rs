@@ -74,6 +74,8 @@ fn finish(pending: Option<PendingCall>, rc: CuResult, outs: impl FnOnce(&Pending
         let _ = catch_unwind(AssertUnwindSafe(move || {
             if rc == CUDA_SUCCESS {
                 outs(&p);
+            } else if let Some(rec) = recorder::SHIM.existing() {
+                super::errtext::attach(rec, &p, rc);
             }
             p.complete(rc);
         }));

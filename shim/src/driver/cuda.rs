@@ -73,6 +73,7 @@ pub type GetProcAddressV2 =
 
 pub type CtxGetDeviceFn = unsafe extern "C" fn(*mut CuDevice) -> CuResult;
 pub type DeviceGetPciBusIdFn = unsafe extern "C" fn(*mut c_char, c_int, CuDevice) -> CuResult;
+pub type GetErrorStringFn = unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult;
 pub type DeviceGetNameFn = unsafe extern "C" fn(*mut c_char, c_int, CuDevice) -> CuResult;
 pub type DeviceGetUuidFn = unsafe extern "C" fn(*mut CuUuid, CuDevice) -> CuResult;
 

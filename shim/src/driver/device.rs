@@ -39,6 +39,7 @@ static CTX_GET_DEVICE: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 static GET_PCI_BUS_ID: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 static GET_UUID: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 static GET_NAME: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+static GET_ERROR_STRING: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 /// 0: not looked up yet; 1: looked up (pointers may still be null if the driver lacked them).
 static RESOLVED: AtomicU8 = AtomicU8::new(0);
 
@@ -107,6 +108,7 @@ fn resolve() {
     }
     GET_UUID.store(uuid, Ordering::Relaxed);
     GET_NAME.store(lookup(c"cuDeviceGetName", 2000), Ordering::Relaxed);
+    GET_ERROR_STRING.store(lookup(c"cuGetErrorString", 6000), Ordering::Relaxed);
     RESOLVED.store(1, Ordering::Release);
 }
 
@@ -193,6 +195,21 @@ fn query_uuid(dev: CuDevice) -> (u64, u64) {
         u64::from_be_bytes(hi.try_into().unwrap_or_default()),
         u64::from_be_bytes(lo.try_into().unwrap_or_default()),
     )
+}
+
+/// The driver's own description of a CUresult (`cuGetErrorString`: a static string, and a
+/// call that needs no initialized driver).
+pub fn error_string(rc: CuResult) -> Option<&'static CStr> {
+    resolve();
+    let f = GET_ERROR_STRING.load(Ordering::Relaxed);
+    if f.is_null() {
+        return None;
+    }
+    let mut p: *const c_char = std::ptr::null();
+    // SAFETY: the driver's cuGetErrorString with a valid out pointer.
+    let r = unsafe { std::mem::transmute::<*mut c_void, GetErrorStringFn>(f)(rc, &mut p) };
+    // SAFETY: on success the driver points at a static NUL-terminated string.
+    (r == CUDA_SUCCESS && !p.is_null()).then(|| unsafe { CStr::from_ptr(p) })
 }
 
 /// The device's marketing name (`cuDeviceGetName`), if the driver gives one.

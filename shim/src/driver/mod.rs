@@ -34,6 +34,8 @@ pub mod device;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod dlsym;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod errtext;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod gpa;
 
 use ncclshim_dump::layout::counters;
