@@ -6,6 +6,12 @@
 //!
 //! Every export is `#[no_mangle] pub unsafe extern "C"` with NCCL's exact C signature (from
 //! nccl.h; see nccl-facts §4.1–4.2) and runs inside `call::boundary`, so no panic unwinds into C.
+//!
+//! SAFETY (for the raw-pointer reads in these bodies): the shim reads a caller's pointer only
+//! where NCCL itself reads or writes it under the same contract, and only after a null check:
+//! out-pointers (`newcomm`, `version`, `id`, `ptr`, `handle`, `win`) after NCCL returned success
+//! or InProgress, in-arrays (`devlist`, `exclude`, `ids`) within the counts the caller passed,
+//! `ncclConfig_t` within its declared size (`config.rs`).
 
 #![allow(clippy::missing_safety_doc)] // C callers: the contract is NCCL's own (nccl.h).
 

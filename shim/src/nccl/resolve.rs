@@ -54,6 +54,7 @@ fn resolve_inner(slot: &AtomicPtr<c_void>, pname: &'static str, name: &'static s
             // libnccl's own scope, which never contains this preloaded library.
             p = unsafe { libc::dlsym(h, pn) };
             if p.is_null() {
+                // SAFETY: as above; an NCCL built without the pnccl aliases exports only ncclX.
                 p = unsafe { libc::dlsym(h, name.as_ptr().cast()) };
             }
         }
