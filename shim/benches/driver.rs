@@ -149,12 +149,12 @@ fn main() {
         "cuMemRelease: direct A / wrapped B",
         rounds,
         calls,
-        // SAFETY: cuMemRelease of the double with a non-zero handle.
         || {
+            // SAFETY: cuMemRelease of the double with a non-zero handle.
             black_box(unsafe { direct(black_box(0x42)) });
         },
-        // SAFETY: as above, through the shim's recording wrapper.
         || {
+            // SAFETY: as above, through the shim's recording wrapper.
             black_box(unsafe { wrapped(black_box(0x42)) });
         },
     );
@@ -172,12 +172,12 @@ fn main() {
             &format!("{what}: glibc A / shim B"),
             rounds,
             calls,
-            // SAFETY: dlsym with a valid handle and NUL-terminated name.
             || {
+                // SAFETY: dlsym with a valid handle and NUL-terminated name.
                 black_box(unsafe { glibc_dlsym(black_box(handle), black_box(name.as_ptr())) });
             },
-            // SAFETY: as above, through the shim's exported dlsym.
             || {
+                // SAFETY: as above, through the shim's exported dlsym.
                 black_box(unsafe { shim_dlsym(black_box(handle), black_box(name.as_ptr())) });
             },
         );

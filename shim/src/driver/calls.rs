@@ -112,6 +112,7 @@ unsafe fn read_shareable(p: *const c_void, handle_type: c_uint) -> u64 {
         HANDLE_TYPE_POSIX_FD | HANDLE_TYPE_WIN32_KMT => unsafe {
             p.cast::<c_int>().read_unaligned() as u32 as u64
         },
+        // SAFETY: as above.
         HANDLE_TYPE_WIN32 | HANDLE_TYPE_FABRIC => unsafe { p.cast::<u64>().read_unaligned() },
         _ => UNKNOWN,
     }
@@ -161,8 +162,8 @@ unsafe extern "C" fn mem_export_body<const S: usize>(
     });
     // SAFETY: the caller's arguments, forwarded unchanged to the driver's function.
     let rc = unsafe { real(shareable as *mut c_void, handle, ty, flags) };
-    // SAFETY: on success the driver wrote a handle of type `ty` at `shareable`.
     finish(p, rc, |p| {
+        // SAFETY: on success the driver wrote a handle of type `ty` at `shareable`.
         p.set_arg(0, unsafe { read_shareable(shareable as *const c_void, ty) })
     });
     rc
@@ -206,8 +207,8 @@ unsafe extern "C" fn mem_import_body<const S: usize>(
     });
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(handle as *mut CuMemHandle, os_handle as *mut c_void, ty) };
-    // SAFETY: on success the driver wrote the new handle.
     finish(p, rc, |p| {
+        // SAFETY: on success the driver wrote the new handle.
         p.set_arg(0, unsafe { out(handle as *const CuMemHandle) })
     });
     rc
@@ -253,8 +254,8 @@ unsafe extern "C" fn mem_create_body<const S: usize>(
             flags,
         )
     };
-    // SAFETY: on success the driver wrote the handle.
     finish(p, rc, |p| {
+        // SAFETY: on success the driver wrote the handle.
         p.set_arg(0, unsafe { out(handle as *const CuMemHandle) })
     });
     rc
@@ -407,8 +408,8 @@ unsafe extern "C" fn mem_address_reserve_body<const S: usize>(
             flags,
         )
     };
-    // SAFETY: on success the driver wrote the reserved address.
     finish(p, rc, |p| {
+        // SAFETY: on success the driver wrote the reserved address.
         p.set_arg(0, unsafe { out(ptr as *const CuDevicePtr) })
     });
     rc
@@ -458,8 +459,8 @@ unsafe extern "C" fn mem_retain_body<const S: usize>(
     });
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(handle as *mut CuMemHandle, addr as *mut c_void) };
-    // SAFETY: on success the driver wrote the handle.
     finish(p, rc, |p| {
+        // SAFETY: on success the driver wrote the handle.
         p.set_arg(0, unsafe { out(handle as *const CuMemHandle) })
     });
     rc
@@ -525,8 +526,8 @@ unsafe extern "C" fn mc_create_body<const S: usize>(
     });
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(handle as *mut CuMemHandle, pp) };
-    // SAFETY: on success the driver wrote the handle.
     finish(p, rc, |p| {
+        // SAFETY: on success the driver wrote the handle.
         p.set_arg(0, unsafe { out(handle as *const CuMemHandle) })
     });
     rc
@@ -770,8 +771,8 @@ unsafe fn ipc_open(
     });
     // SAFETY: forwarded unchanged (the handle by value, as received).
     let rc = unsafe { real(pdptr as *mut CuDevicePtr, handle, flags) };
-    // SAFETY: on success the driver wrote the mapped address.
     finish(p, rc, |p| {
+        // SAFETY: on success the driver wrote the mapped address.
         p.set_arg(0, unsafe { out(pdptr as *const CuDevicePtr) })
     });
     rc
