@@ -173,6 +173,15 @@ unsafe fn write_comm_created(comm: NcclComm, e: &comms::CommEntry) {
     });
 }
 
+/// The communicator NCCL wrote to `newcomm`, read only when it reports one was made.
+unsafe fn out_comm(newcomm: *mut NcclComm, rc: NcclResult) -> NcclComm {
+    if newcomm.is_null() || (rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS) {
+        std::ptr::null_mut()
+    } else {
+        *newcomm
+    }
+}
+
 fn uid_args(id: &NcclUniqueId) -> (u64, [u64; 5]) {
     (get_hash(&id.internal), uid_words(&id.internal))
 }
@@ -260,11 +269,7 @@ unsafe fn init_rank_common(
     let a = enter(call, std::ptr::null_mut(), args);
     let rc = forward(fwd);
     *out = Some(rc);
-    let comm = if newcomm.is_null() {
-        std::ptr::null_mut()
-    } else {
-        *newcomm
-    };
+    let comm = out_comm(newcomm, rc);
     let ready = rc == NCCL_SUCCESS;
     let created = (ready || rc == NCCL_IN_PROGRESS) && !comm.is_null();
     a.finish(rc, comm, |pc| {
@@ -384,11 +389,7 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
         let a = enter(call, std::ptr::null_mut(), args);
         let rc = forward(|| f(newcomm, nranks, myrank, n_id, ids, cfg));
         *out = Some(rc);
-        let comm = if newcomm.is_null() {
-            std::ptr::null_mut()
-        } else {
-            *newcomm
-        };
+        let comm = out_comm(newcomm, rc);
         let ready = rc == NCCL_SUCCESS;
         let created = (ready || rc == NCCL_IN_PROGRESS) && !comm.is_null();
         a.finish(rc, comm, |pc| {
@@ -477,11 +478,7 @@ pub unsafe extern "C" fn ncclCommSplit(
         let a = enter(call, comm, args);
         let rc = forward(|| f(comm, color, key, newcomm, cfg));
         *out = Some(rc);
-        let child = if newcomm.is_null() {
-            std::ptr::null_mut()
-        } else {
-            *newcomm
-        };
+        let child = out_comm(newcomm, rc);
         // Every split call, with or without a resulting comm, is one child of the parent.
         let child_count =
             parent.map_or(0, |e| e.children.fetch_add(1, Ordering::Relaxed) as i32 + 1);
@@ -547,11 +544,7 @@ pub unsafe extern "C" fn ncclCommShrink(
         let a = enter(call, comm, args);
         let rc = forward(|| f(comm, exclude, exclude_count, newcomm, cfg, shrink_flags));
         *out = Some(rc);
-        let child = if newcomm.is_null() {
-            std::ptr::null_mut()
-        } else {
-            *newcomm
-        };
+        let child = out_comm(newcomm, rc);
         a.finish(rc, comm, |pc| pc.set_arg(2, p(child)));
         if (rc == NCCL_SUCCESS || rc == NCCL_IN_PROGRESS) && !child.is_null() {
             // The shrunk comm's commHash formula needs NCCL's internal child count; 0 = unknown.
@@ -595,11 +588,7 @@ pub unsafe extern "C" fn ncclCommGrow(
         let a = enter(call, comm, args);
         let rc = forward(|| f(comm, nranks, id, rank, newcomm, cfg));
         *out = Some(rc);
-        let child = if newcomm.is_null() {
-            std::ptr::null_mut()
-        } else {
-            *newcomm
-        };
+        let child = out_comm(newcomm, rc);
         a.finish(rc, comm, |pc| pc.set_arg(3, p(child)));
         if (rc == NCCL_SUCCESS || rc == NCCL_IN_PROGRESS) && !child.is_null() {
             comm_created(child, nranks, rank, h, 0, rc == NCCL_SUCCESS);
