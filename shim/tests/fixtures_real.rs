@@ -48,3 +48,16 @@ fn init_no_gpu_cu11_fixture() {
     );
     assert_eq!(d.header.dropped_blobs, 0);
 }
+
+#[test]
+fn null_comm_cu12_fixture() {
+    let (d, stdout) = fixture("null-comm-cu12");
+    let ar = calls(&d, CallId::NcclAllReduce);
+    assert_eq!(ar[0].rc.to_string(), field(&stdout, "ncclAllReduce", "rc"));
+    assert_eq!(
+        error_text(&d, ar[0]).unwrap(),
+        "AllReduce : comm argument is NULL"
+    );
+    assert_eq!(calls(&d, CallId::NcclGroupEnd)[0].rc, 4);
+    assert_eq!(calls(&d, CallId::NcclCommGetAsyncError)[0].rc, 4);
+}

@@ -262,3 +262,62 @@ fn python_rtld_local_cu12() {
 fn python_rtld_local_cu11() {
     python_rtld_local(Wheel::Cu11);
 }
+
+/// Calls on a NULL communicator: real NCCL rejects them itself (no GPU needed), with its own text.
+fn null_comm_calls(w: Wheel) {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = compile_driver(w, tmp.path(), false);
+    let bare = run(std::process::Command::new(&prog).arg("nullcomm"));
+    let dir = tmp.path().join("dumps");
+    let out = run(preloaded(&prog, &dir).arg("nullcomm"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        stdout,
+        String::from_utf8_lossy(&bare.stdout),
+        "the shim changed a result or text"
+    );
+    let d = single_dump(&dir);
+    for (name, id) in [
+        ("ncclGroupStart", CallId::NcclGroupStart),
+        ("ncclAllReduce", CallId::NcclAllReduce),
+        ("ncclGroupEnd", CallId::NcclGroupEnd),
+        ("ncclCommGetAsyncError", CallId::NcclCommGetAsyncError),
+        ("ncclCommDestroy", CallId::NcclCommDestroy),
+    ] {
+        let line = stdout.lines().find(|l| l.starts_with(name)).unwrap();
+        let rc: i32 = field(line, name, "rc").parse().unwrap();
+        let text = line.split_once("last_error=").unwrap().1;
+        let recs = calls(&d, id);
+        assert_eq!(recs.len(), 1, "{name}");
+        assert_eq!(recs[0].rc, rc, "{name}");
+        if rc != 0 {
+            assert_eq!(error_text(&d, recs[0]).as_deref(), Some(text), "{name}");
+        } else {
+            assert_eq!(
+                recs[0].flags & ncclshim_dump::schema::slot_flags::HAS_ERROR_TEXT,
+                0
+            );
+        }
+    }
+    let ar = calls(&d, CallId::NcclAllReduce)[0];
+    assert!(error_text(&d, ar)
+        .unwrap()
+        .contains("comm argument is NULL"));
+    assert_ne!(ar.flags & ncclshim_dump::schema::slot_flags::IN_GROUP, 0);
+    assert_eq!(ar.arg("count"), Some(4));
+    assert_eq!(
+        ar.arg("seq"),
+        Some(u64::MAX),
+        "no communicator, no sequence"
+    );
+}
+
+#[test]
+fn null_comm_calls_cu12() {
+    null_comm_calls(Wheel::Cu12);
+}
+
+#[test]
+fn null_comm_calls_cu11() {
+    null_comm_calls(Wheel::Cu11);
+}

@@ -10,6 +10,9 @@
  * nccl_fail_run(mode) a Python ctypes test calls after loading it RTLD_LOCAL.
  *   nccl_fail errno          errno set to 77 before the first ncclGetVersion (which creates the dump
  *                            under the shim) and printed after it
+ *   nccl_fail nullcomm       calls on a NULL communicator (NCCL rejects them itself, no GPU needed):
+ *                            ncclGroupStart, ncclAllReduce, ncclGroupEnd, ncclCommGetAsyncError,
+ *                            ncclCommDestroy; each line also shows ncclGetLastError()
  *   nccl_fail fork           ncclGetVersion in the parent, then in a forked child
  */
 #include "nccl_min.h"
@@ -39,6 +42,22 @@ int nccl_fail_run(const char* what) {
         int st = 0;
         waitpid(pid, &st, 0);
         return WIFEXITED(st) ? WEXITSTATUS(st) : 2;
+    }
+    if (!strcmp(what, "nullcomm")) {
+        char buf[16];
+        ncclResult_t a = 0;
+        rc = ncclGroupStart();
+        printf("ncclGroupStart rc=%d last_error=%s\n", (int)rc, ncclGetLastError(NULL));
+        rc = ncclAllReduce(buf, buf, 4, 7, 0, NULL, NULL);
+        printf("ncclAllReduce rc=%d last_error=%s\n", (int)rc, ncclGetLastError(NULL));
+        rc = ncclGroupEnd();
+        printf("ncclGroupEnd rc=%d last_error=%s\n", (int)rc, ncclGetLastError(NULL));
+        rc = ncclCommGetAsyncError(NULL, &a);
+        printf("ncclCommGetAsyncError rc=%d last_error=%s\n", (int)rc, ncclGetLastError(NULL));
+        rc = ncclCommDestroy(NULL);
+        printf("ncclCommDestroy rc=%d last_error=%s\n", (int)rc, ncclGetLastError(NULL));
+        fflush(stdout);
+        return 0;
     }
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
