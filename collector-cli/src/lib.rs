@@ -29,8 +29,10 @@ pub fn analyze_dir(
     if let Some(pb) = progress {
         pb.set_length(files.len() as u64);
     }
-    let loaded = load::load_files(dir, &files, progress);
-    Ok(analyze_loaded(dir, loaded))
+    let (parts, problems) = load::load_models(dir, &files, progress);
+    let job = model::JobModel::from_processes(parts);
+    let findings = rules::diagnose(&job);
+    Ok(report::Report::build(&job, findings, problems))
 }
 
 /// The analysis part of [`analyze_dir`], for callers that read the dumps themselves.

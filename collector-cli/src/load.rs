@@ -1,6 +1,7 @@
 //! Finding and reading every dump of a job directory, in parallel, without letting one bad
 //! file stop the rest: each unreadable file becomes a [`Problem`] with a one-line reason.
 
+use crate::model::ProcessModel;
 use ncclshim_dump::reader::{read_dump, Dump};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -55,6 +56,45 @@ pub fn display_path(dir: &Path, p: &Path) -> String {
     p.strip_prefix(dir).unwrap_or(p).display().to_string()
 }
 
+/// Reads `files` in parallel and turns each into its part of a process model right away, so a
+/// file's raw records are freed before the next one is read (peak memory stays at the model,
+/// not model plus every decoded dump).
+pub fn load_models(
+    dir: &Path,
+    files: &[PathBuf],
+    progress: Option<&indicatif::ProgressBar>,
+) -> (Vec<ProcessModel>, Vec<Problem>) {
+    let results: Vec<Result<ProcessModel, Problem>> = files
+        .par_iter()
+        .map(|p| {
+            let r = read_dump(p)
+                .map(|d| ProcessModel::from_dump(&d, display_path(dir, p)))
+                .map_err(|e| problem(dir, p, e));
+            if let Some(pb) = progress {
+                pb.inc(1);
+            }
+            r
+        })
+        .collect();
+    let mut models = Vec::new();
+    let mut problems = Vec::new();
+    for r in results {
+        match r {
+            Ok(m) => models.push(m),
+            Err(p) => problems.push(p),
+        }
+    }
+    (models, problems)
+}
+
+fn problem(dir: &Path, p: &Path, e: ncclshim_dump::reader::DumpError) -> Problem {
+    Problem {
+        file: display_path(dir, p),
+        // The error names the full path; the problem line names the file once.
+        error: e.to_string().replacen(&format!("{}: ", p.display()), "", 1),
+    }
+}
+
 /// Reads `files` in parallel; `progress` is ticked once per file.
 pub fn load_files(
     dir: &Path,
@@ -64,11 +104,7 @@ pub fn load_files(
     let results: Vec<Result<Dump, Problem>> = files
         .par_iter()
         .map(|p| {
-            let r = read_dump(p).map_err(|e| Problem {
-                file: display_path(dir, p),
-                // The error names the full path; the problem line names the file once.
-                error: e.to_string().replacen(&format!("{}: ", p.display()), "", 1),
-            });
+            let r = read_dump(p).map_err(|e| problem(dir, p, e));
             if let Some(pb) = progress {
                 pb.inc(1);
             }

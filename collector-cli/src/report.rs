@@ -79,7 +79,7 @@ impl Report {
                     host: p.host.clone(),
                     pid: p.pid,
                     what: job.describe(f),
-                    call: call.map(|c| c.name.clone()),
+                    call: call.map(|c| c.name.to_string()),
                     rc: call.map(|c| if is_async { c.args[0] as i32 } else { c.rc }),
                     rc_name: call.map(|c| {
                         if is_async {

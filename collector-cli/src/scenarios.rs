@@ -312,3 +312,43 @@ pub fn healthy(dir: &Path) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The benchmark job: `ranks` ranks, 8 per host, one world communicator, `colls` all-reduces per
+/// rank (one ring of `slots` slots per process), and one rank that dies near the end so the
+/// analysis does its full work. Returns the bytes a reader has to decode.
+pub fn bench_job(dir: &Path, ranks: usize, colls: u64, slots: u32) -> anyhow::Result<u64> {
+    let hosts: Vec<String> = (0..ranks).map(|r| format!("node{:04}", r / 8)).collect();
+    let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    let g = crate::synth::Geometry {
+        rings: 1,
+        slots_per_ring: slots,
+        arena_bytes: 64 << 10,
+    };
+    let mut s = Scenario::with_geometry(dir, &hosts, g)?;
+    s.snapshot_all(22703);
+    let comms = s.init_world(22703);
+    let victim = ranks / 2;
+    for (i, (r, &c)) in s.ranks.iter().zip(&comms).enumerate() {
+        let n = if i == victim { colls - 1 } else { colls };
+        for seq in 0..n {
+            r.coll(CallId::NcclAllReduce, c, seq, 1 << 20, F32, SUM, 0, 0, None);
+        }
+        if i == victim {
+            r.coll_in_flight(CallId::NcclAllReduce, c, n, 1 << 20, F32, SUM, 0);
+        }
+    }
+    s.step();
+    for (i, (r, &c)) in s.ranks.iter().zip(&comms).enumerate() {
+        if i != victim {
+            r.async_error(c, 6, Some("socketProgressOpt: Call to recv from 10.0.0.9<40001> failed : Connection reset by peer"));
+            r.clean_exit();
+        }
+    }
+    let files = crate::load::find_dumps(dir)?;
+    let mut bytes = 0;
+    for f in files {
+        let d = ncclshim_dump::reader::read_dump(&f)?;
+        bytes += 4096 + d.summary.records * 128 + d.header.arena_used;
+    }
+    Ok(bytes)
+}

@@ -11,13 +11,16 @@ use facts::{GpuFacts, HostFacts, LibFacts};
 use ncclshim_dump::reader::{Dump, Record};
 use ncclshim_dump::schema::slot_flags;
 use ncclshim_dump::{BlobKind, CallId, RecordKind, WriterKind};
+use rayon::prelude::*;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// One intercepted call (NCCL or CUDA driver).
 #[derive(Debug, Clone)]
 pub struct CallEvent {
     pub call: Option<CallId>,
-    pub name: String,
+    /// The call's name (borrowed from the schema for every known id: millions of calls).
+    pub name: Cow<'static, str>,
     pub rc: i32,
     pub is_cuda: bool,
     /// Wall-clock nanoseconds (converted with the dump's clock pair).
@@ -234,6 +237,73 @@ impl ProcessModel {
             .filter(|(_, c)| c.in_flight() && !c.nested)
     }
 
+    /// The part of a process one dump file tells (the shim's or the profiler's); merge the
+    /// parts of one process with [`ProcessModel::absorb`], then call [`JobModel::from_processes`].
+    pub fn from_dump(d: &Dump, shown_path: String) -> Self {
+        let h = &d.header;
+        let mut p = ProcessModel {
+            host: h.hostname.clone(),
+            boot_id: h.boot_id.clone(),
+            pid: h.pid,
+            start_ticks: h.pid_start_ticks,
+            ..ProcessModel::default()
+        };
+        p.add_dump(d, shown_path);
+        p
+    }
+
+    /// Which process a part belongs to: host, boot id, pid and start time.
+    pub fn key(&self) -> (String, String, u32, u64) {
+        (
+            self.host.clone(),
+            self.boot_id.clone(),
+            self.pid,
+            self.start_ticks,
+        )
+    }
+
+    /// Merges another part of the same process (its other dump file) into this one.
+    pub fn absorb(&mut self, o: ProcessModel) {
+        let off = self.calls.len();
+        self.files.extend(o.files);
+        self.synthetic |= o.synthetic;
+        self.has_shim |= o.has_shim;
+        self.has_prof |= o.has_prof;
+        self.clean_exit |= o.clean_exit;
+        self.alive |= o.alive;
+        self.disabled |= o.disabled;
+        self.lost += o.lost;
+        self.torn += o.torn;
+        if o.first_t != 0 && (self.first_t == 0 || o.first_t < self.first_t) {
+            self.first_t = o.first_t;
+        }
+        self.last_t = self.last_t.max(o.last_t);
+        self.env = self.env.take().or(o.env);
+        self.libs = self.libs.take().or(o.libs);
+        self.host_facts = self.host_facts.take().or(o.host_facts);
+        for g in o.gpus {
+            if !self.gpus.contains(&g) {
+                self.gpus.push(g);
+            }
+        }
+        if self.cmdline.is_empty() {
+            self.cmdline = o.cmdline;
+        }
+        self.calls.extend(o.calls);
+        self.ops.extend(o.ops.into_iter().map(|mut op| {
+            op.call_index += off;
+            op
+        }));
+        for mut m in o.memberships {
+            m.init_call = m.init_call.map(|i| i + off);
+            self.merge_membership(m);
+        }
+        self.prof_ops.extend(o.prof_ops);
+        self.signals.extend(o.signals);
+        self.notes.extend(o.notes);
+        self.nccl_version = self.nccl_version.or(o.nccl_version);
+    }
+
     fn add_dump(&mut self, d: &Dump, shown_path: String) {
         self.files.push(shown_path);
         let h = &d.header;
@@ -325,7 +395,10 @@ impl ProcessModel {
                         r.flags & slot_flags::RC_IS_CUDA != 0 || call.is_some_and(CallId::is_cuda);
                     let ev = CallEvent {
                         call,
-                        name: r.call_name(),
+                        name: match call {
+                            Some(c) => Cow::Borrowed(c.name()),
+                            None => Cow::Owned(r.call_name()),
+                        },
                         rc: r.rc,
                         is_cuda,
                         t_enter: t,
@@ -606,29 +679,28 @@ pub struct JobModel {
 
 impl JobModel {
     /// Builds the model from readable dumps; `shown` gives each dump's display path.
-    pub fn build(dumps: &[Dump], shown: impl Fn(&Dump) -> String) -> Self {
+    pub fn build(dumps: &[Dump], shown: impl Fn(&Dump) -> String + Sync) -> Self {
+        let parts: Vec<ProcessModel> = dumps
+            .par_iter()
+            .map(|d| ProcessModel::from_dump(d, shown(d)))
+            .collect();
+        Self::from_processes(parts)
+    }
+
+    /// Builds the model from per-dump parts (see [`ProcessModel::from_dump`]); parts of one
+    /// process (shim and profiler dumps) are merged here.
+    pub fn from_processes(parts: Vec<ProcessModel>) -> Self {
         let mut by_key: BTreeMap<(String, String, u32, u64), ProcessModel> = BTreeMap::new();
-        for d in dumps {
-            let h = &d.header;
-            let key = (
-                h.hostname.clone(),
-                h.boot_id.clone(),
-                h.pid,
-                h.pid_start_ticks,
-            );
-            let p = by_key.entry(key).or_insert_with(|| ProcessModel {
-                host: h.hostname.clone(),
-                boot_id: h.boot_id.clone(),
-                pid: h.pid,
-                start_ticks: h.pid_start_ticks,
-                ..ProcessModel::default()
-            });
-            p.add_dump(d, shown(d));
+        for part in parts {
+            match by_key.entry(part.key()) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(part);
+                }
+                std::collections::btree_map::Entry::Occupied(mut o) => o.get_mut().absorb(part),
+            }
         }
         let mut processes: Vec<ProcessModel> = by_key.into_values().collect();
-        for p in &mut processes {
-            p.finish();
-        }
+        processes.par_iter_mut().for_each(ProcessModel::finish);
         // Sort by world rank where known so output reads rank 0, 1, 2...
         processes.sort_by_key(|p| {
             (

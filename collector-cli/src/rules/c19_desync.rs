@@ -6,7 +6,8 @@ use super::{rank_list, Confidence, Finding, Severity};
 use crate::model::JobModel;
 use crate::names::{datatype_name, redop_name};
 use ncclshim_dump::CallId;
-use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 
 /// What must agree across ranks for one collective.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -53,83 +54,143 @@ fn shim_sig(c: CallId, count: u64, dt: u64, op: u64, root: u64) -> Sig {
     }
 }
 
+/// A signature without allocation, for the pass over every collective of every rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Key {
+    op: u64,
+    count: u64,
+    datatype: u64,
+    redop: Option<u64>,
+    root: Option<u64>,
+}
+
+fn shim_key(c: CallId, count: u64, dt: u64, op: u64, root: u64) -> Key {
+    let s = shim_sig(c, count, dt, op, root);
+    Key {
+        op: c as u64,
+        count,
+        datatype: dt,
+        redop: s.redop,
+        root: s.root,
+    }
+}
+
+/// The smallest sequence number at which two ranks disagree. One pass: the first rank seen at a
+/// sequence number sets the reference, every other rank is compared with it.
+fn first_divergence(entries: impl Iterator<Item = (u64, Key)>) -> Option<u64> {
+    let mut reference: HashMap<u64, Key> = HashMap::new();
+    let mut first: Option<u64> = None;
+    for (seq, key) in entries {
+        if first.is_some_and(|f| seq >= f) {
+            continue;
+        }
+        match reference.entry(seq) {
+            Entry::Vacant(v) => {
+                v.insert(key);
+            }
+            Entry::Occupied(o) => {
+                if *o.get() != key {
+                    first = Some(seq);
+                }
+            }
+        }
+    }
+    first
+}
+
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out = Vec::new();
     for (&comm, view) in &job.comms {
-        // seq → rank → signature, one table per source: the shim's and the profiler's sequence
-        // numbers are counted by different code and are only compared with their own kind.
-        let mut table: BTreeMap<u64, BTreeMap<u32, (Sig, usize)>> = BTreeMap::new();
-        let mut prof_table: BTreeMap<u64, BTreeMap<u32, (Sig, usize)>> = BTreeMap::new();
-        for (&rank, ps) in &view.members {
-            for &p in ps {
-                let pm = &job.processes[p];
-                for o in pm.ops.iter().filter(|o| o.comm_hash == Some(comm)) {
-                    if matches!(o.call, CallId::NcclSend | CallId::NcclRecv) {
-                        continue;
-                    }
-                    table.entry(o.seq).or_default().insert(
-                        rank,
-                        (
-                            shim_sig(o.call, o.count, o.datatype, o.op, o.root_or_peer),
-                            p,
-                        ),
-                    );
-                }
-                for o in pm
-                    .prof_ops
-                    .iter()
-                    .filter(|o| o.comm_hash == Some(comm) && !o.p2p)
-                {
-                    let Some(seq) = o.seq else { continue };
-                    let sig = Sig {
-                        op: crate::profnames::func_name(o.func),
+        let members: Vec<(u32, usize)> = view
+            .members
+            .iter()
+            .flat_map(|(r, ps)| ps.iter().map(move |p| (*r, *p)))
+            .collect();
+        let shim_ops = |p: usize| {
+            job.processes[p].ops.iter().filter(move |o| {
+                o.comm_hash == Some(comm) && !matches!(o.call, CallId::NcclSend | CallId::NcclRecv)
+            })
+        };
+        let prof_ops = |p: usize| {
+            job.processes[p]
+                .prof_ops
+                .iter()
+                .filter(move |o| o.comm_hash == Some(comm) && !o.p2p && o.seq.is_some())
+        };
+        // The shim's and the profiler's sequence numbers are counted by different code and are
+        // only compared with their own kind.
+        let shim_div = first_divergence(members.iter().flat_map(|&(_, p)| {
+            shim_ops(p).map(|o| {
+                (
+                    o.seq,
+                    shim_key(o.call, o.count, o.datatype, o.op, o.root_or_peer),
+                )
+            })
+        }));
+        let prof_div = first_divergence(members.iter().flat_map(|&(_, p)| {
+            prof_ops(p).map(|o| {
+                (
+                    o.seq.unwrap_or(0),
+                    Key {
+                        op: o.func,
                         count: o.count,
-                        datatype: crate::profnames::datatype_name(o.datatype),
+                        datatype: o.datatype,
                         redop: None,
                         root: None,
-                    };
-                    prof_table.entry(seq).or_default().insert(rank, (sig, p));
-                }
+                    },
+                )
+            })
+        }));
+        let (seq, source) = match (shim_div, prof_div) {
+            (Some(s), _) => (s, ""),
+            (None, Some(s)) => (s, " (profiler)"),
+            (None, None) => continue,
+        };
+        let mut groups: BTreeMap<Sig, Vec<u32>> = BTreeMap::new();
+        for &(rank, p) in &members {
+            let sig = if source.is_empty() {
+                shim_ops(p)
+                    .find(|o| o.seq == seq)
+                    .map(|o| shim_sig(o.call, o.count, o.datatype, o.op, o.root_or_peer))
+            } else {
+                prof_ops(p).find(|o| o.seq == Some(seq)).map(|o| Sig {
+                    op: crate::profnames::func_name(o.func),
+                    count: o.count,
+                    datatype: crate::profnames::datatype_name(o.datatype),
+                    redop: None,
+                    root: None,
+                })
+            };
+            if let Some(sig) = sig {
+                groups.entry(sig).or_default().push(rank);
             }
         }
-        for (source, (seq, ranks)) in table
-            .iter()
-            .map(|e| ("", e))
-            .chain(prof_table.iter().map(|e| (" (profiler)", e)))
-        {
-            let mut groups: BTreeMap<&Sig, Vec<u32>> = BTreeMap::new();
-            for (r, (sig, _)) in ranks {
-                groups.entry(sig).or_default().push(*r);
-            }
-            if groups.len() < 2 {
-                continue;
-            }
-            let mut f = Finding::new(
-                "collective-desync",
-                Some("C19"),
-                format!("Ranks issued different collectives at sequence number {seq} on one communicator"),
-                Severity::Primary,
-                Confidence::High,
-            )
-            .remedy(
-                "Make the sequence of collectives identical on every rank: no rank-dependent branches \
-                 around collectives, identical metric keys, padded uneven batches. PyTorch: \
-                 TORCH_DISTRIBUTED_DEBUG=DETAIL names the Python call sites.",
-            );
-            for (sig, rs) in &groups {
-                let noun = if rs.len() == 1 { "rank" } else { "ranks" };
-                f.evidence(format!(
-                    "comm {comm:#x} seq {seq}{source}: {noun} {} issued {}",
-                    rank_list(rs),
-                    sig.text()
-                ));
-            }
-            for (_, p) in ranks.values() {
-                f.involve(job, *p);
-            }
-            out.push(f);
-            break; // The first divergence explains the rest.
+        let mut f = Finding::new(
+            "collective-desync",
+            Some("C19"),
+            format!(
+                "Ranks issued different collectives at sequence number {seq} on one communicator"
+            ),
+            Severity::Primary,
+            Confidence::High,
+        )
+        .remedy(
+            "Make the sequence of collectives identical on every rank: no rank-dependent branches \
+             around collectives, identical metric keys, padded uneven batches. PyTorch: \
+             TORCH_DISTRIBUTED_DEBUG=DETAIL names the Python call sites.",
+        );
+        for (sig, rs) in &groups {
+            let noun = if rs.len() == 1 { "rank" } else { "ranks" };
+            f.evidence(format!(
+                "comm {comm:#x} seq {seq}{source}: {noun} {} issued {}",
+                rank_list(rs),
+                sig.text()
+            ));
         }
+        for &(_, p) in &members {
+            f.involve(job, p);
+        }
+        out.push(f);
     }
     out
 }

@@ -3,7 +3,7 @@
 //! rank that died or failed first, which this rule names (its own finding comes from the rule
 //! that explains it, or from `abrupt_end`).
 
-use super::{text_has, who, Confidence, Finding, Severity};
+use super::{name_processes, text_has, who, Confidence, Finding, Severity};
 use crate::model::JobModel;
 
 const REMOTE_TEXTS: &[&str] = &[
@@ -47,14 +47,23 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "These errors are a consequence. Diagnose the rank that failed first (its own finding, its \
          stderr, dmesg / OOM-killer logs, NIC health).",
     );
+    // Identical errors on many ranks read as one line (a 1,024-rank job has 1,023 survivors).
+    let mut alike: Vec<(String, Vec<usize>)> = Vec::new();
     for &(p, i, _) in &remote {
         f.involve(job, p);
         f.explain(p, i);
-        f.evidence(format!(
-            "{}: {}",
-            who(job, p),
-            job.processes[p].calls[i].describe()
-        ));
+        let d = job.processes[p].calls[i].describe();
+        match alike.iter_mut().find(|(x, _)| *x == d) {
+            Some((_, ps)) => ps.push(p),
+            None => alike.push((d, vec![p])),
+        }
+    }
+    for (d, ps) in &alike {
+        if ps.len() == 1 {
+            f.evidence(format!("{}: {d}", who(job, ps[0])));
+        } else {
+            f.evidence(format!("{}: {d}", name_processes(job, ps)));
+        }
     }
     // Culprits: a process that failed (non-remote) before the first remote error, or whose dump
     // stops before it without a clean exit.

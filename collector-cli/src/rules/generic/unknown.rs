@@ -33,7 +33,7 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
         }
         let c = &job.processes[fl.process].calls[idx];
         let key = (
-            c.name.clone(),
+            c.name.to_string(),
             c.rc,
             c.error_text.clone().unwrap_or_default(),
         );
