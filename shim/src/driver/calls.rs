@@ -75,7 +75,15 @@ fn finish(pending: Option<PendingCall>, rc: CuResult, outs: impl FnOnce(&Pending
             if rc == CUDA_SUCCESS {
                 outs(&p);
             } else if let Some(rec) = recorder::SHIM.existing() {
+                // This asks the driver for its text outside the recorder's guard: keep the
+                // errno the failed call left for the caller.
+                // SAFETY: __errno_location returns this thread's errno.
+                let errno = unsafe { libc::__errno_location() };
+                // SAFETY: as above.
+                let saved = unsafe { *errno };
                 super::errtext::attach(rec, &p, rc);
+                // SAFETY: as above.
+                unsafe { *errno = saved };
             }
             p.complete(rc);
         }));
