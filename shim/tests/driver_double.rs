@@ -195,6 +195,9 @@ fn every_watched_call_is_recorded_with_its_arguments() {
         assert!(arg(r, "caller") != 0);
     }
     let by = |id| calls_of(&d, id);
+    // errno is the program's own, with and without the shim (compared above) and as set.
+    assert_eq!(field(&out, "cuMemCreate ", "errno"), "4242");
+    assert_eq!(field(&out, "cuMemRelease(0) ", "errno"), "4343");
     let create = by(CallId::CuMemCreate)[0];
     assert_eq!(create.rc, 0);
     assert_eq!(arg(create, "size"), 1 << 21);

@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -104,8 +105,9 @@ static int mode_all(int use_v1) {
     CUmemGenericAllocationHandle mh = 0, mh2 = 0, mc = 0;
     CUmemAllocationProp prop = {2, 1, 1, 0, NULL, {0}};
     CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long) = look("cuMemCreate", 10020, 0);
+    errno = 4242; /* the first recorded call creates the dump (many syscalls): errno must survive */
     rc = create(&mh, 1 << 21, &prop, 0);
-    printf("cuMemCreate rc=%d handle=%#llx\n", rc, (unsigned long long)mh);
+    printf("cuMemCreate rc=%d handle=%#llx errno=%d\n", rc, (unsigned long long)mh, errno);
     CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) = look("cuMemAddressReserve", 10020, 0);
     CUdeviceptr va = 0;
     rc = reserve(&va, 1 << 21, 1 << 16, 0, 0);
@@ -137,7 +139,9 @@ static int mode_all(int use_v1) {
     printf("cuMemAddressFree rc=%d\n", afree(va, 1 << 21));
     CUresult (*release)(CUmemGenericAllocationHandle) = look("cuMemRelease", 10020, 0);
     printf("cuMemRelease rc=%d\n", release(mh));
-    printf("cuMemRelease(0) rc=%d\n", release(0));
+    errno = 4343;
+    rc = release(0);
+    printf("cuMemRelease(0) rc=%d errno=%d\n", rc, errno);
     /* Per-thread-stream flavour: a different driver function behind the same name. */
     CUresult (*release_ptds)(CUmemGenericAllocationHandle) = look("cuMemRelease", 10020, 2);
     printf("cuMemRelease[ptds] rc=%d\n", release_ptds(mh));
