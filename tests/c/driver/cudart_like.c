@@ -215,7 +215,7 @@ static int mode_threads(void) {
     return bad;
 }
 
-static int mode_direct(void) {
+__attribute__((noinline)) static int mode_direct(void) {
     if (getenv("CUDART_LIKE_PRINT_ADDR")) printf("mode_direct at=%p\n", (void *)mode_direct);
     void *h = open_driver();
     CUresult (*init)(unsigned) = dlsym(h, "cuInit");
