@@ -4,8 +4,7 @@
 //! libtorch_cuda (mapped without any libnccl means NCCL is linked statically and invisible to
 //! LD_PRELOAD).
 //!
-//! Versions are asked only of libraries that are already mapped (`dlopen(RTLD_NOLOAD)`), unless
-//! the caller says loading is fine (`VersionProbe::Load`, for `ncclshim doctor`). Neither
+//! Versions are asked only of libraries that are already mapped (`dlopen(RTLD_NOLOAD)`). Neither
 //! `ncclGetVersion` nor `cuDriverGetVersion` / `cudaRuntimeGetVersion` initializes CUDA.
 
 use serde::{Deserialize, Serialize};
@@ -49,10 +48,11 @@ pub struct Libraries {
     pub nccl_static: bool,
 }
 
-/// Whether versions may be asked by loading a library, or only of libraries already mapped.
+/// How library versions are obtained. Nothing here ever loads a library: a caller that may
+/// load one (the CLI's `doctor`) does that itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VersionProbe {
-    /// Never load anything (inside a host process).
+    /// Ask each already-mapped library through a `RTLD_NOLOAD` handle (safe inside a host process).
     NoLoad,
     /// Skip versions entirely.
     Skip,
