@@ -321,3 +321,28 @@ fn null_comm_calls_cu12() {
 fn null_comm_calls_cu11() {
     null_comm_calls(Wheel::Cu11);
 }
+
+/// A framework that sets NCCL_* after the first NCCL call: the snapshot at communicator init
+/// catches it (reason 1), and only because it changed.
+#[test]
+fn environment_changed_before_init_is_snapshotted_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = compile_driver(Wheel::Cu12, tmp.path(), false);
+    let dir = tmp.path().join("dumps");
+    run(preloaded(&prog, &dir).arg("lateenv"));
+    let d = single_dump(&dir);
+    let env = snapshots(&d, BlobKind::Environment);
+    assert_eq!(env.len(), 2);
+    assert!(env[0].get("NCCL_LATE_SETTING").is_none());
+    assert_eq!(env[1]["NCCL_LATE_SETTING"], "1");
+    let reasons: Vec<u64> = d
+        .records_by_time()
+        .into_iter()
+        .filter(|r| r.kind() == Some(RecordKind::Snapshot))
+        .filter(|r| r.arg("blob_kind") == Some(BlobKind::Environment as u64))
+        .map(|r| r.arg("reason").unwrap())
+        .collect();
+    assert_eq!(reasons, [0, 1]);
+    // Libraries did not change between the two points: stored once.
+    assert_eq!(snapshots(&d, BlobKind::Libraries).len(), 1);
+}

@@ -13,11 +13,13 @@
  *   nccl_fail nullcomm       calls on a NULL communicator (NCCL rejects them itself, no GPU needed):
  *                            ncclGroupStart, ncclAllReduce, ncclGroupEnd, ncclCommGetAsyncError,
  *                            ncclCommDestroy; each line also shows ncclGetLastError()
+ *   nccl_fail lateenv        as init, with NCCL_LATE_SETTING=1 set (setenv) after the first call
  *   nccl_fail fork           ncclGetVersion in the parent, then in a forked child
  */
 #include "nccl_min.h"
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,6 +61,7 @@ int nccl_fail_run(const char* what) {
         fflush(stdout);
         return 0;
     }
+    if (!strcmp(what, "lateenv")) setenv("NCCL_LATE_SETTING", "1", 1);
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     rc = ncclGetUniqueId(&id);
