@@ -125,7 +125,10 @@ fn errno_survives_the_first_call_that_creates_the_dump() {
     let bare = run(Command::new(&prog).arg("errno"));
     let out = run(preloaded(&prog, &dir).arg("errno"));
     let seen = field(&String::from_utf8_lossy(&out.stdout), "errno", "errno");
-    assert_eq!(seen, field(&String::from_utf8_lossy(&bare.stdout), "errno", "errno"));
+    assert_eq!(
+        seen,
+        field(&String::from_utf8_lossy(&bare.stdout), "errno", "errno")
+    );
     // The shim did its most errno-prone work in that call: mkdir, open, fallocate, mmap, snapshots.
     assert_eq!(dump_files(&dir).len(), 1);
 }
