@@ -81,6 +81,26 @@ EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
     return CUDA_SUCCESS;
 }
 
+EXPORT CUresult cuDevicePrimaryCtxRetain(void **ctx, CUdevice dev) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!ctx || dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+    *ctx = (void *)0x1;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSetCurrent(void *ctx) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    (void)ctx;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!g || !prop || option < 0 || option > 1) return CUDA_ERROR_INVALID_VALUE;
+    *g = 2u << 20;
+    return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuCtxGetDevice(CUdevice *d) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
     if (!d) return CUDA_ERROR_INVALID_VALUE;
@@ -307,6 +327,9 @@ static const struct entry table[] = {
     {"cuDeviceGetCount", 2000, 0, (void *)cuDeviceGetCount},
     {"cuDeviceGet", 2000, 0, (void *)cuDeviceGet},
     {"cuCtxGetDevice", 2000, 0, (void *)cuCtxGetDevice},
+    {"cuDevicePrimaryCtxRetain", 7000, 0, (void *)cuDevicePrimaryCtxRetain},
+    {"cuCtxSetCurrent", 4000, 0, (void *)cuCtxSetCurrent},
+    {"cuMemGetAllocationGranularity", 10020, 0, (void *)cuMemGetAllocationGranularity},
     {"cuDeviceGetPCIBusId", 4010, 0, (void *)cuDeviceGetPCIBusId},
     {"cuDeviceGetName", 2000, 0, (void *)cuDeviceGetName},
     {"cuDeviceGetUuid", 11040, 0, (void *)cuDeviceGetUuid_v2},
