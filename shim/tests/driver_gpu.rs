@@ -83,3 +83,25 @@ fn real_driver_cumem_round_trip_is_recorded_with_device_identity() {
     // Every lookup went through the wrapped pointer: 1 dlsym + 15 cuGetProcAddress calls.
     assert_eq!(lookups(&d), 16);
 }
+
+/// The same program against the libcuda TEST DOUBLE, so the GPU check's program and its counts
+/// are known good before a GPU ever runs it.
+#[test]
+fn real_cumem_program_runs_against_the_double() {
+    let tmp = tempfile::tempdir().unwrap();
+    let double = build_double(tmp.path());
+    let prog = build_program(tmp.path(), "real_cumem", &["-ldl".into()]);
+    let dumps = tmp.path().join("dumps");
+    let plain = output(&mut command(&prog, &double, None));
+    let shim = output(&mut command(&prog, &double, Some(&dumps)));
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        String::from_utf8_lossy(&shim.stdout)
+    );
+    let d = single_dump(&dumps);
+    assert_eq!(driver_calls(&d).len(), 11);
+    assert_eq!(lookups(&d), 16);
+    // The dlsym, the self-lookup, and the nine watched functions.
+    assert_eq!(wrapped(&d), 11);
+    assert_eq!(gpu_snapshots(&d).len(), 1);
+}
