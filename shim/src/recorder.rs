@@ -17,6 +17,7 @@ thread_local! {
 
 fn on_create(recorder: &'static Recorder) {
     crate::nccl::on_recorder_created(recorder);
+    crate::driver::on_recorder_created(recorder);
 }
 
 /// Whether the calling thread is already inside shim code (a nested hook must only forward).

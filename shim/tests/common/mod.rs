@@ -17,13 +17,19 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// `target/<profile>/libncclshim.so`, built with this test binary (the crate is cdylib + rlib).
+/// The `libncclshim.so` built with this test binary. `cargo test` refreshes
+/// `target/<profile>/deps/libncclshim.so` but does not copy it up to `target/<profile>/`
+/// (only `cargo build` does), so the `deps` one is preferred: the other may be stale.
 pub fn shim_so() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/<test>-<hash>
-    let profile_dir = exe.parent().unwrap().parent().unwrap();
-    let so = profile_dir.join("libncclshim.so");
-    assert!(so.exists(), "{} not built", so.display());
-    so
+    let deps = exe.parent().unwrap();
+    [
+        deps.join("libncclshim.so"),
+        deps.parent().unwrap().join("libncclshim.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .expect("libncclshim.so not built")
 }
 
 /// The NCCL wheel flavours the tests run against.

@@ -9,27 +9,9 @@ use ncclshim_dump::{CallId, RecordKind};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// The `libncclshim.so` built with this test binary. `cargo test` refreshes
-/// `target/<profile>/deps/libncclshim.so` but does not copy it up to `target/<profile>/`
-/// (only `cargo build` does), so the `deps` one is preferred.
-pub fn shim_so() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.join("libncclshim.so"),
-        deps.parent().unwrap().join("libncclshim.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-    .expect("libncclshim.so not built")
-}
+#[path = "../common/mod.rs"]
+mod common;
+pub use common::{repo_root, shim_so};
 
 pub fn cc(args: &[&str], out: &Path, sources: &[PathBuf], extra: &[String]) {
     let o = Command::new("cc")
