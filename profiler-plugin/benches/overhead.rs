@@ -1,1 +1,296 @@
-fn main() {}
+//! Added cost per all-reduce of the profiler plugin, against the record floor measured in the
+//! same run and the same mapping.
+//!
+//! One all-reduce is the callback sequence NCCL (v6 ABI) makes for a single-comm all-reduce with
+//! two kernel channels: GroupApi start, CollApi start/stop, GroupApi state 24, KernelLaunch
+//! start/stop, Coll start/stop, GroupApi stop, then per channel KernelCh start, state 22 and
+//! stop. Events the mask does not want are started by NCCL (ancestors) and answered NULL; NCCL
+//! then skips their stop/state calls, and so does this loop. Everything runs on one thread
+//! (in NCCL the KernelCh calls come from the proxy thread): this measures CPU cost per call.
+//!
+//! The floor is one `RingWriter::instant` (a CLOCK_MONOTONIC read + one 128-byte slot store,
+//! commit protocol included) into the plugin's own dump, per record the plugin wrote.
+//!
+//! Run: `cargo bench -p ncclshim-profiler --bench overhead` (each mask runs in a child process,
+//! because the activation mask is read once per process, as NCCL expects).
+
+use nccl_profiler_ncclshim::abi::{
+    self, CollApiV5, CollV5, GroupApi, KernelCh, KernelLaunch, StateArgsV4,
+};
+use nccl_profiler_ncclshim::core::PROF;
+use nccl_profiler_ncclshim::v6::{self, ncclProfiler_v6};
+use ncclshim_dump::{CallId, Entry, RecordKind};
+use std::ffi::c_void;
+use std::hint::black_box;
+use std::mem::MaybeUninit;
+use std::time::Instant;
+
+const ITERS: u64 = 100_000;
+const ROUNDS: usize = 21;
+
+fn zeroed<T>() -> T {
+    // SAFETY: descriptor types are integers, raw pointers and bools: all-zero is valid.
+    unsafe { MaybeUninit::<T>::zeroed().assume_init() }
+}
+
+struct Descrs {
+    group: v6::Descr,
+    api: v6::Descr,
+    launch: v6::Descr,
+    coll: v6::Descr,
+    kch: v6::Descr,
+}
+
+fn descrs() -> Descrs {
+    let mut group: v6::Descr = zeroed();
+    group.type_ = u64::from(abi::event::GROUP_API);
+    group.u.v5.group_api = GroupApi {
+        graph_captured: false,
+        group_depth: 1,
+    };
+    let mut api: v6::Descr = zeroed();
+    api.type_ = u64::from(abi::event::COLL_API);
+    api.u.v5.coll_api = CollApiV5 {
+        func: c"AllReduce".as_ptr(),
+        count: 1 << 20,
+        datatype: c"ncclFloat32".as_ptr(),
+        root: -1,
+        stream: std::ptr::null_mut(),
+        graph_captured: false,
+    };
+    let mut launch: v6::Descr = zeroed();
+    launch.type_ = u64::from(abi::event::KERNEL_LAUNCH);
+    launch.u.v5.kernel_launch = KernelLaunch {
+        stream: std::ptr::null_mut(),
+    };
+    let mut coll: v6::Descr = zeroed();
+    coll.type_ = u64::from(abi::event::COLL);
+    coll.u.v5.coll = CollV5 {
+        seq_number: 0,
+        func: c"AllReduce".as_ptr(),
+        send_buff: std::ptr::null(),
+        recv_buff: std::ptr::null_mut(),
+        count: 1 << 20,
+        root: -1,
+        datatype: c"ncclFloat32".as_ptr(),
+        n_channels: 2,
+        n_warps: 16,
+        algo: c"RING".as_ptr(),
+        proto: c"SIMPLE".as_ptr(),
+        parent_group: std::ptr::null_mut(),
+    };
+    let mut kch: v6::Descr = zeroed();
+    kch.type_ = u64::from(abi::event::KERNEL_CH);
+    Descrs {
+        group,
+        api,
+        launch,
+        coll,
+        kch,
+    }
+}
+
+/// One all-reduce's callbacks; returns the number of records the plugin wrote (every call on
+/// a non-NULL handle writes one).
+#[inline(never)]
+fn all_reduce(
+    t: &'static abi::ProfilerTable<abi::InitV5, v6::Descr, StateArgsV4>,
+    ctx: *mut c_void,
+    d: &mut Descrs,
+    i: u64,
+) -> u32 {
+    let mut records = 0u32;
+    let starts = std::cell::Cell::new(0u32);
+    let start = |descr: &mut v6::Descr, parent: *mut c_void| -> *mut c_void {
+        let mut h: *mut c_void = std::ptr::null_mut();
+        descr.parent_obj = parent;
+        // SAFETY: a valid v6 descriptor and out-pointer; the plugin's own entry points.
+        unsafe { (t.start_event)(ctx, &mut h, descr) };
+        starts.set(starts.get() + u32::from(!h.is_null()));
+        h
+    };
+    // SAFETY (all calls below): handles come from start_event; NULL ones are skipped as NCCL does.
+    unsafe {
+        let g = start(&mut d.group, std::ptr::null_mut());
+        let api = start(&mut d.api, g);
+        let kl = start(&mut d.launch, g);
+        d.coll.u.v5.coll.seq_number = i;
+        let c = start(&mut d.coll, api);
+        for (h, state) in [(api, None), (g, Some(24)), (kl, None), (c, None), (g, None)] {
+            if h.is_null() {
+                continue;
+            }
+            records += 1;
+            match state {
+                Some(s) => (t.record_event_state)(h, s, std::ptr::null_mut()),
+                None => (t.stop_event)(h),
+            };
+        }
+        let base = 1_000_000 + i * 100_000;
+        let mut k = [std::ptr::null_mut(); 2];
+        for (ch, h) in k.iter_mut().enumerate() {
+            d.kch.u.v5.kernel_ch = KernelCh {
+                channel_id: ch as u8,
+                p_timer: base + ch as u64,
+            };
+            *h = start(&mut d.kch, c);
+        }
+        for (ch, h) in k.iter().enumerate() {
+            if !h.is_null() {
+                let mut a = StateArgsV4 {
+                    p_timer: base + 50_000 + ch as u64,
+                };
+                (t.record_event_state)(*h, 22, &mut a);
+                (t.stop_event)(*h);
+                records += 2;
+            }
+        }
+    }
+    records + starts.get()
+}
+
+/// The emulated NCCL's own loop cost: the same calls into a plugin that does nothing but hand
+/// out a dummy handle for the event types the real plugin asked for.
+static NULL_MASK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+unsafe extern "C" fn null_init(
+    _: *mut *mut c_void,
+    _: u64,
+    _: *mut std::ffi::c_int,
+    _: *const std::ffi::c_char,
+    _: std::ffi::c_int,
+    _: std::ffi::c_int,
+    _: std::ffi::c_int,
+    _: *const c_void,
+) -> std::ffi::c_int {
+    0
+}
+
+unsafe extern "C" fn null_start(
+    _: *mut c_void,
+    h: *mut *mut c_void,
+    d: *mut v6::Descr,
+) -> std::ffi::c_int {
+    // SAFETY: valid pointers from the loop.
+    unsafe {
+        let wanted = (*d).type_ & NULL_MASK.load(std::sync::atomic::Ordering::Relaxed) != 0;
+        *h = if wanted {
+            8 as *mut c_void
+        } else {
+            std::ptr::null_mut()
+        };
+    }
+    0
+}
+
+unsafe extern "C" fn null_stop(h: *mut c_void) -> std::ffi::c_int {
+    black_box(h);
+    0
+}
+
+unsafe extern "C" fn null_state(
+    h: *mut c_void,
+    _: std::ffi::c_int,
+    a: *mut StateArgsV4,
+) -> std::ffi::c_int {
+    black_box((h, a));
+    0
+}
+
+unsafe extern "C" fn null_fini(_: *mut c_void) -> std::ffi::c_int {
+    0
+}
+
+static NULL_PLUGIN: abi::ProfilerTable<abi::InitV5, v6::Descr, StateArgsV4> = abi::ProfilerTable {
+    name: c"null".as_ptr(),
+    init: null_init,
+    start_event: null_start,
+    stop_event: null_stop,
+    record_event_state: null_state,
+    finalize: null_fini,
+};
+
+fn child(label: &str) {
+    let t = &ncclProfiler_v6;
+    let mut ctx: *mut c_void = std::ptr::null_mut();
+    let mut mask = 0i32;
+    // SAFETY: v6 init with valid out-pointers.
+    let rc = unsafe {
+        (t.init)(
+            &mut ctx,
+            0xbe7c_4000_0000_0001,
+            &mut mask,
+            c"bench".as_ptr(),
+            1,
+            8,
+            0,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0);
+    let mut d = descrs();
+    // Warm up: ring claimed, caches warm, name cache filled.
+    for i in 0..10_000 {
+        all_reduce(t, ctx, &mut d, i);
+    }
+    let per_op = f64::from(all_reduce(t, ctx, &mut d, 10_000));
+    NULL_MASK.store(mask as u32 as u64, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(f64::from(all_reduce(&NULL_PLUGIN, ctx, &mut d, 0)), per_op);
+
+    let mut best_op = f64::MAX;
+    let mut best_floor = f64::MAX;
+    let mut best_null = f64::MAX;
+    let mut e = Entry::new(RecordKind::ProfStart, CallId::ProfColl);
+    for _ in 0..ROUNDS {
+        let t0 = Instant::now();
+        for i in 0..ITERS {
+            all_reduce(t, ctx, &mut d, i);
+        }
+        best_op = best_op.min(t0.elapsed().as_nanos() as f64 / ITERS as f64);
+        let t0 = Instant::now();
+        for i in 0..ITERS {
+            all_reduce(&NULL_PLUGIN, ctx, &mut d, i);
+        }
+        best_null = best_null.min(t0.elapsed().as_nanos() as f64 / ITERS as f64);
+        let n = ITERS * per_op.round() as u64;
+        let t0 = Instant::now();
+        PROF.with_ring(|_, w| {
+            for i in 0..n {
+                e.args[2] = i;
+                black_box(w.instant(black_box(&e)));
+            }
+        });
+        best_floor = best_floor.min(t0.elapsed().as_nanos() as f64 / n as f64);
+    }
+    let floor_total = best_floor * per_op;
+    let plugin = best_op - best_null;
+    println!(
+        "{label:<8} mask={mask:#06x} ({callbacks} callbacks, {per_op:.0} records) | plugin {plugin:>6.1} ns/all-reduce | floor {best_floor:>4.1} ns/record x {per_op:.0} = {floor_total:>6.1} ns | added over floor {:>6.1} ns | (loop with a null plugin: {best_null:.1} ns)",
+        plugin - floor_total,
+        callbacks = if label == "all" { 15 } else { 10 },
+    );
+}
+
+fn main() {
+    if let Ok(label) = std::env::var("NCCLSHIM_BENCH_CHILD") {
+        child(&label);
+        return;
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = std::env::temp_dir().join(format!("ncclshim-bench-{}", std::process::id()));
+    println!(
+        "profiler plugin overhead, v6 ABI, {ITERS} all-reduces x {ROUNDS} rounds (best round)"
+    );
+    for (label, profile) in [("default", "default"), ("all", "all")] {
+        let out = std::process::Command::new(&exe)
+            .env("NCCLSHIM_BENCH_CHILD", label)
+            .env("NCCLSHIM_PROFILE", profile)
+            .env("NCCLSHIM_DIR", &dir)
+            .env_remove("NCCLSHIM_DISABLE")
+            .output()
+            .expect("run bench child");
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

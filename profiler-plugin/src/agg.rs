@@ -109,7 +109,9 @@ impl AggTable {
             c[cell::TIMED_COUNT].fetch_add(1, Ordering::Relaxed);
             c[cell::TIMED_BYTES].fetch_add(bytes, Ordering::Relaxed);
             c[cell::GPU_NS_SUM].fetch_add(gpu_ns, Ordering::Relaxed);
-            c[cell::GPU_NS_MAX].fetch_max(gpu_ns, Ordering::Relaxed);
+            if gpu_ns > c[cell::GPU_NS_MAX].load(Ordering::Relaxed) {
+                c[cell::GPU_NS_MAX].fetch_max(gpu_ns, Ordering::Relaxed);
+            }
         }
     }
 
@@ -276,7 +278,9 @@ impl Inflight {
     /// A channel stopped at `t`. Returns (ctx index, cell, bytes, gpu_ns) when it was the last.
     #[inline]
     pub fn channel_stop(&self, t: u64) -> Option<(u32, usize, u64, u64)> {
-        self.stop_max.fetch_max(t, Ordering::AcqRel);
+        if t > self.stop_max.load(Ordering::Relaxed) {
+            self.stop_max.fetch_max(t, Ordering::AcqRel);
+        }
         let meta = self.meta.load(Ordering::Relaxed);
         let expected = ((meta >> 32) & 0xff) as u32;
         let done = self.stopped.fetch_add(1, Ordering::AcqRel) + 1;

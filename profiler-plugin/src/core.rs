@@ -62,18 +62,24 @@ pub struct Start {
 }
 
 impl Start {
-    pub fn new(type_index: u8, parent: *mut c_void, rank: c_int) -> Self {
-        Self {
-            type_index,
-            parent: parent as u64,
-            args: [0; SLOT_ARGS],
-            comm_hint: 0,
-            rank,
-            op: None,
-            gpu_start: None,
-            foreign_pid: None,
-            unknown: None,
-        }
+    pub const EMPTY: Self = Self {
+        type_index: 0,
+        parent: 0,
+        args: [0; SLOT_ARGS],
+        comm_hint: 0,
+        rank: -1,
+        op: None,
+        gpu_start: None,
+        foreign_pid: None,
+        unknown: None,
+    };
+
+    /// Starts filling a fresh (`EMPTY`) value for an event of type `type_index`.
+    #[inline]
+    pub fn reset(&mut self, type_index: u8, parent: *mut c_void, rank: c_int) {
+        self.type_index = type_index;
+        self.parent = parent as u64;
+        self.rank = rank;
     }
 }
 
@@ -97,8 +103,22 @@ pub fn our_pid() -> u32 {
 }
 
 /// Runs `f` with errno preserved and panics caught; `None` after a panic.
+///
+/// Once the recorder exists, nothing on the record path can change errno: the clock is read
+/// through the vDSO, and a thread's first ring claim makes only calls that cannot fail
+/// (`gettid`, `prctl(PR_GET_NAME)` via `pthread_getname_np` on itself). So errno is saved and
+/// restored only while the recorder may still be created (file, mmap: syscalls that can fail),
+/// which keeps two libc calls off every hot callback.
 #[inline]
 fn guard<R>(f: impl FnOnce() -> R) -> Option<R> {
+    if PROF.existing().is_none() {
+        return guard_saving_errno(f);
+    }
+    finish(catch_unwind(AssertUnwindSafe(f)))
+}
+
+#[cold]
+fn guard_saving_errno<R>(f: impl FnOnce() -> R) -> Option<R> {
     // SAFETY: __errno_location returns the calling thread's errno, valid for the thread's life.
     let errno_ptr = unsafe { libc::__errno_location() };
     // SAFETY: as above.
@@ -106,6 +126,11 @@ fn guard<R>(f: impl FnOnce() -> R) -> Option<R> {
     let out = catch_unwind(AssertUnwindSafe(f));
     // SAFETY: as above.
     unsafe { *errno_ptr = saved };
+    finish(out)
+}
+
+#[inline]
+fn finish<R>(out: std::thread::Result<R>) -> Option<R> {
     match out {
         Ok(v) => Some(v),
         Err(_) => {
@@ -188,7 +213,8 @@ pub unsafe fn init(
     mask_out: *mut c_int,
     facts: InitFacts,
 ) -> c_int {
-    let result = guard(|| {
+    // Init opens and maps files even after the recorder exists: always keep errno.
+    let result = guard_saving_errno(|| {
         if !ctx_out.is_null() {
             // SAFETY: NCCL's out-pointer (contract).
             unsafe { *ctx_out = std::ptr::null_mut() };
@@ -299,20 +325,28 @@ pub unsafe extern "C" fn finalize(ctx: *mut c_void) -> c_int {
 pub unsafe fn start_event(
     ctx: *mut c_void,
     ehandle: *mut *mut c_void,
-    build: impl FnOnce() -> Option<Start>,
+    build: impl FnOnce(&mut Start) -> bool,
 ) -> c_int {
     if ehandle.is_null() {
         return NCCL_SUCCESS;
     }
-    let h = guard(|| build().and_then(|ev| start(ctx, ev))).flatten();
+    let h = guard(|| {
+        let mut ev = Start::EMPTY;
+        if build(&mut ev) {
+            start(ctx, &ev)
+        } else {
+            None
+        }
+    })
+    .flatten();
     // SAFETY: NCCL's out-pointer (checked non-null above).
     unsafe { *ehandle = h.map_or(std::ptr::null_mut(), |v| v as *mut c_void) };
     NCCL_SUCCESS
 }
 
 #[inline]
-fn start(ctx_ptr: *mut c_void, ev: Start) -> Option<u64> {
-    let call = CallId::from_profiler_bit_index(u32::from(ev.type_index))?;
+fn start(ctx_ptr: *mut c_void, ev: &Start) -> Option<u64> {
+    let call = prof_call(ev.type_index)?;
     let parent = Handle::decode(ev.parent);
     let foreign = ev.foreign_pid.is_some() || parent.is_some_and(|p| p.foreign);
     let found = if foreign { None } else { ctx::lookup(ctx_ptr) };
@@ -389,7 +423,7 @@ pub unsafe extern "C" fn stop_event(ehandle: *mut c_void) -> c_int {
         let Some(h) = Handle::decode(ehandle as u64) else {
             return;
         };
-        let Some(call) = CallId::from_profiler_bit_index(u32::from(h.type_index)) else {
+        let Some(call) = prof_call(h.type_index) else {
             return;
         };
         let mut e = Entry::new(RecordKind::ProfStop, call);
@@ -409,7 +443,7 @@ pub fn record_state(ehandle: *mut c_void, state: u32, value: impl FnOnce() -> (u
         let Some(h) = Handle::decode(ehandle as u64) else {
             return;
         };
-        let Some(call) = CallId::from_profiler_bit_index(u32::from(h.type_index)) else {
+        let Some(call) = prof_call(h.type_index) else {
             return;
         };
         let (v, v2) = value();
@@ -467,6 +501,30 @@ pub unsafe extern "C" fn record_state_v1(
     })
 }
 
+/// The call id of an event type bit index, without `CallId::from_u16`'s big match.
+#[inline]
+fn prof_call(type_index: u8) -> Option<CallId> {
+    const CALLS: [CallId; 16] = [
+        CallId::ProfGroup,
+        CallId::ProfColl,
+        CallId::ProfP2p,
+        CallId::ProfProxyOp,
+        CallId::ProfProxyStep,
+        CallId::ProfProxyCtrl,
+        CallId::ProfKernelCh,
+        CallId::ProfNetPlugin,
+        CallId::ProfGroupApi,
+        CallId::ProfCollApi,
+        CallId::ProfP2pApi,
+        CallId::ProfKernelLaunch,
+        CallId::ProfCeColl,
+        CallId::ProfCeSync,
+        CallId::ProfCeBatch,
+        CallId::ProfKernelPhase,
+    ];
+    CALLS.get(usize::from(type_index)).copied()
+}
+
 /// The bit index of a descriptor's `type`, when it is exactly one known bit the mask wants.
 #[inline]
 pub fn wanted_type(ty: u64) -> Option<u8> {
@@ -474,4 +532,25 @@ pub fn wanted_type(ty: u64) -> Option<u8> {
         return None;
     }
     wants(ty as u32).then_some(ty.trailing_zeros() as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_is_caught_and_turns_recording_off() {
+        assert_eq!(guard_saving_errno(|| 7), Some(7));
+        let r: Option<()> = guard(|| panic!("deliberate test panic"));
+        assert!(r.is_none());
+        assert!(PROF.is_disabled());
+    }
+
+    #[test]
+    fn prof_call_table_matches_the_schema() {
+        for i in 0..16u8 {
+            assert_eq!(prof_call(i), CallId::from_profiler_bit_index(u32::from(i)));
+        }
+        assert_eq!(prof_call(16), None);
+    }
 }

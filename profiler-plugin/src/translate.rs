@@ -74,14 +74,14 @@ pub struct Coll {
 
 /// # Safety
 /// Every `Name::Str` in `c` is NULL or a static NCCL literal.
-pub unsafe fn coll(mut s: Start, c: Coll) -> Start {
+pub unsafe fn coll(s: &mut Start, c: Coll) {
     // SAFETY: forwarded contract.
     let (func, dt, algo, proto) = unsafe {
         (
-            c.func.code(NameTable::Func, "func", &mut s),
-            c.datatype.code(NameTable::Datatype, "datatype", &mut s),
-            c.algo.code(NameTable::Algo, "algo", &mut s),
-            c.proto.code(NameTable::Proto, "proto", &mut s),
+            c.func.code(NameTable::Func, "func", s),
+            c.datatype.code(NameTable::Datatype, "datatype", s),
+            c.algo.code(NameTable::Algo, "algo", s),
+            c.proto.code(NameTable::Proto, "proto", s),
         )
     };
     s.args[2] = c.seq;
@@ -98,7 +98,6 @@ pub unsafe fn coll(mut s: Start, c: Coll) -> Start {
         channels: c.channels,
         timed: c.timed,
     });
-    s
 }
 
 /// Fields of a P2p descriptor, across versions.
@@ -115,12 +114,12 @@ pub struct P2p {
 
 /// # Safety
 /// As [`coll`].
-pub unsafe fn p2p(mut s: Start, p: P2p) -> Start {
+pub unsafe fn p2p(s: &mut Start, p: P2p) {
     // SAFETY: forwarded contract.
     let (func, dt) = unsafe {
         (
-            p.func.code(NameTable::Func, "func", &mut s),
-            p.datatype.code(NameTable::Datatype, "datatype", &mut s),
+            p.func.code(NameTable::Func, "func", s),
+            p.datatype.code(NameTable::Datatype, "datatype", s),
         )
     };
     s.args[2] = u64::from(func);
@@ -136,10 +135,9 @@ pub unsafe fn p2p(mut s: Start, p: P2p) -> Start {
         channels: p.channels,
         timed: p.timed,
     });
-    s
 }
 
-pub fn proxy_op(mut s: Start, p: &abi::ProxyOp, our_pid: u32) -> Start {
+pub fn proxy_op(s: &mut Start, p: &abi::ProxyOp, our_pid: u32) {
     s.args[2] = p.pid as u32 as u64;
     s.args[3] = u64::from(p.channel_id);
     s.args[4] = p.peer as u32 as u64;
@@ -149,26 +147,23 @@ pub fn proxy_op(mut s: Start, p: &abi::ProxyOp, our_pid: u32) -> Start {
     if p.pid as u32 != our_pid {
         s.foreign_pid = Some(p.pid as u32);
     }
-    s
 }
 
-pub fn proxy_step(mut s: Start, p: &abi::ProxyStep) -> Start {
+pub fn proxy_step(s: &mut Start, p: &abi::ProxyStep) {
     s.args[2] = p.step as u32 as u64;
-    s
 }
 
-pub fn kernel_ch(mut s: Start, channel: u8, p_timer: Option<u64>) -> Start {
+pub fn kernel_ch(s: &mut Start, channel: u8, p_timer: Option<u64>) {
     s.args[2] = u64::from(channel);
     s.args[3] = p_timer.unwrap_or(0);
     s.gpu_start = p_timer;
-    s
 }
 
 /// NetPlugin: copies the net plugin's own event (valid only during this call).
 ///
 /// # Safety
 /// `n.data` is NULL or points to the net plugin's event struct for `n.id`.
-pub unsafe fn net_plugin(mut s: Start, n: &abi::NetPlugin) -> Start {
+pub unsafe fn net_plugin(s: &mut Start, n: &abi::NetPlugin) {
     s.args[2] = n.id as u64;
     let version = n.id as u64 & 0xffff;
     let kind = n.id as u64 & 0xffff_0000;
@@ -189,20 +184,18 @@ pub unsafe fn net_plugin(mut s: Start, n: &abi::NetPlugin) -> Start {
             }
         }
     }
-    s
 }
 
-pub fn group_api(mut s: Start, g: &abi::GroupApi) -> Start {
+pub fn group_api(s: &mut Start, g: &abi::GroupApi) {
     s.args[2] = g.group_depth as u32 as u64;
     s.args[3] = u64::from(g.graph_captured);
-    s
 }
 
 /// # Safety
 /// `func`/`datatype` are NULL or static NCCL literals.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn coll_api(
-    mut s: Start,
+    s: &mut Start,
     func: *const c_char,
     count: usize,
     datatype: *const c_char,
@@ -210,12 +203,12 @@ pub unsafe fn coll_api(
     stream: u64,
     graph: bool,
     user_tag: u64,
-) -> Start {
+) {
     // SAFETY: forwarded contract.
     let (f, d) = unsafe {
         (
-            Name::Str(func).code(NameTable::Func, "func", &mut s),
-            Name::Str(datatype).code(NameTable::Datatype, "datatype", &mut s),
+            Name::Str(func).code(NameTable::Func, "func", s),
+            Name::Str(datatype).code(NameTable::Datatype, "datatype", s),
         )
     };
     s.args[2..9].copy_from_slice(&[
@@ -227,25 +220,24 @@ pub unsafe fn coll_api(
         u64::from(graph),
         user_tag,
     ]);
-    s
 }
 
 /// # Safety
 /// As [`coll_api`].
 pub unsafe fn p2p_api(
-    mut s: Start,
+    s: &mut Start,
     func: *const c_char,
     count: usize,
     datatype: *const c_char,
     stream: u64,
     graph: bool,
     user_tag: u64,
-) -> Start {
+) {
     // SAFETY: forwarded contract.
     let (f, d) = unsafe {
         (
-            Name::Str(func).code(NameTable::Func, "func", &mut s),
-            Name::Str(datatype).code(NameTable::Datatype, "datatype", &mut s),
+            Name::Str(func).code(NameTable::Func, "func", s),
+            Name::Str(datatype).code(NameTable::Datatype, "datatype", s),
         )
     };
     s.args[2..8].copy_from_slice(&[
@@ -256,22 +248,20 @@ pub unsafe fn p2p_api(
         u64::from(graph),
         user_tag,
     ]);
-    s
 }
 
-pub fn kernel_launch(mut s: Start, k: &abi::KernelLaunch) -> Start {
+pub fn kernel_launch(s: &mut Start, k: &abi::KernelLaunch) {
     s.args[2] = k.stream as u64;
-    s
 }
 
 /// # Safety
 /// `c.func`/`c.datatype` are NULL or static NCCL literals.
-pub unsafe fn ce_coll(mut s: Start, c: &abi::CeColl) -> Start {
+pub unsafe fn ce_coll(s: &mut Start, c: &abi::CeColl) {
     // SAFETY: forwarded contract.
     let (f, d) = unsafe {
         (
-            Name::Str(c.func).code(NameTable::Func, "func", &mut s),
-            Name::Str(c.datatype).code(NameTable::Datatype, "datatype", &mut s),
+            Name::Str(c.func).code(NameTable::Func, "func", s),
+            Name::Str(c.datatype).code(NameTable::Datatype, "datatype", s),
         )
     };
     s.args[2..8].copy_from_slice(&[
@@ -282,20 +272,17 @@ pub unsafe fn ce_coll(mut s: Start, c: &abi::CeColl) -> Start {
         c.root as u32 as u64,
         c.stream as u64,
     ]);
-    s
 }
 
-pub fn ce_sync(mut s: Start, c: &abi::CeSync) -> Start {
+pub fn ce_sync(s: &mut Start, c: &abi::CeSync) {
     s.args[2] = u64::from(c.is_complete);
     s.args[3] = c.n_ranks as u32 as u64;
-    s
 }
 
-pub fn ce_batch(mut s: Start, c: &abi::CeBatch) -> Start {
+pub fn ce_batch(s: &mut Start, c: &abi::CeBatch) {
     s.args[2] = c.num_ops as u32 as u64;
     s.args[3] = c.total_bytes as u64;
     s.args[4] = u64::from(c.use_intra_sync);
-    s
 }
 
 /// Whether the ABI version's KernelCh carries GPU times, and KernelCh is asked for.

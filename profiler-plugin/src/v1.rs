@@ -61,20 +61,22 @@ pub struct Descr {
 
 /// # Safety
 /// `d` is NULL or NCCL's v1 descriptor, valid for the call.
-pub unsafe fn translate(d: *const Descr) -> Option<Start> {
+pub unsafe fn translate(d: *const Descr, s: &mut Start) -> bool {
     if d.is_null() {
-        return None;
+        return false;
     }
     // SAFETY: header and the union member matching `type_` (contract).
     unsafe {
-        let ty = core::wanted_type(u64::from(addr_of!((*d).type_).read()))?;
-        let s = Start::new(
+        let Some(ty) = core::wanted_type(u64::from(addr_of!((*d).type_).read())) else {
+            return false;
+        };
+        s.reset(
             ty,
             addr_of!((*d).parent_obj).read(),
             addr_of!((*d).rank).read(),
         );
-        Some(match ty {
-            ty::GROUP | ty::PROXY_CTRL => s,
+        match ty {
+            ty::GROUP | ty::PROXY_CTRL => {}
             ty::COLL => {
                 let c = addr_of!((*d).u.coll).read();
                 t::coll(
@@ -113,8 +115,9 @@ pub unsafe fn translate(d: *const Descr) -> Option<Start> {
             }
             ty::PROXY_OP => t::proxy_op(s, &addr_of!((*d).u.proxy_op).read(), core::our_pid()),
             ty::PROXY_STEP => t::proxy_step(s, &addr_of!((*d).u.proxy_step).read()),
-            _ => return None,
-        })
+            _ => return false,
+        }
+        true
     }
 }
 
@@ -125,7 +128,7 @@ unsafe extern "C" fn init(ctx: *mut *mut c_void, mask: *mut c_int) -> c_int {
 
 unsafe extern "C" fn start_event(ctx: *mut c_void, eh: *mut *mut c_void, d: *mut Descr) -> c_int {
     // SAFETY: NCCL's arguments for this ABI.
-    unsafe { core::start_event(ctx, eh, || translate(d)) }
+    unsafe { core::start_event(ctx, eh, |s| translate(d, s)) }
 }
 
 /// The v1 entry table.

@@ -56,20 +56,22 @@ pub struct Descr {
 
 /// # Safety
 /// `d` is NULL or NCCL's v4 descriptor, valid for the call.
-pub unsafe fn translate(d: *const Descr) -> Option<Start> {
+pub unsafe fn translate(d: *const Descr, s: &mut Start) -> bool {
     if d.is_null() {
-        return None;
+        return false;
     }
     // SAFETY: header and the union member matching `type_` (contract).
     unsafe {
-        let ty = core::wanted_type(u64::from(addr_of!((*d).type_).read()))?;
-        let s = Start::new(
+        let Some(ty) = core::wanted_type(u64::from(addr_of!((*d).type_).read())) else {
+            return false;
+        };
+        s.reset(
             ty,
             addr_of!((*d).parent_obj).read(),
             addr_of!((*d).rank).read(),
         );
-        Some(match ty {
-            ty::GROUP | ty::PROXY_CTRL => s,
+        match ty {
+            ty::GROUP | ty::PROXY_CTRL => {}
             ty::COLL => {
                 let c = addr_of!((*d).u.coll).read();
                 t::coll(
@@ -113,8 +115,9 @@ pub unsafe fn translate(d: *const Descr) -> Option<Start> {
                 t::kernel_ch(s, k.channel_id, Some(k.p_timer))
             }
             ty::NET_PLUGIN => t::net_plugin(s, &addr_of!((*d).u.net_plugin).read()),
-            _ => return None,
-        })
+            _ => return false,
+        }
+        true
     }
 }
 
@@ -142,7 +145,7 @@ unsafe extern "C" fn init(
 
 unsafe extern "C" fn start_event(ctx: *mut c_void, eh: *mut *mut c_void, d: *mut Descr) -> c_int {
     // SAFETY: NCCL's arguments for this ABI.
-    unsafe { core::start_event(ctx, eh, || translate(d)) }
+    unsafe { core::start_event(ctx, eh, |s| translate(d, s)) }
 }
 
 /// The v4 entry table.

@@ -35,21 +35,23 @@ pub struct Descr {
 /// # Safety
 /// `d` is NULL or NCCL's descriptor for this ABI (v5, or a later one whose shared members sit
 /// at the same offsets), valid for the call.
-pub unsafe fn translate(d: *const Descr, version: u32) -> Option<Start> {
+pub unsafe fn translate(d: *const Descr, version: u32, s: &mut Start) -> bool {
     if d.is_null() {
-        return None;
+        return false;
     }
     // SAFETY: every read below is of the header or of the union member matching `type_`,
     // inside the descriptor NCCL passed (contract).
     unsafe {
-        let ty = core::wanted_type(addr_of!((*d).type_).read())?;
-        let s = Start::new(
+        let Some(ty) = core::wanted_type(addr_of!((*d).type_).read()) else {
+            return false;
+        };
+        s.reset(
             ty,
             addr_of!((*d).parent_obj).read(),
             addr_of!((*d).rank).read(),
         );
-        Some(match ty {
-            ty::GROUP | ty::PROXY_CTRL => s,
+        match ty {
+            ty::GROUP | ty::PROXY_CTRL => {}
             ty::GROUP_API => t::group_api(s, &addr_of!((*d).u.group_api).read()),
             ty::COLL_API => {
                 let a = addr_of!((*d).u.coll_api).read();
@@ -104,8 +106,9 @@ pub unsafe fn translate(d: *const Descr, version: u32) -> Option<Start> {
                 t::kernel_ch(s, k.channel_id, Some(k.p_timer))
             }
             ty::NET_PLUGIN => t::net_plugin(s, &addr_of!((*d).u.net_plugin).read()),
-            _ => return None,
-        })
+            _ => return false,
+        }
+        true
     }
 }
 
@@ -150,7 +153,7 @@ pub(crate) unsafe extern "C" fn init(
 
 unsafe extern "C" fn start_event(ctx: *mut c_void, eh: *mut *mut c_void, d: *mut Descr) -> c_int {
     // SAFETY: NCCL's arguments for this ABI.
-    unsafe { core::start_event(ctx, eh, || translate(d, 5)) }
+    unsafe { core::start_event(ctx, eh, |s| translate(d, 5, s)) }
 }
 
 /// The v5 entry table.

@@ -27,27 +27,29 @@ pub struct Descr {
 
 /// # Safety
 /// `d` is NULL or a v6-layout descriptor (or a later one with the same shared members).
-pub unsafe fn translate(d: *const Descr, version: u32) -> Option<Start> {
+pub unsafe fn translate(d: *const Descr, version: u32, s: &mut Start) -> bool {
     if d.is_null() {
-        return None;
+        return false;
     }
     // SAFETY: header and the member matching `type_`; v5 members sit at the same offsets.
     unsafe {
-        let raw = addr_of!((*d).type_).read();
-        let ty = core::wanted_type(raw)?;
-        let s = || {
-            Start::new(
-                ty,
-                addr_of!((*d).parent_obj).read(),
-                addr_of!((*d).rank).read(),
-            )
+        let Some(ty) = core::wanted_type(addr_of!((*d).type_).read()) else {
+            return false;
         };
-        match ty {
-            ty::CE_COLL => Some(t::ce_coll(s(), &addr_of!((*d).u.ce_coll).read())),
-            ty::CE_SYNC => Some(t::ce_sync(s(), &addr_of!((*d).u.ce_sync).read())),
-            ty::CE_BATCH => Some(t::ce_batch(s(), &addr_of!((*d).u.ce_batch).read())),
-            _ => v5::translate(d.cast(), version),
+        if !matches!(ty, ty::CE_COLL | ty::CE_SYNC | ty::CE_BATCH) {
+            return v5::translate(d.cast(), version, s);
         }
+        s.reset(
+            ty,
+            addr_of!((*d).parent_obj).read(),
+            addr_of!((*d).rank).read(),
+        );
+        match ty {
+            ty::CE_COLL => t::ce_coll(s, &addr_of!((*d).u.ce_coll).read()),
+            ty::CE_SYNC => t::ce_sync(s, &addr_of!((*d).u.ce_sync).read()),
+            _ => t::ce_batch(s, &addr_of!((*d).u.ce_batch).read()),
+        }
+        true
     }
 }
 
@@ -75,7 +77,7 @@ unsafe extern "C" fn init(
 
 unsafe extern "C" fn start_event(ctx: *mut c_void, eh: *mut *mut c_void, d: *mut Descr) -> c_int {
     // SAFETY: NCCL's arguments for this ABI.
-    unsafe { core::start_event(ctx, eh, || translate(d, 6)) }
+    unsafe { core::start_event(ctx, eh, |s| translate(d, 6, s)) }
 }
 
 /// The v6 entry table.

@@ -78,27 +78,33 @@ pub struct Descr {
 
 /// # Safety
 /// `d` is NULL or NCCL's v7 descriptor, valid for the call.
-pub unsafe fn translate(d: *const Descr) -> Option<Start> {
+pub unsafe fn translate(d: *const Descr, s: &mut Start) -> bool {
     if d.is_null() {
-        return None;
+        return false;
     }
     // SAFETY: header and the member matching `type_`, inside the 136-byte descriptor; members
     // shared with v6 sit at the same offsets, so v6 reads them.
     unsafe {
-        let ty = core::wanted_type(addr_of!((*d).type_).read())?;
-        let s = || {
-            Start::new(
-                ty,
-                addr_of!((*d).parent_obj).read(),
-                addr_of!((*d).rank).read(),
-            )
+        let Some(ty) = core::wanted_type(addr_of!((*d).type_).read()) else {
+            return false;
         };
-        Some(match ty {
+        if !matches!(
+            ty,
+            ty::COLL_API | ty::P2P_API | ty::COLL | ty::P2P | ty::CE_COLL | ty::KERNEL_PHASE
+        ) {
+            return v6::translate(d.cast(), 7, s);
+        }
+        s.reset(
+            ty,
+            addr_of!((*d).parent_obj).read(),
+            addr_of!((*d).rank).read(),
+        );
+        match ty {
             ty::COLL_API => {
                 let a = addr_of!((*d).u.coll_api).read();
                 let b = a.base;
                 t::coll_api(
-                    s(),
+                    s,
                     b.func,
                     b.count,
                     b.datatype,
@@ -112,7 +118,7 @@ pub unsafe fn translate(d: *const Descr) -> Option<Start> {
                 let a = addr_of!((*d).u.p2p_api).read();
                 let b = a.base;
                 t::p2p_api(
-                    s(),
+                    s,
                     b.func,
                     b.count,
                     b.datatype,
@@ -123,12 +129,12 @@ pub unsafe fn translate(d: *const Descr) -> Option<Start> {
             }
             ty::COLL => {
                 let c = addr_of!((*d).u.coll).read();
-                t::coll(s(), v5::coll_fields(&c.base, u8::from(c.is_sym_coll), true))
+                t::coll(s, v5::coll_fields(&c.base, u8::from(c.is_sym_coll), true))
             }
             ty::P2P => {
                 let p = addr_of!((*d).u.p2p).read().base;
                 t::p2p(
-                    s(),
+                    s,
                     P2p {
                         func: Name::Str(p.func),
                         buff: p.buff as u64,
@@ -141,17 +147,15 @@ pub unsafe fn translate(d: *const Descr) -> Option<Start> {
                     },
                 )
             }
-            ty::CE_COLL => t::ce_coll(s(), &addr_of!((*d).u.ce_coll).read().base),
-            ty::KERNEL_PHASE => {
+            ty::CE_COLL => t::ce_coll(s, &addr_of!((*d).u.ce_coll).read().base),
+            _ => {
                 let k = addr_of!((*d).u.kernel_phase).read();
-                let mut st = s();
-                st.args[2] = u64::from(k.channel_id);
-                st.args[3] = u64::from(k.phase_id);
-                st.args[4] = k.p_timer;
-                st
+                s.args[2] = u64::from(k.channel_id);
+                s.args[3] = u64::from(k.phase_id);
+                s.args[4] = k.p_timer;
             }
-            _ => return v6::translate(d.cast(), 7),
-        })
+        }
+        true
     }
 }
 
@@ -179,7 +183,7 @@ unsafe extern "C" fn init(
 
 unsafe extern "C" fn start_event(ctx: *mut c_void, eh: *mut *mut c_void, d: *mut Descr) -> c_int {
     // SAFETY: NCCL's arguments for this ABI.
-    unsafe { core::start_event(ctx, eh, || translate(d)) }
+    unsafe { core::start_event(ctx, eh, |s| translate(d, s)) }
 }
 
 /// The v7 entry table.

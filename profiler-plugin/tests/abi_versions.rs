@@ -377,3 +377,36 @@ fn nccl_derives_our_library_name_from_the_suffix() {
         vec!["libnccl-profiler.so".to_owned()]
     );
 }
+
+/// `NCCLSHIM_DISABLE=1`: init succeeds, asks NCCL for no events, returns no context, and no
+/// file is created: the host sees a plugin that does nothing.
+#[test]
+fn disabled_by_env_asks_nccl_for_nothing() {
+    if std::env::var_os("NCCLSHIM_EMU_DISABLED_CHILD").is_some() {
+        let p = emulator::Plugin::load(&plugin_path(), Some(6)).expect("load");
+        emulator::MASK.store(-1, std::sync::atomic::Ordering::Relaxed);
+        let (rc, ctx) = p.init(0x1234, Some("off"), 1, 2, 0);
+        assert_eq!(rc, 0);
+        assert!(ctx.is_null());
+        assert_eq!(emulator::MASK.load(std::sync::atomic::Ordering::Relaxed), 0);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let st = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "disabled_by_env_asks_nccl_for_nothing",
+            "--exact",
+            "--nocapture",
+        ])
+        .env("NCCLSHIM_EMU_DISABLED_CHILD", "1")
+        .env("NCCLSHIM_DISABLE", "1")
+        .env("NCCLSHIM_DIR", dir.path().join("dumps"))
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stdout)
+    );
+    assert!(!dir.path().join("dumps").exists() || prof_dumps(&dir.path().join("dumps")).is_empty());
+}

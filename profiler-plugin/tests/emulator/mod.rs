@@ -142,6 +142,7 @@ impl Plugin {
         let name_p = name_c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
         let mask_p = MASK.as_ptr();
         let f = self.t().init;
+        let _e = ErrnoCheck::new();
         // SAFETY: `init` has the signature of this version (transmuted from the table's raw
         // pointer), all pointers are valid for the call.
         let rc = unsafe {
@@ -174,6 +175,7 @@ impl Plugin {
 
     fn start_raw(&self, ctx: *mut c_void, descr: *mut c_void) -> u64 {
         let mut h: *mut c_void = std::ptr::null_mut();
+        let _e = ErrnoCheck::new();
         // SAFETY: descr points to a descriptor of this version's layout.
         let rc = unsafe { (self.t().start_event)(ctx, &mut h, descr) };
         assert_eq!(rc, 0, "startEvent must not fail");
@@ -182,6 +184,7 @@ impl Plugin {
 
     pub fn stop(&self, h: u64) {
         if h != 0 {
+            let _e = ErrnoCheck::new();
             // SAFETY: a handle the plugin returned.
             assert_eq!(unsafe { (self.t().stop_event)(h as *mut c_void) }, 0);
         }
@@ -194,6 +197,7 @@ impl Plugin {
             return;
         }
         let f = self.t().record_event_state;
+        let _e = ErrnoCheck::new();
         let rc = if self.version <= 3 {
             let mut a: StateArgsV1 = unsafe_zeroed();
             a.proxy_op.trans_size = value.unwrap_or(0) as usize;
@@ -234,6 +238,30 @@ impl Plugin {
             3 => self.start_v3(ctx, ev, parent, rank),
             4 => self.start_v4(ctx, ev, parent, rank),
             _ => self.start_v5plus(ctx, ev, parent, rank),
+        }
+    }
+}
+
+/// Sets errno to a sentinel before a callback and checks the plugin left it alone (NCCL and
+/// the application around it may be in the middle of reading errno).
+struct ErrnoCheck;
+
+const ERRNO_SENTINEL: c_int = 4242;
+
+impl ErrnoCheck {
+    fn new() -> Self {
+        // SAFETY: the calling thread's errno.
+        unsafe { *libc::__errno_location() = ERRNO_SENTINEL };
+        Self
+    }
+}
+
+impl Drop for ErrnoCheck {
+    fn drop(&mut self) {
+        // SAFETY: the calling thread's errno.
+        let e = unsafe { *libc::__errno_location() };
+        if !std::thread::panicking() {
+            assert_eq!(e, ERRNO_SENTINEL, "the plugin changed errno");
         }
     }
 }
