@@ -5,10 +5,9 @@
 // The hooks exist on x86_64 Linux only (naked-asm trampoline and stubs).
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-mod common;
 mod driver_common;
 
-use common::{compile_driver, Wheel};
+use driver_common::common::{compile_driver, Wheel};
 use driver_common::*;
 
 /// Every watched driver function and the first `cudaVersion` that returns it, written out

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 #[path = "../common/mod.rs"]
-mod common;
+pub mod common;
 pub use common::{repo_root, shim_so};
 
 pub fn cc(args: &[&str], out: &Path, sources: &[PathBuf], extra: &[String]) {
