@@ -27,6 +27,10 @@ pub fn blob_value(blob: &Blob) -> Value {
                 o.insert("json_error".into(), json!(e.to_string()));
             }
         },
+        Some(BlobKind::ProfAggregates) => {
+            // Binary counters updated in place by the profiler; the length says how many.
+            o.insert("bytes".into(), json!(blob.bytes.len()));
+        }
         _ => {
             o.insert("text".into(), json!(blob.text()));
         }

@@ -125,3 +125,29 @@ fn missing_and_running_ranks() {
         .iter()
         .any(|f| f.id == "ranks-never-arrived" && f.ranks == vec![2, 3]));
 }
+
+/// Real captures (`tests/fixtures/real/`, recorded by the shim around real libnccl failing on a
+/// machine without a GPU): their reports are snapshot-tested like the synthetic ones.
+#[test]
+fn real_captures_match_their_snapshots() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/real");
+    let Ok(entries) = std::fs::read_dir(&root) else {
+        return; // no real captures in this checkout
+    };
+    let mut dirs: Vec<_> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    for dir in dirs {
+        let name = format!("real-{}", dir.file_name().unwrap().to_string_lossy());
+        let r = analyze_dir(&dir, None).unwrap();
+        assert!(
+            !r.job.synthetic,
+            "{name}: a real capture must not read as synthetic"
+        );
+        assert!(r.problems.is_empty(), "{name}: {:?}", r.problems);
+        insta::assert_json_snapshot!(name, redact(serde_json::to_value(&r).unwrap()));
+    }
+}

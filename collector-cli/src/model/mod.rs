@@ -171,6 +171,14 @@ pub struct ProcessModel {
     pub signals: Vec<(u64, u64)>,
     pub notes: Vec<String>,
     pub nccl_version: Option<u64>,
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC used for this process's times (from its dump header).
+    pub clock_offset: i128,
+    /// How precisely that offset was measured (the calibration window).
+    pub clock_uncertainty: u64,
+}
+
+fn shift_t(t: u64, delta: i128) -> u64 {
+    (i128::from(t) + delta).clamp(0, u64::MAX as i128) as u64
 }
 
 fn to_wall(d: &Dump, mono: u64) -> u64 {
@@ -246,10 +254,40 @@ impl ProcessModel {
             boot_id: h.boot_id.clone(),
             pid: h.pid,
             start_ticks: h.pid_start_ticks,
+            clock_offset: i128::from(h.clock.realtime_ns) - i128::from(h.clock.monotonic_ns),
+            clock_uncertainty: h.clock.uncertainty_ns,
             ..ProcessModel::default()
         };
         p.add_dump(d, shown_path);
         p
+    }
+
+    /// Moves every time by `delta` ns (re-basing on another calibration of the same clock).
+    pub fn shift(&mut self, delta: i128) {
+        if delta == 0 {
+            return;
+        }
+        for c in &mut self.calls {
+            c.t_enter = shift_t(c.t_enter, delta);
+            c.t_exit = c.t_exit.map(|t| shift_t(t, delta));
+        }
+        for o in &mut self.prof_ops {
+            o.t_start = shift_t(o.t_start, delta);
+        }
+        for s in &mut self.signals {
+            s.1 = shift_t(s.1, delta);
+        }
+        if self.first_t != 0 {
+            self.first_t = shift_t(self.first_t, delta);
+        }
+        self.last_t = shift_t(self.last_t, delta);
+        self.clock_offset += delta;
+    }
+
+    /// Puts this process on another calibration of CLOCK_MONOTONIC → wall clock.
+    pub fn rebase(&mut self, offset: i128, uncertainty: u64) {
+        self.shift(offset - self.clock_offset);
+        self.clock_uncertainty = uncertainty;
     }
 
     /// Which process a part belongs to: host, boot id, pid and start time.
@@ -263,7 +301,9 @@ impl ProcessModel {
     }
 
     /// Merges another part of the same process (its other dump file) into this one.
-    pub fn absorb(&mut self, o: ProcessModel) {
+    pub fn absorb(&mut self, mut o: ProcessModel) {
+        // One process, one CLOCK_MONOTONIC: put the other part on this part's calibration.
+        o.rebase(self.clock_offset, self.clock_uncertainty);
         let off = self.calls.len();
         self.files.extend(o.files);
         self.synthetic |= o.synthetic;
@@ -700,6 +740,23 @@ impl JobModel {
             }
         }
         let mut processes: Vec<ProcessModel> = by_key.into_values().collect();
+        // Processes of one boot share CLOCK_MONOTONIC: convert all of them with the best
+        // calibration among them, so their order does not depend on each file's calibration
+        // jitter. Across machines the wall clock (NTP/PTP) is all there is.
+        let mut best: HashMap<String, (u64, i128)> = HashMap::new();
+        for p in processes.iter().filter(|p| !p.boot_id.is_empty()) {
+            let e = best
+                .entry(p.boot_id.clone())
+                .or_insert((p.clock_uncertainty, p.clock_offset));
+            if p.clock_uncertainty < e.0 {
+                *e = (p.clock_uncertainty, p.clock_offset);
+            }
+        }
+        for p in &mut processes {
+            if let Some(&(u, off)) = best.get(&p.boot_id) {
+                p.rebase(off, u);
+            }
+        }
         processes.par_iter_mut().for_each(ProcessModel::finish);
         // Sort by world rank where known so output reads rank 0, 1, 2...
         processes.sort_by_key(|p| {

@@ -71,6 +71,18 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             pm.host,
             names.join(", ")
         ));
+        if let Some(v) = pm.nccl_version {
+            let (rc, name) = if v >= 22400 {
+                (5, "ncclInvalidUsage")
+            } else {
+                (3, "ncclInternalError")
+            };
+            f.evidence(format!(
+                "{}: NCCL {} reports a missing interface as {rc} {name} (ncclInternalError up to 2.23, ncclInvalidUsage from 2.24)",
+                who(job, p),
+                crate::names::nccl_version_string(v)
+            ));
+        }
         let mut failed = false;
         for (i, c) in pm.calls.iter().enumerate() {
             if c.failed()

@@ -205,6 +205,7 @@ pub const RULES: &[(&str, RuleFn)] = &[
     ("C28", c28_local_rank::check),
     ("C35", c35_no_libnccl::check),
     ("signal", generic::fatal_signal::check),
+    ("invalid-arg", generic::invalid_argument::check),
     ("abrupt", generic::abrupt_end::check),
     ("missing", generic::missing_ranks::check),
     ("uid", generic::uid_split::check),

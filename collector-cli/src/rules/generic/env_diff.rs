@@ -59,3 +59,25 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     }
     vec![f]
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::rules::testutil::{analyze, find};
+
+    #[test]
+    fn per_node_variables_are_ignored_and_others_reported() {
+        let (_, fs) = analyze(&["a", "b"], |s| {
+            s.snapshot_all(22005);
+            s.ranks[0].env(&[("NCCL_SOCKET_IFNAME", "eth0"), ("NCCL_IB_DISABLE", "1")]);
+            s.ranks[1].env(&[("NCCL_SOCKET_IFNAME", "ens5")]);
+            s.init_world(22005);
+            for r in &s.ranks {
+                r.clean_exit();
+            }
+        });
+        let f = find(&fs, "nccl-env-differs").expect("env diff");
+        assert_eq!(f.evidence.len(), 1, "{:?}", f.evidence);
+        assert!(f.evidence[0].contains("NCCL_IB_DISABLE=1 on rank"));
+        assert!(!f.evidence[0].contains("SOCKET_IFNAME"));
+    }
+}

@@ -93,3 +93,35 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     }
     vec![f]
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::rules::testutil::{analyze, find};
+    use serde_json::json;
+
+    #[test]
+    fn net_plugin_on_one_host_only() {
+        let (_, fs) = analyze(&["a", "b"], |s| {
+            s.snapshot_all(22703);
+            let mut l = crate::synth::libraries_json(crate::synth::WHEEL_NCCL, 22703, 12080, 12040);
+            l["libs"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"kind": "nccl_net", "path": "/opt/aws-ofi-nccl/lib/libnccl-net.so", "version": null}));
+            s.ranks[1].libraries(&l);
+            s.init_world(22005);
+            for r in &s.ranks {
+                r.clean_exit();
+            }
+        });
+        let f = find(&fs, "library-differs").expect("lib diff");
+        assert!(
+            f.evidence
+                .iter()
+                .any(|e| e.contains("libnccl-net.so: rank")),
+            "{:?}",
+            f.evidence
+        );
+        assert_eq!(f.confidence, crate::rules::Confidence::Medium);
+    }
+}

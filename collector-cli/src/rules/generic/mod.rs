@@ -5,6 +5,7 @@
 pub mod abrupt_end;
 pub mod env_diff;
 pub mod fatal_signal;
+pub mod invalid_argument;
 pub mod lib_diff;
 pub mod missing_ranks;
 pub mod stuck;

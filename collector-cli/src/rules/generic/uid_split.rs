@@ -48,3 +48,22 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::rules::testutil::{analyze, find};
+
+    #[test]
+    fn two_roots_two_halves() {
+        let (_, fs) = analyze(&["a", "a", "b", "b"], |s| {
+            s.snapshot_all(22005);
+            for r in &s.ranks {
+                let uid = if r.rank < 2 { 0x1111 } else { 0x2222 };
+                r.init_rank_in_flight(4, u64::from(r.rank), uid, u64::from(r.rank % 2));
+            }
+        });
+        let f = find(&fs, "unique-id-split").expect("uid split");
+        assert_eq!(f.evidence.len(), 2);
+        assert!(f.evidence[0].contains("0x1111") && f.evidence[0].contains("ranks 0-1"));
+    }
+}
