@@ -11,6 +11,9 @@
 //! The floor is one `RingWriter::instant` (a CLOCK_MONOTONIC read + one 128-byte slot store,
 //! commit protocol included) into the plugin's own dump, per record the plugin wrote.
 //!
+//! Each round times the plugin, a null plugin and the floor back to back; the figures are
+//! medians over the rounds.
+//!
 //! Run: `cargo bench -p ncclshim-profiler --bench overhead` (each mask runs in a child process,
 //! because the activation mask is read once per process, as NCCL expects).
 
@@ -237,21 +240,19 @@ fn child(label: &str) {
     NULL_MASK.store(mask as u32 as u64, std::sync::atomic::Ordering::Relaxed);
     assert_eq!(f64::from(all_reduce(&NULL_PLUGIN, ctx, &mut d, 0)), per_op);
 
-    let mut best_op = f64::MAX;
-    let mut best_floor = f64::MAX;
-    let mut best_null = f64::MAX;
+    let (mut ops, mut floors, mut nulls) = (Vec::new(), Vec::new(), Vec::new());
     let mut e = Entry::new(RecordKind::ProfStart, CallId::ProfColl);
     for _ in 0..ROUNDS {
         let t0 = Instant::now();
         for i in 0..ITERS {
             all_reduce(t, ctx, &mut d, i);
         }
-        best_op = best_op.min(t0.elapsed().as_nanos() as f64 / ITERS as f64);
+        ops.push(t0.elapsed().as_nanos() as f64 / ITERS as f64);
         let t0 = Instant::now();
         for i in 0..ITERS {
             all_reduce(&NULL_PLUGIN, ctx, &mut d, i);
         }
-        best_null = best_null.min(t0.elapsed().as_nanos() as f64 / ITERS as f64);
+        nulls.push(t0.elapsed().as_nanos() as f64 / ITERS as f64);
         let n = ITERS * per_op.round() as u64;
         let t0 = Instant::now();
         PROF.with_ring(|_, w| {
@@ -260,8 +261,9 @@ fn child(label: &str) {
                 black_box(w.instant(black_box(&e)));
             }
         });
-        best_floor = best_floor.min(t0.elapsed().as_nanos() as f64 / n as f64);
+        floors.push(t0.elapsed().as_nanos() as f64 / n as f64);
     }
+    let (best_op, best_floor, best_null) = (median(ops), median(floors), median(nulls));
     let floor_total = best_floor * per_op;
     let plugin = best_op - best_null;
     println!(
@@ -269,6 +271,11 @@ fn child(label: &str) {
         plugin - floor_total,
         callbacks = if label == "all" { 15 } else { 10 },
     );
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 fn main() {
@@ -279,7 +286,7 @@ fn main() {
     let exe = std::env::current_exe().expect("current_exe");
     let dir = std::env::temp_dir().join(format!("ncclshim-bench-{}", std::process::id()));
     println!(
-        "profiler plugin overhead, v6 ABI, {ITERS} all-reduces x {ROUNDS} rounds (best round)"
+        "profiler plugin overhead, v6 ABI, {ITERS} all-reduces x {ROUNDS} alternating rounds (medians)"
     );
     for (label, profile) in [("default", "default"), ("all", "all")] {
         let out = std::process::Command::new(&exe)

@@ -102,15 +102,23 @@ impl AggTable {
         }
     }
 
-    /// An operation's last channel stopped on the GPU.
+    /// An operation's last channel stopped on the GPU. Only the proxy progress thread of the
+    /// communicator reports kernel stops (nccl-facts §1.10), so these fields have one writer:
+    /// plain atomic loads and stores, no read-modify-write.
     #[inline]
     pub fn add_timed(&self, index: usize, bytes: u64, gpu_ns: u64) {
         if let Some(c) = self.cell(index) {
-            c[cell::TIMED_COUNT].fetch_add(1, Ordering::Relaxed);
-            c[cell::TIMED_BYTES].fetch_add(bytes, Ordering::Relaxed);
-            c[cell::GPU_NS_SUM].fetch_add(gpu_ns, Ordering::Relaxed);
+            let bump = |w: &AtomicU64, by: u64| {
+                w.store(
+                    w.load(Ordering::Relaxed).wrapping_add(by),
+                    Ordering::Relaxed,
+                )
+            };
+            bump(&c[cell::TIMED_COUNT], 1);
+            bump(&c[cell::TIMED_BYTES], bytes);
+            bump(&c[cell::GPU_NS_SUM], gpu_ns);
             if gpu_ns > c[cell::GPU_NS_MAX].load(Ordering::Relaxed) {
-                c[cell::GPU_NS_MAX].fetch_max(gpu_ns, Ordering::Relaxed);
+                c[cell::GPU_NS_MAX].store(gpu_ns, Ordering::Relaxed);
             }
         }
     }
@@ -267,11 +275,13 @@ impl Inflight {
         (self.meta.load(Ordering::Relaxed) & 0xffff) as u32
     }
 
-    /// A channel started on the GPU at `t`.
+    /// A channel started on the GPU at `t`. KernelCh events of one operation all come from the
+    /// communicator's proxy progress thread, so min/max/count below have a single writer and
+    /// use plain loads and stores (the tag protocol orders them after `claim`).
     #[inline]
     pub fn channel_start(&self, t: u64) {
         if t < self.start_min.load(Ordering::Relaxed) {
-            self.start_min.fetch_min(t, Ordering::Relaxed);
+            self.start_min.store(t, Ordering::Relaxed);
         }
     }
 
@@ -279,20 +289,18 @@ impl Inflight {
     #[inline]
     pub fn channel_stop(&self, t: u64) -> Option<(u32, usize, u64, u64)> {
         if t > self.stop_max.load(Ordering::Relaxed) {
-            self.stop_max.fetch_max(t, Ordering::AcqRel);
+            self.stop_max.store(t, Ordering::Relaxed);
         }
         let meta = self.meta.load(Ordering::Relaxed);
         let expected = ((meta >> 32) & 0xff) as u32;
-        let done = self.stopped.fetch_add(1, Ordering::AcqRel) + 1;
-        if done != expected {
+        let done = self.stopped.load(Ordering::Relaxed) + 1;
+        self.stopped.store(done, Ordering::Relaxed);
+        if done != expected || self.tag.load(Ordering::Acquire) == 0 {
             return None;
         }
-        let tag = self.tag.swap(0, Ordering::AcqRel);
-        if tag == 0 {
-            return None;
-        }
-        let start = self.start_min.load(Ordering::Acquire);
-        let stop = self.stop_max.load(Ordering::Acquire);
+        self.tag.store(0, Ordering::Release);
+        let start = self.start_min.load(Ordering::Relaxed);
+        let stop = self.stop_max.load(Ordering::Relaxed);
         (start != u64::MAX && stop >= start).then(|| {
             (
                 (meta & 0xffff) as u32,
