@@ -1,13 +1,14 @@
 //! Cost of one record against the floor measured in the same run.
 //!
-//! Floor: what any crash-safe recorder must do per event: read CLOCK_MONOTONIC and store 128
-//! bytes into a MAP_SHARED file mapping. Record: claim the slot in this thread's ring, take the
+//! Floor: what any crash-safe recorder must do per event: read the clock the recorder uses (the
+//! TSC where the CPU and kernel allow it, else CLOCK_MONOTONIC) and store 128 bytes into a
+//! MAP_SHARED file mapping. The vDSO CLOCK_MONOTONIC read is reported too, for scale. Record: claim the slot in this thread's ring, take the
 //! timestamp, fill, commit with the commit-word protocol and publish the head. Rounds alternate
 //! between the variants so frequency changes and noise hit both alike; medians are reported.
 //!
 //! Run: `cargo bench -p ncclshim-dump --bench record`
 
-use ncclshim_dump::clock::monotonic_ns;
+use ncclshim_dump::clock::{self, monotonic_ns};
 use ncclshim_dump::config::RecorderConfig;
 use ncclshim_dump::process::ProcessRecorder;
 use ncclshim_dump::{CallId, Entry, RecordKind, Recorder, WriterKind};
@@ -83,11 +84,20 @@ fn main() {
         e
     };
 
-    let (mut floor, mut record, mut lazy, mut floor2, mut call) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut floor, mut record, mut lazy, mut floor2, mut call, mut vdso) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
     for _ in 0..ROUNDS {
+        vdso.push(time_per_op(|_| {
+            black_box(monotonic_ns());
+        }));
         floor.push(time_per_op(|i| {
-            let t = monotonic_ns();
+            let t = clock::now();
             let v = [t, i, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
             // SAFETY: index masked into ring 0 of the floor mapping.
             unsafe { std::ptr::write_volatile(floor_slots.add((i & mask) as usize), v) };
@@ -105,11 +115,11 @@ fn main() {
             });
         }));
         floor2.push(time_per_op(|i| {
-            let t = monotonic_ns();
+            let t = clock::now();
             let v = [t, i, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
             // SAFETY: as above.
             unsafe { std::ptr::write_volatile(floor_slots.add((i & mask) as usize), v) };
-            let t2 = monotonic_ns();
+            let t2 = clock::now();
             // SAFETY: as above.
             unsafe {
                 std::ptr::write_volatile(floor_slots.add((i & mask) as usize) as *mut u64, t2)
@@ -123,6 +133,8 @@ fn main() {
             });
         }));
     }
+    let v = median(&mut vdso);
+    let kind = clock::select();
     let (f, r, l, f2, c) = (
         median(&mut floor),
         median(&mut record),
@@ -130,6 +142,7 @@ fn main() {
         median(&mut floor2),
         median(&mut call),
     );
+    println!("record clock: {kind:?}; CLOCK_MONOTONIC (vDSO) alone: {v:.1} ns/op");
     println!("floor: timestamp + 128 B store          {f:6.1} ns/op");
     println!(
         "record (own ring handle)                {r:6.1} ns/op   ratio to floor {:.2}x",

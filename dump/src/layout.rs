@@ -140,7 +140,28 @@ pub struct FileHeader {
     pub counters: [AtomicU64; HEADER_COUNTERS],
     /// Exit time (CLOCK_MONOTONIC) written with CLEAN_EXIT.
     pub exit_monotonic_ns: AtomicU64,
-    pub _reserved: [u8; HEADER_SIZE - 360],
+    /// Time base of the slots' timestamps: 0 CLOCK_MONOTONIC ns, 1 TSC ticks (`clock::ClockKind`).
+    pub clock_kind: u32,
+    /// Anchors handed out so far; anchor `i` lives in `anchors[i % CLOCK_ANCHORS]`.
+    pub next_anchor: AtomicU32,
+    /// TSC ticks per second measured at creation (0 for a CLOCK_MONOTONIC dump).
+    pub tsc_hz: u64,
+    /// (TSC, CLOCK_MONOTONIC) pairs taken at creation and now and then afterwards.
+    pub anchors: [ClockAnchor; CLOCK_ANCHORS],
+    pub _reserved: [u8; HEADER_SIZE - 376 - CLOCK_ANCHORS * 24],
+}
+
+/// Anchor slots in the header.
+pub const CLOCK_ANCHORS: usize = 32;
+
+/// One (TSC, CLOCK_MONOTONIC) pair for converting a TSC dump's timestamps. `seq` is 0 while
+/// the pair is being written and the anchor's number + 1 once it is complete.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct ClockAnchor {
+    pub seq: AtomicU64,
+    pub tsc: u64,
+    pub monotonic_ns: u64,
 }
 
 /// Meaning of `FileHeader::counters` per writer kind.
@@ -329,6 +350,11 @@ mod tests {
         assert_eq!(offset_of!(FileHeader, arena_tail), 272);
         assert_eq!(offset_of!(FileHeader, counters), 288);
         assert_eq!(offset_of!(FileHeader, exit_monotonic_ns), 352);
+        assert_eq!(offset_of!(FileHeader, clock_kind), 360);
+        assert_eq!(offset_of!(FileHeader, next_anchor), 364);
+        assert_eq!(offset_of!(FileHeader, tsc_hz), 368);
+        assert_eq!(offset_of!(FileHeader, anchors), 376);
+        assert_eq!(size_of::<ClockAnchor>(), 24);
     }
 
     #[test]

@@ -127,7 +127,12 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_unknowns_are_other() {
-        for t in [NameTable::Func, NameTable::Datatype, NameTable::Algo, NameTable::Proto] {
+        for t in [
+            NameTable::Func,
+            NameTable::Datatype,
+            NameTable::Algo,
+            NameTable::Proto,
+        ] {
             for (i, n) in t.names().iter().enumerate().skip(1) {
                 assert_eq!(t.code_of(n.as_bytes()), i as u8);
                 assert_eq!(t.name_of(i as u64), Some(*n));

@@ -82,6 +82,13 @@ pub struct HeaderInfo {
     pub dropped_blobs: u64,
     pub counters: [u64; HEADER_COUNTERS],
     pub exit_monotonic_ns: Option<u64>,
+    /// Time base of the records as written: `monotonic` or `tsc` (the reader converts TSC
+    /// ticks, so every record time it returns is CLOCK_MONOTONIC nanoseconds).
+    pub clock_kind: String,
+    /// TSC ticks per second measured at creation (TSC dumps).
+    pub tsc_hz: Option<u64>,
+    /// Clock anchors found (TSC dumps).
+    pub clock_anchors: usize,
     /// The writing process may still be running (same boot, pid and start time, no clean exit).
     pub writer_alive: bool,
 }
@@ -270,6 +277,7 @@ pub fn decode_bytes(bytes: &[u8], path: &Path) -> Result<Dump, DumpError> {
 }
 
 struct Geo {
+    time_base: crate::clock::TimeBase,
     /// Bytes actually present: every read is clipped to this, so a header that claims a huge
     /// geometry on a small file cannot make the reader allocate more than the file holds.
     len: u64,
@@ -365,6 +373,22 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
     let clean_exit = flags_v & flags::CLEAN_EXIT != 0;
     let writer_alive = !clean_exit && writer_may_be_alive(&boot_id, pid, pid_start_ticks);
     let writer_kind_raw = u32_at(&h, 28);
+    let clock_kind = u32_at(&h, 360);
+    let tsc_hz = u64_at(&h, 368);
+    let anchors: Vec<(u64, u64)> = (0..crate::clock::ANCHORS)
+        .map(|i| 376 + 24 * i)
+        .filter(|&o| u64_at(&h, o) != 0)
+        .map(|o| (u64_at(&h, o + 8), u64_at(&h, o + 16)))
+        .collect();
+    let time_base = crate::clock::TimeBase::new(clock_kind, tsc_hz, &anchors);
+    if time_base.is_none() {
+        warnings.push(Warning {
+            offset: 360,
+            message: format!(
+                "record times are in an unknown time base (kind {clock_kind}, rate {tsc_hz}); shown raw"
+            ),
+        });
+    }
     let header = HeaderInfo {
         major,
         minor,
@@ -396,9 +420,17 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
         dropped_blobs: u64_at(&h, 280),
         counters,
         exit_monotonic_ns: (clean_exit && exit_ns != 0).then_some(exit_ns),
+        clock_kind: match clock_kind {
+            0 => "monotonic".into(),
+            1 => "tsc".into(),
+            k => format!("unknown({k})"),
+        },
+        tsc_hz: (clock_kind == 1 && tsc_hz != 0).then_some(tsc_hz),
+        clock_anchors: anchors.len(),
         writer_alive,
     };
     let g = Geo {
+        time_base: time_base.unwrap_or(crate::clock::TimeBase::Monotonic),
         len,
         ring_dir_offset: geo.ring_dir_offset,
         rings_offset: geo.rings_offset,
@@ -523,8 +555,8 @@ fn read_rings<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
                 tid: u32_at(s, 36),
                 kind_raw: u16_at(s, 24),
                 call_raw: u16_at(s, 26),
-                t_enter_ns: u64_at(s, 8),
-                t_exit_ns: (t_exit != IN_FLIGHT).then_some(t_exit),
+                t_enter_ns: g.time_base.to_monotonic_ns(u64_at(s, 8)),
+                t_exit_ns: (t_exit != IN_FLIGHT).then(|| g.time_base.to_monotonic_ns(t_exit)),
                 rc: i32_at(s, 28),
                 flags: u32_at(s, 32),
                 comm: u64_at(s, 40),

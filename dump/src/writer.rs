@@ -113,6 +113,7 @@ impl Entry {
 /// thread-local with no destructor.
 #[derive(Debug, Clone, Copy)]
 pub struct RingWriter {
+    header: *const FileHeader,
     dir: *const RingDirEntry,
     slots: *mut Slot,
     mask: u64,
@@ -227,6 +228,13 @@ impl Recorder {
         fill_fixed(&mut h.hostname, id.hostname.as_bytes());
         fill_fixed(&mut h.clocksource, id.clocksource.as_bytes());
         h.clock = clock::calibrate();
+        if clock::select() == clock::ClockKind::Tsc {
+            let (hz, a, b) = clock::calibrate_tsc_hz();
+            h.clock_kind = clock::ClockKind::Tsc as u32;
+            h.tsc_hz = hz;
+            add_anchor(h, a);
+            add_anchor(h, b);
+        }
         h.ring_count = g.ring_count;
         h.slots_per_ring = g.slots_per_ring;
         h.ring_dir_offset = g.ring_dir_offset;
@@ -270,6 +278,7 @@ impl Recorder {
     fn ring_writer(&self, ring: u32, tid: u32, shared: bool) -> RingWriter {
         let slots = self.geometry.slot_offset(ring, 0) as usize;
         RingWriter {
+            header: self.header(),
             dir: self.dir_entry(ring),
             // SAFETY: the ring's slot array lies inside the mapping (Geometry checked sizes).
             slots: unsafe { self.base.add(slots).cast::<Slot>() },
@@ -286,6 +295,7 @@ impl Recorder {
         let tid = current_tid();
         let h = self.header();
         let idx = h.next_ring.fetch_add(1, Ordering::Relaxed);
+        refresh_anchor(h);
         if idx >= self.geometry.ring_count {
             h.flags.fetch_or(flags::RINGS_EXHAUSTED, Ordering::Relaxed);
             return self.ring_writer(self.geometry.overflow_ring(), tid, true);
@@ -308,6 +318,7 @@ impl Recorder {
     /// blob is dropped and counted; earlier blobs stay).
     pub fn append_blob(&self, kind: BlobKind, payload: &[u8]) -> u64 {
         let h = self.header();
+        refresh_anchor(h);
         let Ok(len) = u32::try_from(payload.len()) else {
             h.dropped_blobs.fetch_add(1, Ordering::Relaxed);
             return 0;
@@ -401,7 +412,11 @@ impl RingWriter {
         // SAFETY: the index is masked into the ring; the slot is owned by this thread (own ring,
         // or a sequence number reserved with fetch_add on the overflow ring).
         let slot = unsafe { self.slots.add((seq.wrapping_sub(1) & self.mask) as usize) };
-        let t = clock::monotonic_ns();
+        if seq & ANCHOR_EVERY_MASK == 0 {
+            // SAFETY: the header lives as long as the mapping.
+            refresh_anchor(unsafe { &*self.header });
+        }
+        let t = clock::now();
         // SAFETY: `slot` is valid, aligned and owned (see above). The even commit word marks it
         // torn until the odd one is stored; the Release fence keeps field stores after it.
         unsafe {
@@ -502,10 +517,37 @@ impl PendingCall {
             // SAFETY: as in `set_arg`; the Release store orders rc before the exit time.
             unsafe {
                 (*s).rc = rc;
-                (*s).t_exit_ns
-                    .store(clock::monotonic_ns(), Ordering::Release);
+                (*s).t_exit_ns.store(clock::now(), Ordering::Release);
             }
         }
+    }
+}
+
+/// A ring adds a clock anchor every this many records (a mask: every 16,384th), so a long job's
+/// TSC-to-nanosecond conversion is refreshed without a clock_gettime on the ordinary path.
+const ANCHOR_EVERY_MASK: u64 = (1 << 14) - 1;
+
+fn add_anchor(h: &FileHeader, a: crate::layout::ClockAnchor) {
+    let n = h.next_anchor.fetch_add(1, Ordering::Relaxed);
+    let slot = &h.anchors[n as usize % CLOCK_ANCHORS];
+    // SAFETY: anchor slots are reserved by the fetch_add above; the one writer of this slot
+    // invalidates it, fills it and publishes it (a writer 32 anchors later could collide only
+    // after 32 more refreshes during these few stores; the reader drops implausible pairs).
+    unsafe {
+        let p = (slot as *const crate::layout::ClockAnchor).cast_mut();
+        (*p).seq.store(0, Ordering::Relaxed);
+        fence(Ordering::Release);
+        ptr::addr_of_mut!((*p).tsc).write(a.tsc);
+        ptr::addr_of_mut!((*p).monotonic_ns).write(a.monotonic_ns);
+        (*p).seq.store(u64::from(n) + 1, Ordering::Release);
+    }
+}
+
+/// Adds an anchor to a TSC dump (rare paths only: ring claims, blobs, every 16,384 records).
+#[cold]
+fn refresh_anchor(h: &FileHeader) {
+    if h.clock_kind == clock::ClockKind::Tsc as u32 {
+        add_anchor(h, clock::anchor());
     }
 }
 

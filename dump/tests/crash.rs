@@ -161,6 +161,11 @@ fn sigkill_at_random_moment_keeps_every_committed_record() {
         let dir = tempfile::tempdir().unwrap();
         let mut c = child("sigkill", "role_sigkill_writer");
         c.env("NCCLSHIM_DIR", dir.path()).stdout(Stdio::piped());
+        // Both time bases: the first round with CLOCK_MONOTONIC, the others automatic (TSC
+        // where the CPU and kernel allow it).
+        if round == 0 {
+            c.env("NCCLSHIM_CLOCK", "monotonic");
+        }
         let mut proc = c.spawn().unwrap();
         // Wait until the recorder exists, then kill after a pseudo-random delay.
         let mut out = std::io::BufReader::new(proc.stdout.take().unwrap());

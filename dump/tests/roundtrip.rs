@@ -58,3 +58,33 @@ fn wrapping_reports_lost_records_and_keeps_the_newest() {
     let firsts: Vec<u64> = dump.records.iter().map(|r| r.args[0]).collect();
     assert_eq!(firsts, (24..40).collect::<Vec<_>>());
 }
+
+#[test]
+fn record_times_read_back_as_monotonic_nanoseconds() {
+    use ncclshim_dump::clock::monotonic_ns;
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::create(&small_config(dir.path())).unwrap();
+    let ring = rec.claim_ring();
+    let before = monotonic_ns();
+    let p = ring.begin(&Entry::new(RecordKind::Call, CallId::NcclAllReduce));
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    p.complete(0);
+    let after = monotonic_ns();
+    let dump = read_dump(rec.path()).unwrap();
+    let r = &dump.records[0];
+    let exit = r.t_exit_ns.unwrap();
+    // Correctness of the time base conversion (TSC or not), with a generous margin for the
+    // reads around the record: this bounds an error, it does not time anything.
+    let slack = 1_000_000;
+    assert!(
+        r.t_enter_ns + slack >= before && r.t_enter_ns <= exit,
+        "{r:?} before={before}"
+    );
+    assert!(exit <= after + slack, "{exit} after={after}");
+    assert!(
+        exit - r.t_enter_ns >= 19_000_000,
+        "the 20 ms call lasted {} ns",
+        exit - r.t_enter_ns
+    );
+    assert!(dump.header.clock_kind == "tsc" || dump.header.clock_kind == "monotonic");
+}

@@ -40,24 +40,18 @@ fn round(f: GetVersion) -> f64 {
     t.elapsed().as_nanos() as f64 / f64::from(CALLS)
 }
 
-/// ns per iteration of the floor any recorded call pays: two CLOCK_MONOTONIC reads (entry, exit)
-/// and one 128-byte record store.
+/// ns per iteration of the floor any recorded call pays: two reads of the record clock (entry,
+/// exit; the TSC where the dump uses it, else CLOCK_MONOTONIC) and one 128-byte record store.
 fn floor_round(slot: &mut [u64; 16]) -> f64 {
+    use ncclshim_dump::clock;
+    clock::select();
     let t = Instant::now();
     for i in 0..CALLS {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: ts is a valid out-pointer.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        let rec = [u64::from(i) ^ ts.tv_nsec as u64; 16];
+        let rec = [u64::from(i) ^ clock::now(); 16];
         // SAFETY: slot is a valid, aligned 128-byte buffer; volatile keeps the store.
         unsafe { std::ptr::write_volatile(slot, rec) };
         // SAFETY: as above.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        // SAFETY: as above.
-        unsafe { std::ptr::write_volatile(&mut slot[1], ts.tv_nsec as u64) };
+        unsafe { std::ptr::write_volatile(&mut slot[1], clock::now()) };
     }
     t.elapsed().as_nanos() as f64 / f64::from(CALLS)
 }
@@ -103,7 +97,10 @@ fn main() {
         fl.push(f);
         beyond.push(b - a - f);
     }
-    println!("ncclGetVersion (NCCL {v}), {rounds} alternating rounds of {CALLS} calls, medians:");
+    println!(
+        "ncclGetVersion (NCCL {v}), record clock {:?}, {rounds} alternating rounds of {CALLS} calls, medians:",
+        ncclshim_dump::clock::select()
+    );
     println!("  direct (pncclGetVersion)       {:7.1} ns/call", median(d));
     println!("  through the shim (recorded)    {:7.1} ns/call", median(s));
     println!(
