@@ -93,12 +93,15 @@ impl AggTable {
         self.cells.get(index)
     }
 
-    /// A Coll/P2p started: one more operation of `bytes` bytes.
+    /// A Coll/P2p started: one more operation of `bytes` bytes. NCCL starts a communicator's
+    /// Coll/P2p events in stream order (from the user thread, or from the CUDA host-callback
+    /// thread when earlier host work is pending), never two at once, so the cell has one writer
+    /// at a time: plain loads and stores, no locked read-modify-write.
     #[inline]
     pub fn add_op(&self, index: usize, bytes: u64) {
         if let Some(c) = self.cell(index) {
-            c[cell::COUNT].fetch_add(1, Ordering::Relaxed);
-            c[cell::BYTES].fetch_add(bytes, Ordering::Relaxed);
+            bump(&c[cell::COUNT], 1);
+            bump(&c[cell::BYTES], bytes);
         }
     }
 
@@ -130,6 +133,15 @@ impl AggTable {
             .map(|c| c[cell::COUNT].load(Ordering::Relaxed))
             .sum()
     }
+}
+
+/// Adds to a counter that has a single writer (see the callers).
+#[inline]
+fn bump(w: &AtomicU64, by: u64) {
+    w.store(
+        w.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
 }
 
 /// The cell index of (func code, bytes).
