@@ -151,3 +151,30 @@ fn real_captures_match_their_snapshots() {
         insta::assert_json_snapshot!(name, redact(serde_json::to_value(&r).unwrap()));
     }
 }
+
+/// Fixture directories under `tests/fixtures/synthetic/` made by other generators (the profiler
+/// plugin's NCCL emulator writes `hang-8ranks/`) are snapshot-tested as they are.
+#[test]
+fn other_synthetic_fixtures_match_their_snapshots() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/synthetic");
+    let Ok(entries) = std::fs::read_dir(&root) else {
+        return;
+    };
+    let mut dirs: Vec<_> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .filter(|p| {
+            !scenarios::ALL
+                .iter()
+                .any(|(n, _)| p.file_name().is_some_and(|f| f == *n))
+        })
+        .collect();
+    dirs.sort();
+    for dir in dirs {
+        let name = format!("fixture-{}", dir.file_name().unwrap().to_string_lossy());
+        let r = analyze_dir(&dir, None).unwrap();
+        assert!(r.problems.is_empty(), "{name}: {:?}", r.problems);
+        insta::assert_json_snapshot!(name, redact(serde_json::to_value(&r).unwrap()));
+    }
+}

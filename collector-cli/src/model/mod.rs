@@ -401,9 +401,6 @@ impl ProcessModel {
                     continue;
                 }
                 prof_comms.push((r.comm, comm_hash));
-                if r.args[7] != 0 {
-                    prof_comms.push((r.args[7], comm_hash));
-                }
                 self.merge_membership(Membership {
                     comm_hash,
                     nranks: r.args[2] as u32,

@@ -152,7 +152,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                     None => "no collective at all".into(),
                 });
                 f.evidence(format!(
-                    "comm {comm:#x}: rank {} last issued {last}, and that call returned; the others reached seq {}",
+                    "comm {comm:#x}: rank {} last issued {last}, which completed; the others reached seq {}",
                     s.rank,
                     max.map(|m| m.to_string()).unwrap_or("?".into())
                 ));
@@ -183,13 +183,19 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             }
             f
         };
+        // Ranks stuck in the same place read as one line.
+        let mut alike: Vec<(&str, Vec<u32>)> = Vec::new();
         for s in &inside {
             f.process_ids.insert(s.process);
-            f.evidence(format!(
-                "comm {comm:#x}: rank {}: {}",
-                s.rank,
-                s.inside.as_deref().unwrap_or("")
-            ));
+            let what = s.inside.as_deref().unwrap_or("");
+            match alike.iter_mut().find(|(w, _)| *w == what) {
+                Some((_, rs)) => rs.push(s.rank),
+                None => alike.push((what, vec![s.rank])),
+            }
+        }
+        for (what, rs) in alike {
+            let noun = if rs.len() == 1 { "rank" } else { "ranks" };
+            f.evidence(format!("comm {comm:#x}: {noun} {}: {what}", rank_list(&rs)));
         }
         out.push(f);
     }
@@ -221,7 +227,7 @@ mod tests {
         assert!(
             f.evidence
                 .iter()
-                .any(|e| e.contains("rank 0: collective seq 1")),
+                .any(|e| e.contains("ranks 0-1,3: collective seq 1")),
             "{:?}",
             f.evidence
         );
