@@ -153,28 +153,28 @@ fn real_captures_match_their_snapshots() {
 }
 
 /// Fixture directories under `tests/fixtures/synthetic/` made by other generators (the profiler
-/// plugin's NCCL emulator writes `hang-8ranks/`) are snapshot-tested as they are.
+/// plugin's NCCL emulator writes `hang-8ranks/`): they must read without problems, and a `hang-*`
+/// job must be diagnosed as a hang. (Not snapshots: a new fixture must not fail this test.)
 #[test]
-fn other_synthetic_fixtures_match_their_snapshots() {
+fn other_synthetic_fixtures_are_diagnosed() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/synthetic");
     let Ok(entries) = std::fs::read_dir(&root) else {
         return;
     };
-    let mut dirs: Vec<_> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .filter(|p| {
-            !scenarios::ALL
-                .iter()
-                .any(|(n, _)| p.file_name().is_some_and(|f| f == *n))
-        })
-        .collect();
-    dirs.sort();
-    for dir in dirs {
-        let name = format!("fixture-{}", dir.file_name().unwrap().to_string_lossy());
+    for dir in entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()) {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        if scenarios::ALL.iter().any(|(n, _)| *n == name) {
+            continue;
+        }
         let r = analyze_dir(&dir, None).unwrap();
         assert!(r.problems.is_empty(), "{name}: {:?}", r.problems);
-        insta::assert_json_snapshot!(name, redact(serde_json::to_value(&r).unwrap()));
+        if name.starts_with("hang") {
+            assert!(
+                r.findings.iter().any(|f| f.id.starts_with("stuck-")
+                    && f.severity == collector_cli::rules::Severity::Primary),
+                "{name}: no hang verdict in {:?}",
+                r.findings.iter().map(|f| &f.id).collect::<Vec<_>>()
+            );
+        }
     }
 }

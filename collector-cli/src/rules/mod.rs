@@ -21,6 +21,7 @@ pub mod c27_nranks;
 pub mod c28_local_rank;
 pub mod c35_no_libnccl;
 pub mod generic;
+pub mod signatures;
 
 use crate::model::{CallEvent, JobModel};
 use serde::Serialize;
@@ -204,6 +205,7 @@ pub const RULES: &[(&str, RuleFn)] = &[
     ("C27", c27_nranks::check),
     ("C28", c28_local_rank::check),
     ("C35", c35_no_libnccl::check),
+    ("signatures", signatures::check),
     ("signal", generic::fatal_signal::check),
     ("invalid-arg", generic::invalid_argument::check),
     ("abrupt", generic::abrupt_end::check),
