@@ -263,6 +263,20 @@ fn child(label: &str) {
         });
         floors.push(t0.elapsed().as_nanos() as f64 / n as f64);
     }
+    // One callback alone: stopEvent on a live handle writes exactly one record.
+    let mut h: *mut c_void = std::ptr::null_mut();
+    // SAFETY: a valid descriptor and out-pointer.
+    unsafe { (t.start_event)(ctx, &mut h, &mut d.coll) };
+    let mut stops = Vec::new();
+    for _ in 0..ROUNDS {
+        let t0 = Instant::now();
+        for _ in 0..ITERS {
+            // SAFETY: a handle from start_event (stop records carry it; NCCL would stop it once).
+            unsafe { (t.stop_event)(black_box(h)) };
+        }
+        stops.push(t0.elapsed().as_nanos() as f64 / ITERS as f64);
+    }
+    let stop_ns = median(stops);
     let (best_op, best_floor, best_null) = (median(ops), median(floors), median(nulls));
     let floor_total = best_floor * per_op;
     let plugin = best_op - best_null;
@@ -270,6 +284,10 @@ fn child(label: &str) {
         "{label:<8} mask={mask:#06x} ({callbacks} callbacks, {per_op:.0} records) | plugin {plugin:>6.1} ns/all-reduce | floor {best_floor:>4.1} ns/record x {per_op:.0} = {floor_total:>6.1} ns | added over floor {:>6.1} ns | (loop with a null plugin: {best_null:.1} ns)",
         plugin - floor_total,
         callbacks = if label == "all" { 15 } else { 10 },
+    );
+    println!(
+        "{label:<8} one stopEvent (one record) {stop_ns:.1} ns = floor + {:.1} ns",
+        stop_ns - best_floor
     );
 }
 
