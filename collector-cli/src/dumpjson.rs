@@ -78,7 +78,7 @@ pub fn record_value(dump: &Dump, r: &Record) -> Value {
     } else {
         Value::Null
     };
-    json!({
+    let mut v = json!({
         "seq": r.seq,
         "ring": r.ring,
         "tid": r.tid,
@@ -95,7 +95,33 @@ pub fn record_value(dump: &Dump, r: &Record) -> Value {
         "comm": format!("{:#x}", r.comm),
         "args": args,
         "blob": blob,
-    })
+    });
+    if r.kind() == Some(RecordKind::ProfStart) {
+        if let Some(names) = call.and_then(|c| profiler_names(c, &r.args)) {
+            v["names"] = names;
+        }
+        // What stop/state records and children put in `args[0]` / `parent` to name this event.
+        v["ref"] = json!(r.slot_ref().encode());
+    }
+    v
+}
+
+/// The profiler's string codes (function, datatype, algorithm, protocol) as NCCL's names.
+fn profiler_names(c: CallId, a: &[u64; 9]) -> Option<Value> {
+    use crate::profnames::{datatype_name, func_name};
+    let (func, dt) = match c {
+        CallId::ProfColl | CallId::ProfCeColl => (a[3], a[5]),
+        CallId::ProfP2p | CallId::ProfCollApi | CallId::ProfP2pApi => (a[2], a[4]),
+        _ => return None,
+    };
+    let mut v = json!({"func": func_name(func), "datatype": datatype_name(dt)});
+    if c == CallId::ProfColl {
+        use ncclshim_dump::profnames::{unpack_algo_proto, NameTable};
+        let (algo, proto) = unpack_algo_proto(a[7]);
+        v["algo"] = json!(NameTable::Algo.name_of(algo).unwrap_or("other"));
+        v["proto"] = json!(NameTable::Proto.name_of(proto).unwrap_or("other"));
+    }
+    Some(v)
 }
 
 /// Writes the whole dump as JSON lines: header, records, warnings, summary.

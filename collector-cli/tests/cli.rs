@@ -151,3 +151,35 @@ fn report_exit_codes() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn dump_names_profiler_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    collector_cli::scenarios::c19(dir.path()).unwrap();
+    // The profiler part of rank 0 is the `.1` file (same identity as its shim part).
+    let prof = collector_cli::load::find_dumps(dir.path())
+        .unwrap()
+        .into_iter()
+        .find(|p| p.to_string_lossy().ends_with(".ncclshim.1"))
+        .unwrap();
+    let out = ncclshim().arg("dump").arg(&prof).output().unwrap();
+    assert!(out.status.success());
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let coll = lines
+        .iter()
+        .find(|l| l["call"] == "Coll" && l["kind"] == "prof_start")
+        .unwrap();
+    assert_eq!(coll["names"]["func"], "AllReduce");
+    assert_eq!(coll["names"]["datatype"], "ncclFloat32");
+    let r = coll["ref"].as_u64().unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["kind"] == "prof_stop" && l["args"]["handle"] == r),
+        "a stop names its start"
+    );
+}
