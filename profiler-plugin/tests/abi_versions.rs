@@ -150,7 +150,11 @@ fn check_ops(d: &Dump, exp: &[Expect]) {
             assert_eq!(stop - start, gpu, "GPU time from the records: {e:?}");
         }
     }
-    // Aggregates: per comm and op, what the emulator issued.
+    check_aggregates(d, exp);
+}
+
+/// Aggregates: per comm and op, exactly what the emulator issued.
+fn check_aggregates(d: &Dump, exp: &[Expect]) {
     let tables: Vec<agg::AggSnapshot> = d
         .blobs
         .values()
@@ -409,4 +413,22 @@ fn disabled_by_env_asks_nccl_for_nothing() {
         String::from_utf8_lossy(&st.stdout)
     );
     assert!(!dir.path().join("dumps").exists() || prof_dumps(&dir.path().join("dumps")).is_empty());
+}
+
+/// Rings far smaller than the run: old records are overwritten (and counted as lost), the
+/// aggregates still hold every operation.
+#[test]
+fn aggregates_keep_totals_when_rings_wrap() {
+    if let Some(out) = child_role() {
+        let exp = run_versions(&plugin_path(), &[6], 12, false);
+        write_expect(&out, &exp);
+        return;
+    }
+    let (_dir, d, exp) = in_child(
+        "aggregates_keep_totals_when_rings_wrap",
+        "default",
+        &[("NCCLSHIM_PROFILER_RING_SLOTS", "16")],
+    );
+    assert!(d.summary.lost > 0, "the rings wrapped");
+    check_aggregates(&d, &exp);
 }
