@@ -60,9 +60,17 @@ pub struct Report {
     pub first_failure: Option<FailureLine>,
     /// Each process's first failure, earliest first.
     pub failure_order: Vec<FailureLine>,
+    /// Set when the first two failures are on different machines and closer in time than
+    /// clock synchronisation between machines can be trusted to separate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ordering_note: Option<String>,
     pub findings: Vec<Finding>,
     pub problems: Vec<Problem>,
 }
+
+/// How far apart two failures on different machines must be to trust their order (typical NTP
+/// accuracy within a data centre; PTP does better).
+pub const CROSS_HOST_MARGIN_NS: u64 = 1_000_000;
 
 impl Report {
     pub fn build(job: &JobModel, findings: Vec<Finding>, problems: Vec<Problem>) -> Self {
@@ -110,6 +118,21 @@ impl Report {
             })
             .collect();
         let dumps = job.processes.iter().map(|p| p.files.len()).sum();
+        let ordering_note = match firsts.as_slice() {
+            [a, b, ..] => {
+                let (pa, pb) = (&job.processes[a.process], &job.processes[b.process]);
+                (pa.machine() != pb.machine() && b.t.saturating_sub(a.t) < CROSS_HOST_MARGIN_NS).then(|| {
+                    format!(
+                        "the first two failures ({} and {}) are on different machines less than 1 ms apart: their order is only as good as the clock sync between {} and {}",
+                        pa.label(),
+                        pb.label(),
+                        pa.host,
+                        pb.host
+                    )
+                })
+            }
+            _ => None,
+        };
         Self {
             format_version: FORMAT_VERSION,
             tool_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -123,6 +146,7 @@ impl Report {
             },
             first_failure: failure_order.first().cloned(),
             failure_order,
+            ordering_note,
             findings,
             problems,
         }
@@ -162,6 +186,9 @@ impl Report {
                     None => format!("{} pid {}", f.host, f.pid),
                 };
                 o.push_str(&format!("{} {who}: {}\n", red("first failure:"), f.what));
+                if let Some(n) = &self.ordering_note {
+                    o.push_str(&format!("  {}\n", yellow(&format!("note: {n}"))));
+                }
                 if self.failure_order.len() > 1 {
                     o.push_str(&dim("then:"));
                     o.push('\n');
@@ -240,5 +267,37 @@ impl Report {
             }
         }
         o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::rules::testutil::analyze;
+    use crate::synth::WORLD_UID;
+
+    fn report(step: bool) -> super::Report {
+        let (job, findings) = analyze(&["host-a", "host-b"], |s| {
+            s.snapshot_all(22703);
+            s.ranks[0].init_rank(2, 0, WORLD_UID, 0, 3, Some("boom"), 22703);
+            if step {
+                s.step();
+            }
+            s.ranks[1].init_rank(2, 1, WORLD_UID, 0, 3, Some("boom"), 22703);
+        });
+        super::Report::build(&job, findings, Vec::new())
+    }
+
+    #[test]
+    fn close_failures_on_two_hosts_get_an_ordering_note() {
+        let r = report(false);
+        assert!(
+            r.ordering_note
+                .as_deref()
+                .is_some_and(|n| n.contains("host-a and host-b")),
+            "{:?}",
+            r.ordering_note
+        );
+        assert!(r.to_text(false).contains("note: the first two failures"));
+        assert!(report(true).ordering_note.is_none());
     }
 }
