@@ -67,7 +67,7 @@ impl Start {
         parent: 0,
         args: [0; SLOT_ARGS],
         comm_hint: 0,
-        rank: -1,
+        rank: 0,
         op: None,
         gpu_start: None,
         foreign_pid: None,

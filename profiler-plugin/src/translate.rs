@@ -74,7 +74,7 @@ pub struct Coll {
 
 /// # Safety
 /// Every `Name::Str` in `c` is NULL or a static NCCL literal.
-pub unsafe fn coll(s: &mut Start, c: Coll) {
+pub unsafe fn coll(s: &mut Start, c: &Coll) {
     // SAFETY: forwarded contract.
     let (func, dt, algo, proto) = unsafe {
         (

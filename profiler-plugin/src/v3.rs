@@ -100,7 +100,7 @@ pub unsafe fn translate(d: *const Descr, s: &mut Start) -> bool {
                 let c = addr_of!((*d).u.coll).read();
                 t::coll(
                     s,
-                    Coll {
+                    &Coll {
                         seq: c.seq_number,
                         func: Name::Str(c.func),
                         count: c.count as u64,

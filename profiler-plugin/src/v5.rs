@@ -81,7 +81,7 @@ pub unsafe fn translate(d: *const Descr, version: u32, s: &mut Start) -> bool {
             ty::KERNEL_LAUNCH => t::kernel_launch(s, &addr_of!((*d).u.kernel_launch).read()),
             ty::COLL => {
                 let c = addr_of!((*d).u.coll).read();
-                t::coll(s, coll_fields(&c, 0, t::timed(version)))
+                t::coll(s, &coll_fields(&c, 0, t::timed(version)))
             }
             ty::P2P => {
                 let p = addr_of!((*d).u.p2p).read();

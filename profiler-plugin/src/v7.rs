@@ -129,7 +129,7 @@ pub unsafe fn translate(d: *const Descr, s: &mut Start) -> bool {
             }
             ty::COLL => {
                 let c = addr_of!((*d).u.coll).read();
-                t::coll(s, v5::coll_fields(&c.base, u8::from(c.is_sym_coll), true))
+                t::coll(s, &v5::coll_fields(&c.base, u8::from(c.is_sym_coll), true))
             }
             ty::P2P => {
                 let p = addr_of!((*d).u.p2p).read().base;
