@@ -2,8 +2,8 @@
 //! itself so they are readable at any time (live, or after a crash) and never wrap.
 //!
 //! At `init` the plugin appends one `BlobKind::ProfAggregates` blob per communicator to the
-//! dump's arena and then updates it **in place** with atomic adds, through a second shared
-//! mapping of the same file pages. Every counter is a monotonically growing `u64`, so a reader
+//! dump's arena and then updates it **in place** (atomic 64-bit stores; each field has a single
+//! writer, see `add_op`/`add_timed`), through a second shared mapping of the same file pages. Every counter is a monotonically growing `u64`, so a reader
 //! copying the blob at any moment sees values that were each true at some instant (counters of
 //! one cell may be one collective apart). Layout (little-endian, offsets within the payload):
 //!
