@@ -465,6 +465,25 @@ impl RingWriter {
     pub fn instant(&self, e: &Entry) -> SlotRef {
         self.write(e, false).2
     }
+
+    /// Takes up again a record this thread started with [`begin`](Self::begin), to complete it
+    /// in place (a profiler event stopped on the thread that started it, say). `None` when the
+    /// record is in another thread's ring, in the shared overflow ring, or already overwritten
+    /// by the ring wrapping: the caller then writes a separate record instead.
+    #[inline]
+    pub fn reopen(&self, r: SlotRef) -> Option<PendingCall> {
+        if r.ring != self.ring || self.shared || r.seq == 0 {
+            return None;
+        }
+        // SAFETY: the index is masked into this thread's own ring.
+        let slot = unsafe { self.slots.add((r.seq.wrapping_sub(1) & self.mask) as usize) };
+        let p = PendingCall {
+            slot,
+            commit: (r.seq << 1) | 1,
+            slot_ref: r,
+        };
+        p.owned().map(|_| p)
+    }
 }
 
 impl PendingCall {

@@ -88,3 +88,38 @@ fn record_times_read_back_as_monotonic_nanoseconds() {
     );
     assert!(dump.header.clock_kind == "tsc" || dump.header.clock_kind == "monotonic");
 }
+
+#[test]
+fn a_record_reopened_on_its_own_thread_completes_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::create(&small_config(dir.path())).unwrap();
+    let ring = rec.claim_ring();
+    let started = ring
+        .begin(&Entry::new(RecordKind::ProfStart, CallId::ProfColl))
+        .slot_ref();
+    ring.instant(&Entry::new(RecordKind::Event, CallId::Test));
+    assert!(
+        rec.claim_ring().reopen(started).is_none(),
+        "another thread's ring is not reopened"
+    );
+    let p = ring.reopen(started).expect("own record");
+    p.set_arg(4, 77);
+    p.complete(0);
+    let dump = read_dump(rec.path()).unwrap();
+    let r = dump
+        .records
+        .iter()
+        .find(|r| r.slot_ref() == started)
+        .unwrap();
+    assert!(!r.in_flight());
+    assert_eq!(r.args[4], 77);
+
+    // Once the ring (16 slots) has wrapped over a record, it cannot be reopened.
+    let old = ring
+        .begin(&Entry::new(RecordKind::ProfStart, CallId::ProfColl))
+        .slot_ref();
+    for _ in 0..16 {
+        ring.instant(&Entry::new(RecordKind::Event, CallId::Test));
+    }
+    assert!(ring.reopen(old).is_none());
+}
