@@ -10,6 +10,6 @@ command -v python3 >/dev/null || { echo "setup: python3 with pip is needed to fe
 bash scripts/fetch-nccl.sh
 cargo build --release --workspace --quiet
 if [[ -f scripts/install-plugin.sh ]]; then
-    bash scripts/install-plugin.sh target/release
+    bash scripts/install-plugin.sh --release >/dev/null
 fi
 echo "setup: release artifacts in $root/target/release"
