@@ -287,6 +287,9 @@ call_ids! {
     // (ring, seq), i.e. `SlotRef::encode()` (seq modulo 2^40). `parent` is the parent's handle
     // in that encoding, 0 when NCCL passed none (for FOREIGN records: the originating process's
     // handle). Strings are `profnames` codes; `gpu_*_ns` are GPU %globaltimer values.
+    // Start records are written in flight (t_exit = IN_FLIGHT); the event is complete when its
+    // start record has an exit time (stopped on the starting thread, completed in place) or a
+    // stop record names it (stopped elsewhere, or the start record was overwritten).
     // Stop records: `args[0]` = the start record's handle. State records: `args[0]` handle,
     // `args[1]` state, `args[2]` value (pTimer, transSize, appendedProxyOps...), `args[3]` a
     // second value (v1-v3 proxyOp steps).
@@ -299,7 +302,9 @@ call_ids! {
     ProfProxyOp = 0x0203, "ProxyOp", ["handle", "parent", "pid", "channel", "peer", "n_steps", "chunk_size", "is_send"];
     ProfProxyStep = 0x0204, "ProxyStep", ["handle", "parent", "step"];
     ProfProxyCtrl = 0x0205, "ProxyCtrl", ["handle", "parent"];
-    ProfKernelCh = 0x0206, "KernelCh", ["handle", "parent", "channel", "gpu_start_ns"];
+    /// `gpu_stop_ns` (state 22's pTimer) is filled in place when the thread that started the
+    /// event reports its kernel stop; otherwise it stays 0 and a `ProfState` 22 record holds it.
+    ProfKernelCh = 0x0206, "KernelCh", ["handle", "parent", "channel", "gpu_start_ns", "gpu_stop_ns"];
     /// `w0..w2` copy the net plugin's event (IB: device | opcode << 32, wr_id, length;
     /// socket: fd | op << 32, 0, length); the event struct type byte is in `plugin_id`'s high bits.
     ProfNetPlugin = 0x0207, "NetPlugin", ["handle", "parent", "plugin_id", "w0", "w1", "w2"];
@@ -310,7 +315,8 @@ call_ids! {
     ProfCeColl = 0x020c, "CeColl", ["handle", "parent", "seq", "func", "count", "datatype", "root", "stream"];
     ProfCeSync = 0x020d, "CeSync", ["handle", "parent", "is_complete", "nranks"];
     ProfCeBatch = 0x020e, "CeBatch", ["handle", "parent", "num_ops", "total_bytes", "intra_sync"];
-    ProfKernelPhase = 0x020f, "KernelPhase", ["handle", "parent", "channel", "phase", "gpu_start_ns"];
+    /// `gpu_stop_ns`: state 31's pTimer, in place or in a `ProfState` 31 record (as KernelCh).
+    ProfKernelPhase = 0x020f, "KernelPhase", ["handle", "parent", "channel", "phase", "gpu_start_ns", "gpu_stop_ns"];
 
     // ---- Recorder events (0x0300..) ----
     /// A profiler plugin `init`: comm hash, rank, size; `blob` is the communicator name.

@@ -12,10 +12,11 @@ use crate::agg;
 use crate::ctx::{self, CommCtx};
 use crate::handle::Handle;
 use crate::mask;
+use crate::translate::ty;
 use ncclshim_dump::layout::{counters, SLOT_ARGS};
 use ncclshim_dump::process::ProcessRecorder;
 use ncclshim_dump::schema::slot_flags;
-use ncclshim_dump::{BlobKind, CallId, Entry, RecordKind, Recorder, WriterKind};
+use ncclshim_dump::{BlobKind, CallId, Entry, RecordKind, Recorder, RingWriter, WriterKind};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -316,8 +317,9 @@ pub unsafe extern "C" fn finalize(ctx: *mut c_void) -> c_int {
     NCCL_SUCCESS
 }
 
-/// `startEvent` for every version: `build` reads the descriptor and returns `None` for an
-/// event the mask does not ask for (NCCL then gets a NULL handle and skips its stop/state).
+/// `startEvent` for every version: `ty` is the descriptor's `type` (0 for a NULL descriptor);
+/// `build` reads the descriptor and returns false for an event the mask does not ask for
+/// (NCCL then gets a NULL handle and skips its stop/state).
 ///
 /// # Safety
 /// `ehandle` is NULL or NCCL's out-pointer; `build` reads only what NCCL passed.
@@ -325,9 +327,18 @@ pub unsafe extern "C" fn finalize(ctx: *mut c_void) -> c_int {
 pub unsafe fn start_event(
     ctx: *mut c_void,
     ehandle: *mut *mut c_void,
+    ty: u64,
     build: impl FnOnce(&mut Start) -> bool,
 ) -> c_int {
     if ehandle.is_null() {
+        return NCCL_SUCCESS;
+    }
+    // NCCL starts the ancestors of every wanted event whether or not the mask names them
+    // (GroupApi, CollApi, KernelLaunch under the default mask): answer those before anything
+    // else. An integer compare and a relaxed load cannot panic, so no guard is needed.
+    if wanted_type(ty).is_none() {
+        // SAFETY: NCCL's out-pointer (checked non-null above).
+        unsafe { *ehandle = std::ptr::null_mut() };
         return NCCL_SUCCESS;
     }
     let h = guard(|| {
@@ -380,15 +391,12 @@ fn start(ctx_ptr: *mut c_void, ev: &Start) -> Option<u64> {
             }
         }
     }
+    // In flight until its stop completes it in place (or a `ProfStop` record names it).
     let slot = PROF.with_ring(|rec, w| {
         if let Some((field, text)) = ev.unknown {
-            let mut b = Vec::with_capacity(field.len() + 1 + text.len());
-            b.extend_from_slice(field.as_bytes());
-            b.push(b'=');
-            b.extend_from_slice(text);
-            e.blob = rec.append_blob(BlobKind::Name, &b);
+            e.blob = unknown_name_blob(rec, field, text);
         }
-        w.instant(&e)
+        w.begin(&e).slot_ref()
     })?;
     let mut h = Handle {
         slot,
@@ -423,17 +431,38 @@ pub unsafe extern "C" fn stop_event(ehandle: *mut c_void) -> c_int {
         let Some(h) = Handle::decode(ehandle as u64) else {
             return;
         };
-        let Some(call) = prof_call(h.type_index) else {
-            return;
-        };
-        let mut e = Entry::new(RecordKind::ProfStop, call);
-        e.args[0] = h.record_ref();
-        if h.foreign {
-            e.flags |= slot_flags::FOREIGN;
-        }
-        PROF.with_ring(|_, w| w.instant(&e));
+        PROF.with_ring(|_, w| match w.reopen(h.slot) {
+            // Stopped on the thread that started it: the start record gets its exit time.
+            Some(p) => p.complete(0),
+            None => stop_record(w, h),
+        });
     });
     NCCL_SUCCESS
+}
+
+/// The stop of an event whose start record this thread cannot complete (another thread's
+/// ring, the shared overflow ring, or overwritten): a separate `ProfStop` record names it.
+#[cold]
+fn stop_record(w: &RingWriter, h: Handle) {
+    let Some(call) = prof_call(h.type_index) else {
+        return;
+    };
+    let mut e = Entry::new(RecordKind::ProfStop, call);
+    e.args[0] = h.record_ref();
+    if h.foreign {
+        e.flags |= slot_flags::FOREIGN;
+    }
+    w.instant(&e);
+}
+
+/// The text of a string argument no code table knows (first sighting only): `field=text`.
+#[cold]
+fn unknown_name_blob(rec: &Recorder, field: &str, text: &[u8]) -> u64 {
+    let mut b = Vec::with_capacity(field.len() + 1 + text.len());
+    b.extend_from_slice(field.as_bytes());
+    b.push(b'=');
+    b.extend_from_slice(text);
+    rec.append_blob(BlobKind::Name, &b)
 }
 
 /// `recordEventState` for every version, once the ABI module has read the args.
@@ -443,16 +472,20 @@ pub fn record_state(ehandle: *mut c_void, state: u32, value: impl FnOnce() -> (u
         let Some(h) = Handle::decode(ehandle as u64) else {
             return;
         };
-        let Some(call) = prof_call(h.type_index) else {
-            return;
-        };
         let (v, v2) = value();
-        let mut e = Entry::new(RecordKind::ProfState, call);
-        e.args[..4].copy_from_slice(&[h.record_ref(), u64::from(state), v, v2]);
-        if h.foreign {
-            e.flags |= slot_flags::FOREIGN;
-        }
-        PROF.with_ring(|_, w| w.instant(&e));
+        // A kernel stop time goes into the start record itself when this thread can reach
+        // it (NCCL calls stopEvent right after, which then completes the record).
+        let in_place = match (state, h.type_index) {
+            (abi::state::KERNEL_CH_STOP, ty::KERNEL_CH) => Some(KERNEL_CH_GPU_STOP),
+            (abi::state::KERNEL_PHASE_STOP, ty::KERNEL_PHASE) => Some(KERNEL_PHASE_GPU_STOP),
+            _ => None,
+        };
+        PROF.with_ring(
+            |_, w| match in_place.and_then(|arg| Some((arg, w.reopen(h.slot)?))) {
+                Some((arg, p)) => p.set_arg(arg, v),
+                None => state_record(w, h, state, v, v2),
+            },
+        );
         if state == abi::state::KERNEL_CH_STOP {
             if let Some(done) = h
                 .inflight
@@ -467,6 +500,24 @@ pub fn record_state(ehandle: *mut c_void, state: u32, value: impl FnOnce() -> (u
         }
     });
     NCCL_SUCCESS
+}
+
+/// Argument index of `gpu_stop_ns` in a KernelCh / KernelPhase start record (schema.rs).
+const KERNEL_CH_GPU_STOP: usize = 4;
+const KERNEL_PHASE_GPU_STOP: usize = 5;
+
+/// A state as its own `ProfState` record: every state but a kernel stop, and a kernel stop
+/// whose start record this thread cannot reach.
+fn state_record(w: &RingWriter, h: Handle, state: u32, v: u64, v2: u64) {
+    let Some(call) = prof_call(h.type_index) else {
+        return;
+    };
+    let mut e = Entry::new(RecordKind::ProfState, call);
+    e.args[..4].copy_from_slice(&[h.record_ref(), u64::from(state), v, v2]);
+    if h.foreign {
+        e.flags |= slot_flags::FOREIGN;
+    }
+    w.instant(&e);
 }
 
 /// `recordEventState` for v4-v7 (8-byte state args).

@@ -182,8 +182,15 @@ unsafe extern "C" fn init(
 }
 
 unsafe extern "C" fn start_event(ctx: *mut c_void, eh: *mut *mut c_void, d: *mut Descr) -> c_int {
-    // SAFETY: NCCL's arguments for this ABI.
-    unsafe { core::start_event(ctx, eh, |s| translate(d, s)) }
+    // SAFETY: NCCL's arguments for this ABI; `type_` is the descriptor's first field.
+    unsafe {
+        let ty = if d.is_null() {
+            0
+        } else {
+            addr_of!((*d).type_).read()
+        };
+        core::start_event(ctx, eh, ty, |s| translate(d, s))
+    }
 }
 
 /// The v7 entry table.

@@ -4,6 +4,7 @@
 //! version. The parent then reads the dump and checks it against what the emulator emitted.
 
 mod emulator;
+mod records;
 
 use emulator::{plugin_path, prof_dumps, read_expect, run_versions, write_expect, Expect};
 use nccl_profiler_ncclshim::agg;
@@ -11,6 +12,7 @@ use ncclshim_dump::profnames::NameTable;
 use ncclshim_dump::reader::{read_dump, Dump, Record};
 use ncclshim_dump::schema::slot_flags;
 use ncclshim_dump::{BlobKind, CallId, RecordKind};
+use records::Completion;
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
@@ -75,18 +77,7 @@ fn check_ops(d: &Dump, exp: &[Expect]) {
         .filter(|r| r.kind() == Some(RecordKind::ProfStart))
         .map(|r| (r.slot_ref().encode(), r))
         .collect();
-    let stopped: std::collections::HashSet<u64> = d
-        .records
-        .iter()
-        .filter(|r| r.kind() == Some(RecordKind::ProfStop))
-        .map(|r| r.args[0])
-        .collect();
-    let kernel_stop: HashMap<u64, u64> = d
-        .records
-        .iter()
-        .filter(|r| r.kind() == Some(RecordKind::ProfState) && r.args[1] == 22)
-        .map(|r| (r.args[0], r.args[2]))
-        .collect();
+    let done = Completion::of(d);
     let colls = by_call(d, RecordKind::ProfStart, CallId::ProfColl);
     let p2ps = by_call(d, RecordKind::ProfStart, CallId::ProfP2p);
     let mut p2p_used = std::collections::HashSet::new();
@@ -122,7 +113,7 @@ fn check_ops(d: &Dump, exp: &[Expect]) {
             assert_eq!(rec.args[8] & 0xff, u64::from(e.channels));
         }
         let me = rec.slot_ref().encode();
-        assert!(stopped.contains(&me), "start without stop: {e:?}");
+        assert!(done.stopped(rec), "start without stop: {e:?}");
         let kernels: Vec<&&Record> = starts
             .values()
             .filter(|k| k.call() == Some(CallId::ProfKernelCh) && k.args[1] == me)
@@ -140,11 +131,7 @@ fn check_ops(d: &Dump, exp: &[Expect]) {
             let start = kernels.iter().map(|k| k.args[3]).min().unwrap();
             let stop = kernels
                 .iter()
-                .map(|k| {
-                    *kernel_stop
-                        .get(&k.slot_ref().encode())
-                        .expect("state 22 for each channel")
-                })
+                .map(|k| done.kernel_stop(k).expect("state 22 for each channel"))
                 .max()
                 .unwrap();
             assert_eq!(stop - start, gpu, "GPU time from the records: {e:?}");
@@ -272,6 +259,36 @@ fn every_version_default_mask() {
             );
         }
     }
+    // The emulator stops every event on the thread that started it: stops and kernel stop
+    // times land in the start records themselves, except on the shared overflow ring (this
+    // run has more threads than the dump has rings), where a thread cannot take a record up
+    // again and writes a separate one.
+    let done = Completion::of(&d);
+    assert!(done.stops_in_place > 0 && done.kernel_stops_in_place > 0);
+    let shared: std::collections::HashSet<u32> = d
+        .rings
+        .iter()
+        .filter(|r| r.shared)
+        .map(|r| r.index)
+        .collect();
+    for r in &d.records {
+        if matches!(r.kind(), Some(RecordKind::ProfStop | RecordKind::ProfState))
+            && matches!(r.args[1], 22 | 31 | 0)
+        {
+            assert!(
+                shared.contains(&r.ring),
+                "separate stop off the overflow ring: {r:?}"
+            );
+        }
+    }
+    assert_eq!(
+        done.stop_records,
+        d.records
+            .iter()
+            .filter(|r| r.kind() == Some(RecordKind::ProfStart) && shared.contains(&r.ring))
+            .count(),
+        "every start on the overflow ring, and only those, has a stop record"
+    );
     // Several threads wrote: two user threads and two proxy threads per version.
     assert!(d.rings.iter().filter(|r| r.records > 0).count() >= 4);
 }

@@ -3,11 +3,13 @@
 //! The dumps must show exactly that, per rank, from the records and from the aggregates.
 
 mod emulator;
+mod records;
 
 use emulator::{prof_dumps, Job};
 use nccl_profiler_ncclshim::agg;
 use ncclshim_dump::reader::read_dump;
 use ncclshim_dump::{BlobKind, CallId, RecordKind};
+use records::Completion;
 
 #[test]
 fn eight_ranks_one_stops_at_n() {
@@ -68,6 +70,7 @@ fn eight_ranks_one_stops_at_n() {
             })
             .collect();
         let seqs: Vec<u64> = colls.iter().map(|r| r.args[2]).collect();
+        let done = Completion::of(&d);
         let finished = |c: &&ncclshim_dump::reader::Record| {
             let me = c.slot_ref().encode();
             let kernels: Vec<u64> = d
@@ -81,11 +84,7 @@ fn eight_ranks_one_stops_at_n() {
                 .map(|k| k.slot_ref().encode())
                 .collect();
             assert_eq!(kernels.len(), 2, "two channels started");
-            kernels.iter().all(|k| {
-                d.records.iter().any(|s| {
-                    s.kind() == Some(RecordKind::ProfState) && s.args[0] == *k && s.args[1] == 22
-                })
-            })
+            kernels.iter().all(|k| done.kernel_stop.contains_key(k))
         };
         let table = d
             .blobs
