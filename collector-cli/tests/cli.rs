@@ -183,3 +183,34 @@ fn dump_names_profiler_codes() {
         "a stop names its start"
     );
 }
+
+/// Scrambled record and blob bytes (valid header, so the reader gets past it) must never make the
+/// analysis panic: every byte of the ring area is fair game for a corrupt file.
+#[test]
+fn analysis_never_panics_on_scrambled_records() {
+    let src = tempfile::tempdir().unwrap();
+    collector_cli::scenarios::c20(src.path()).unwrap();
+    let files = collector_cli::load::find_dumps(src.path()).unwrap();
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for round in 0..12 {
+        let dir = tempfile::tempdir().unwrap();
+        for f in &files {
+            let mut bytes = std::fs::read(f).unwrap();
+            // Past the header page: ring directory, slots and arena.
+            for _ in 0..200 + round * 100 {
+                let i = 4096 + (next() as usize) % (bytes.len() - 4096);
+                bytes[i] = next() as u8;
+            }
+            std::fs::write(dir.path().join(f.file_name().unwrap()), &bytes).unwrap();
+        }
+        let r = collector_cli::analyze_dir(dir.path(), None).unwrap();
+        let _ = r.to_text(true);
+        serde_json::to_string(&r).unwrap();
+    }
+}

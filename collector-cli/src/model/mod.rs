@@ -683,6 +683,9 @@ pub struct JobFailure {
     pub what: FailureWhat,
 }
 
+/// More ranks than any NCCL job has run with; larger claims are treated as corrupt.
+pub const MAX_PLAUSIBLE_RANKS: u32 = 1 << 20;
+
 /// What every rank of one communicator said about it.
 #[derive(Debug, Clone, Default)]
 pub struct CommView {
@@ -698,10 +701,14 @@ impl CommView {
         self.nranks_claims.keys().copied().max().unwrap_or(0)
     }
 
+    /// Ranks nobody claimed. A corrupt or hostile dump can claim any nranks: beyond
+    /// [`MAX_PLAUSIBLE_RANKS`] the list is not built.
     pub fn missing(&self) -> Vec<u32> {
-        (0..self.nranks())
-            .filter(|r| !self.members.contains_key(r))
-            .collect()
+        let n = self.nranks();
+        if n > MAX_PLAUSIBLE_RANKS {
+            return Vec::new();
+        }
+        (0..n).filter(|r| !self.members.contains_key(r)).collect()
     }
 }
 
