@@ -192,18 +192,35 @@ impl Report {
                 if self.failure_order.len() > 1 {
                     o.push_str(&dim("then:"));
                     o.push('\n');
-                    for l in self.failure_order.iter().skip(1).take(8) {
-                        let who = l
-                            .rank
-                            .map(|r| format!("rank {r}"))
-                            .unwrap_or_else(|| format!("{} pid {}", l.host, l.pid));
-                        o.push_str(&format!(
-                            "  +{:.1} ms {who}: {}\n",
-                            l.after_first_ms, l.what
-                        ));
+                    // The same failure on many ranks is one line: (first offset, what, ranks, others).
+                    let mut groups: Vec<(f64, &str, Vec<u32>, Vec<String>)> = Vec::new();
+                    for l in self.failure_order.iter().skip(1) {
+                        let g = match groups.iter_mut().find(|g| g.1 == l.what) {
+                            Some(g) => g,
+                            None => {
+                                groups.push((l.after_first_ms, &l.what, Vec::new(), Vec::new()));
+                                groups.last_mut().expect("just pushed")
+                            }
+                        };
+                        match l.rank {
+                            Some(r) => g.2.push(r),
+                            None => g.3.push(format!("{} pid {}", l.host, l.pid)),
+                        }
                     }
-                    if self.failure_order.len() > 9 {
-                        o.push_str(&format!("  ... {} more\n", self.failure_order.len() - 9));
+                    for (ms, what, ranks, others) in groups.iter().take(8) {
+                        let mut who = Vec::new();
+                        if !ranks.is_empty() {
+                            let noun = if ranks.len() == 1 { "rank" } else { "ranks" };
+                            who.push(format!("{noun} {}", rank_list(ranks)));
+                        }
+                        who.extend(others.iter().cloned());
+                        o.push_str(&format!("  +{ms:.1} ms {}: {what}\n", who.join(", ")));
+                    }
+                    if groups.len() > 8 {
+                        o.push_str(&format!(
+                            "  ... {} more kinds of failure\n",
+                            groups.len() - 8
+                        ));
                     }
                 }
             }
