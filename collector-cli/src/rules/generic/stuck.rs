@@ -94,12 +94,46 @@ fn state(pm: &ProcessModel, p: usize, rank: u32, comm: u64) -> RankState {
     }
 }
 
+/// How long live ranks must have recorded nothing before an unfinished operation is a hang.
+pub const STALL_NS: u64 = 10_000_000_000;
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Whether the communicator has stopped making progress: every rank's process is gone, or the
+/// newest record of any live rank is older than [`STALL_NS`].
+fn stalled(job: &JobModel, members: &[(u32, usize)], now: u64) -> bool {
+    let live: Vec<&crate::model::ProcessModel> = members
+        .iter()
+        .map(|(_, p)| &job.processes[*p])
+        .filter(|p| p.alive)
+        .collect();
+    if live.is_empty() {
+        return true;
+    }
+    let newest = members
+        .iter()
+        .map(|(_, p)| job.processes[*p].last_t)
+        .max()
+        .unwrap_or(0);
+    now.saturating_sub(newest) >= STALL_NS
+}
+
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out = Vec::new();
     for &comm in job.comms.keys() {
         let members = job.comm_members(comm);
         // Ranks that never arrived explain why the others wait (`missing_ranks`).
         if members.len() < 2 || !job.comms[&comm].missing().is_empty() {
+            continue;
+        }
+        // Read while the job runs: an operation in progress is not a hang until the
+        // communicator's ranks have recorded nothing for a while.
+        if !stalled(job, &members, now_ns()) {
             continue;
         }
         // A rank with an error of its own explains the hang better than the hang does.
@@ -205,6 +239,23 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use crate::rules::testutil::{analyze, find};
+
+    #[test]
+    fn live_ranks_must_be_quiet_before_a_hang_is_called() {
+        let (mut job, _) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22203);
+            s.init_world(22203);
+        });
+        let members = job.comm_members(crate::synth::WORLD_UID);
+        let newest = job.processes.iter().map(|p| p.last_t).max().unwrap();
+        assert!(
+            super::stalled(&job, &members, newest),
+            "dead ranks: always stalled"
+        );
+        job.processes[0].alive = true;
+        assert!(!super::stalled(&job, &members, newest + 1_000_000_000));
+        assert!(super::stalled(&job, &members, newest + super::STALL_NS));
+    }
     use ncclshim_dump::CallId;
 
     #[test]
