@@ -8,14 +8,16 @@
 //! then skips their stop/state calls, and so does this loop. Everything runs on one thread
 //! (in NCCL the KernelCh calls come from the proxy thread): this measures CPU cost per call.
 //!
-//! The plugin is called through its exported `ncclProfiler_v6` table, as NCCL calls it.
+//! The plugin is the built `libnccl_profiler_ncclshim.so`, dlopened as NCCL opens it and called
+//! through its exported `ncclProfiler_v6` table.
 //!
 //! The floor is one `RingWriter::instant` (a record-clock read, TSC where the dump uses it, +
-//! one 128-byte slot store, commit protocol included) into the plugin's own dump, per record
-//! the plugin wrote (counted from the ring heads, not assumed).
+//! one 128-byte slot store, commit protocol included) into a profiler dump in the same
+//! directory, per record the plugin wrote (counted from its dump's ring heads, not assumed).
 //!
-//! Each round times the plugin, a null plugin and the floor back to back; the figures are
-//! medians over the rounds.
+//! Each round times the plugin, a null plugin and the floor back to back, in the bench thread's
+//! CPU time (so rounds in which other jobs took the CPU do not count their wait); the figures
+//! are medians over the rounds.
 //!
 //! Run: `cargo bench -p ncclshim-profiler --bench overhead` (each mask runs in a child process,
 //! because the activation mask is read once per process, as NCCL expects).
@@ -24,13 +26,34 @@ use nccl_profiler_ncclshim::abi::{
     self, CollApiV5, CollV5, GroupApi, KernelCh, KernelLaunch, StateArgsV4,
 };
 use nccl_profiler_ncclshim::core::PROF;
-use nccl_profiler_ncclshim::v6::{self, ncclProfiler_v6};
-use ncclshim_dump::layout::{FileHeader, RingDirEntry};
+use nccl_profiler_ncclshim::v6;
+use ncclshim_dump::reader::read_dump;
 use ncclshim_dump::{CallId, Entry, RecordKind};
 use std::ffi::c_void;
 use std::hint::black_box;
 use std::mem::MaybeUninit;
-use std::time::Instant;
+
+/// The calling thread's CPU time: on a shared machine, time the bench thread spent descheduled
+/// (other jobs' builds) is not the plugin's cost, and wall-clock rounds all include some.
+struct CpuClock(u64);
+
+impl CpuClock {
+    fn now() -> Self {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec out-pointer; CLOCK_THREAD_CPUTIME_ID is always available.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        Self(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    }
+
+    fn elapsed(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(Self::now().0 - self.0)
+    }
+}
+
+type V6Table = abi::ProfilerTable<abi::InitV5, v6::Descr, StateArgsV4>;
 
 const ITERS: u64 = 100_000;
 const ROUNDS: usize = 21;
@@ -100,12 +123,7 @@ fn descrs() -> Descrs {
 /// One all-reduce's callbacks; returns the number of callbacks made (NCCL skips the stop and
 /// state calls of events the plugin answered with NULL).
 #[inline(never)]
-fn all_reduce(
-    t: &'static abi::ProfilerTable<abi::InitV5, v6::Descr, StateArgsV4>,
-    ctx: *mut c_void,
-    d: &mut Descrs,
-    i: u64,
-) -> u32 {
+fn all_reduce(t: &'static V6Table, ctx: *mut c_void, d: &mut Descrs, i: u64) -> u32 {
     let mut records = 0u32;
     let starts = std::cell::Cell::new(0u32);
     let start = |descr: &mut v6::Descr, parent: *mut c_void| -> *mut c_void {
@@ -156,23 +174,48 @@ fn all_reduce(
     records + starts.get()
 }
 
+/// The plugin as NCCL gets it: the built cdylib, opened `RTLD_NOW | RTLD_LOCAL`, its exported
+/// `ncclProfiler_v6` table (so the `.so`'s general-dynamic TLS and calls through the table are
+/// measured, not a statically linked shortcut). `NCCLSHIM_PLUGIN_PATH` names another build (to
+/// compare two builds with the same loop).
+fn load_plugin() -> &'static V6Table {
+    let path = std::env::var_os("NCCLSHIM_PLUGIN_PATH")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let exe = std::env::current_exe().expect("current_exe");
+            exe.with_file_name("libnccl_profiler_ncclshim.so")
+        });
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a valid C string; the library stays loaded for the rest of the process.
+    let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    assert!(!lib.is_null(), "dlopen {} failed", path.display());
+    // SAFETY: a live handle and a valid symbol name.
+    let sym = unsafe { libc::dlsym(lib, c"ncclProfiler_v6".as_ptr()) };
+    assert!(!sym.is_null(), "no ncclProfiler_v6 in {}", path.display());
+    // SAFETY: the symbol is the plugin's v6 table (same definition as `v6::ncclProfiler_v6`),
+    // a static that lives as long as the never-closed library.
+    unsafe { &*sym.cast::<V6Table>() }
+}
+
+/// The plugin's dump file: the only profiler dump in `dir` once the plugin's init ran.
+fn plugin_dump(dir: &std::path::Path) -> std::path::PathBuf {
+    let dumps: Vec<_> = std::fs::read_dir(dir)
+        .expect("dump dir")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.to_string_lossy().contains(".prof.ncclshim"))
+        .collect();
+    assert_eq!(dumps.len(), 1, "{dumps:?}");
+    dumps[0].clone()
+}
+
 /// Records in the plugin's dump so far: the sum of every ring's head (measured, so the bench
 /// reports what the plugin really wrote, however it shapes its records).
-fn records_written() -> u64 {
-    let rec = PROF.existing().expect("recorder created by init");
-    let g = rec.geometry();
-    let base = (rec.header() as *const FileHeader).cast::<u8>();
-    (0..g.total_rings())
-        .map(|ring| {
-            // SAFETY: the ring directory lies inside the recorder's mapping (never unmapped);
-            // entries are 64-byte aligned and `head` is an atomic.
-            let dir = unsafe {
-                &*base
-                    .add(g.ring_dir_entry_offset(ring) as usize)
-                    .cast::<RingDirEntry>()
-            };
-            dir.head.load(std::sync::atomic::Ordering::Acquire)
-        })
+fn records_written(dump: &std::path::Path) -> u64 {
+    read_dump(dump)
+        .expect("read the plugin's dump")
+        .rings
+        .iter()
+        .map(|r| r.head)
         .sum()
 }
 
@@ -228,7 +271,7 @@ unsafe extern "C" fn null_fini(_: *mut c_void) -> std::ffi::c_int {
     0
 }
 
-static NULL_PLUGIN: abi::ProfilerTable<abi::InitV5, v6::Descr, StateArgsV4> = abi::ProfilerTable {
+static NULL_PLUGIN: V6Table = abi::ProfilerTable {
     name: c"null".as_ptr(),
     init: null_init,
     start_event: null_start,
@@ -238,7 +281,7 @@ static NULL_PLUGIN: abi::ProfilerTable<abi::InitV5, v6::Descr, StateArgsV4> = ab
 };
 
 fn child(label: &str) {
-    let t = &ncclProfiler_v6;
+    let t = load_plugin();
     let mut ctx: *mut c_void = std::ptr::null_mut();
     let mut mask = 0i32;
     // SAFETY: v6 init with valid out-pointers.
@@ -260,27 +303,33 @@ fn child(label: &str) {
     for i in 0..10_000 {
         all_reduce(t, ctx, &mut d, i);
     }
-    let before = records_written();
+    let dir = std::path::PathBuf::from(std::env::var_os("NCCLSHIM_DIR").expect("NCCLSHIM_DIR"));
+    let dump = plugin_dump(&dir);
+    let before = records_written(&dump);
     let callbacks = all_reduce(t, ctx, &mut d, 10_000);
-    let per_op = (records_written() - before) as f64;
+    let per_op = (records_written(&dump) - before) as f64;
     NULL_MASK.store(mask as u32 as u64, std::sync::atomic::Ordering::Relaxed);
     assert_eq!(all_reduce(&NULL_PLUGIN, ctx, &mut d, 0), callbacks);
 
     let (mut ops, mut floors, mut nulls) = (Vec::new(), Vec::new(), Vec::new());
     let mut e = Entry::new(RecordKind::ProfStart, CallId::ProfColl);
+    // The floor's recorder (this binary's statically linked copy of the writer, its own dump
+    // file in the same directory): created before timing starts.
+    PROF.with_ring(|_, w| w.instant(&e))
+        .expect("floor recorder");
     for _ in 0..ROUNDS {
-        let t0 = Instant::now();
+        let t0 = CpuClock::now();
         for i in 0..ITERS {
             all_reduce(t, ctx, &mut d, i);
         }
         ops.push(t0.elapsed().as_nanos() as f64 / ITERS as f64);
-        let t0 = Instant::now();
+        let t0 = CpuClock::now();
         for i in 0..ITERS {
             all_reduce(&NULL_PLUGIN, ctx, &mut d, i);
         }
         nulls.push(t0.elapsed().as_nanos() as f64 / ITERS as f64);
         let n = ITERS * (per_op.round() as u64).max(1);
-        let t0 = Instant::now();
+        let t0 = CpuClock::now();
         PROF.with_ring(|_, w| {
             for i in 0..n {
                 e.args[2] = i;
@@ -296,7 +345,7 @@ fn child(label: &str) {
     unsafe { (t.start_event)(ctx, &mut h, &mut d.coll) };
     let mut stops = Vec::new();
     for _ in 0..ROUNDS {
-        let t0 = Instant::now();
+        let t0 = CpuClock::now();
         for _ in 0..ITERS {
             // SAFETY: a handle from start_event; stopping it again only rewrites its exit time.
             unsafe { (t.stop_event)(black_box(h)) };
@@ -336,7 +385,7 @@ fn main() {
         let out = std::process::Command::new(&exe)
             .env("NCCLSHIM_BENCH_CHILD", label)
             .env("NCCLSHIM_PROFILE", profile)
-            .env("NCCLSHIM_DIR", &dir)
+            .env("NCCLSHIM_DIR", dir.join(label))
             .env_remove("NCCLSHIM_DISABLE")
             .output()
             .expect("run bench child");
