@@ -74,6 +74,13 @@ pub struct HostFacts {
     pub dev_infiniband: bool,
     pub netifs: Vec<NetIf>,
     pub cpu_count: Option<usize>,
+    /// First line of `/proc/driver/nvidia/version`: the loaded kernel driver, `None` when no NVIDIA
+    /// driver is loaded (CUDA then reports "driver version is insufficient", as for an old driver).
+    #[serde(default)]
+    pub nvidia_driver: Option<String>,
+    /// `/dev/nvidia<N>` device nodes visible here (a container started without GPUs has none).
+    #[serde(default)]
+    pub nvidia_devices: Vec<String>,
 }
 
 fn first_line(path: &str) -> Option<String> {
@@ -287,6 +294,14 @@ pub fn collect_host_facts() -> HostFacts {
         dev_infiniband: Path::new("/dev/infiniband").exists(),
         netifs: network_interfaces(),
         cpu_count: std::thread::available_parallelism().ok().map(|n| n.get()),
+        nvidia_driver: first_line("/proc/driver/nvidia/version"),
+        nvidia_devices: dir_names("/dev")
+            .into_iter()
+            .filter(|n| {
+                n.strip_prefix("nvidia")
+                    .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            })
+            .collect(),
     }
 }
 

@@ -40,6 +40,10 @@ pub struct HostFacts {
     pub infiniband: Vec<String>,
     pub dev_infiniband: Option<bool>,
     pub netifs: Option<Vec<NetIf>>,
+    /// `Some(None)`: the dump says no NVIDIA kernel driver was loaded; `None`: not recorded.
+    pub nvidia_driver: Option<Option<String>>,
+    /// `/dev/nvidia<N>` nodes, when recorded.
+    pub nvidia_devices: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -163,6 +167,15 @@ pub fn parse_host(v: &Value) -> HostFacts {
             })
             .unwrap_or_default(),
         dev_infiniband: bool_of(v, &["dev_infiniband"]),
+        nvidia_driver: v
+            .get("nvidia_driver")
+            .map(|d| d.as_str().map(str::to_owned)),
+        nvidia_devices: v.get("nvidia_devices").and_then(Value::as_array).map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        }),
         netifs: v.get("netifs").and_then(Value::as_array).map(|a| {
             a.iter()
                 .map(|n| NetIf {

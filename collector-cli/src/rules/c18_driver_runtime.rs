@@ -1,5 +1,7 @@
 //! C18: the CUDA driver is older than the CUDA runtime NCCL / the framework was built with:
 //! "CUDA driver version is insufficient for CUDA runtime version" → ncclUnhandledCudaError.
+//! CUDA says exactly the same when there is no driver at all (a container started without GPUs,
+//! a login node): the host facts tell the two apart, and the finding says which.
 
 use super::{text_has, who, Confidence, Finding, Severity};
 use crate::model::JobModel;
@@ -18,6 +20,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
          datacenter GPUs the cuda-compat package also works).",
     );
     let mut any_failure = false;
+    let mut no_driver = Vec::new();
     for (p, pm) in job.processes.iter().enumerate() {
         let libs = pm.libs.as_ref();
         let (drv, rt) = (
@@ -45,10 +48,32 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         }
         if hit {
             f.involve(job, p);
+            let h = pm.host_facts.as_ref();
+            let driver_absent = h.is_some_and(|h| matches!(h.nvidia_driver, Some(None)));
+            let no_devices = h
+                .and_then(|h| h.nvidia_devices.as_ref())
+                .is_some_and(|d| d.is_empty());
+            if driver_absent && no_devices && !older {
+                no_driver.push(p);
+            }
         }
     }
     if f.process_ids.is_empty() {
         return Vec::new();
+    }
+    if !no_driver.is_empty() && no_driver.len() == f.process_ids.len() {
+        f.id = "cuda-driver-missing".into();
+        f.title = "No NVIDIA driver is available to the process: CUDA reports it as an insufficient driver".into();
+        f.remedy = "Run the job where the NVIDIA driver is loaded and the GPUs are visible: on a GPU node, and \
+                    in containers with the GPUs passed in (`docker run --gpus all` / the NVIDIA container \
+                    toolkit, Kubernetes `nvidia.com/gpu` resources)."
+            .into();
+        for p in no_driver {
+            f.evidence(format!(
+                "{}: /proc/driver/nvidia/version absent (no NVIDIA kernel driver loaded) and no /dev/nvidia<N> device",
+                who(job, p)
+            ));
+        }
     }
     if !any_failure {
         f.severity = Severity::Contributing;
@@ -60,7 +85,53 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::rules::testutil::{analyze, find};
-    use crate::synth::{libraries_json, WHEEL_NCCL, WORLD_UID};
+    use crate::synth::{host_facts_json, libraries_json, WHEEL_NCCL, WORLD_UID};
+
+    fn insufficient_driver(host: serde_json::Value) -> Vec<Finding> {
+        analyze(&["n0"], move |s| {
+            s.snapshot_all(22005);
+            let r = &mut s.ranks[0];
+            r.host_facts(&host);
+            r.init_rank(
+                1,
+                0,
+                WORLD_UID,
+                0,
+                1,
+                Some("Cuda failure 'CUDA driver version is insufficient for CUDA runtime version'"),
+                22005,
+            );
+            r.clean_exit();
+        })
+        .1
+    }
+
+    #[test]
+    fn no_driver_at_all_is_told_apart_from_an_old_one() {
+        let mut h = host_facts_json("n0");
+        h["nvidia_driver"] = serde_json::Value::Null;
+        h["nvidia_devices"] = serde_json::json!([]);
+        let fs = insufficient_driver(h);
+        let f = find(&fs, "cuda-driver-missing").expect("no-driver variant");
+        assert_eq!(f.catalog, Some("C18"));
+        assert!(f
+            .evidence
+            .iter()
+            .any(|e| e.contains("/proc/driver/nvidia/version absent")));
+
+        // A host with a driver loaded keeps the old-driver verdict; so does a dump that did not
+        // record the driver facts (older shims).
+        let mut h = host_facts_json("n0");
+        h["nvidia_driver"] =
+            serde_json::json!("NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.82.01");
+        h["nvidia_devices"] = serde_json::json!(["nvidia0"]);
+        assert!(find(&insufficient_driver(h), "cuda-driver-older-than-runtime").is_some());
+        assert!(find(
+            &insufficient_driver(host_facts_json("n0")),
+            "cuda-driver-older-than-runtime"
+        )
+        .is_some());
+    }
 
     #[test]
     fn driver_11_7_runtime_12_4() {
