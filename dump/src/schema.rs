@@ -66,6 +66,11 @@ pub mod slot_flags {
     /// The blob referenced by `Slot::blob` is NCCL's `ncclGetLastError()` text (for a CUDA
     /// driver record: the driver's `cuGetErrorString` of its CUresult).
     pub const HAS_ERROR_TEXT: u32 = 1 << 4;
+    /// A profiler start record written in flight and completed in place: its exit time is the
+    /// event's stop (and KernelCh/KernelPhase `gpu_stop_ns` its kernel stop). Without the flag
+    /// (older plugins, other generators) a start record's exit time means nothing; only a
+    /// `prof_stop` / `prof_state` record says the event stopped.
+    pub const COMPLETES_IN_PLACE: u32 = 1 << 5;
 }
 
 /// What a blob holds. Text blobs are UTF-8; JSON blobs are one JSON value.

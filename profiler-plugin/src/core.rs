@@ -372,6 +372,7 @@ fn start(ctx_ptr: *mut c_void, ev: &Start) -> Option<u64> {
         }
     }
     let mut e = Entry::new(RecordKind::ProfStart, call);
+    e.flags = slot_flags::COMPLETES_IN_PLACE;
     e.comm = comm;
     e.args = ev.args;
     e.args[0] = 0;

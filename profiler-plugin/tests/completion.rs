@@ -9,6 +9,7 @@ mod records;
 use nccl_profiler_ncclshim::abi::{self, CollV5, KernelCh, StateArgsV4};
 use nccl_profiler_ncclshim::v7::{self, ncclProfiler_v7, KernelPhase};
 use ncclshim_dump::reader::{read_dump, Record};
+use ncclshim_dump::schema::slot_flags;
 use ncclshim_dump::{CallId, RecordKind};
 use records::Completion;
 use std::ffi::c_void;
@@ -192,6 +193,12 @@ fn stops_land_in_place_or_in_their_own_record() {
     let recs = &d.records;
     let done = Completion::of(&d);
 
+    for r in recs
+        .iter()
+        .filter(|r| r.kind() == Some(RecordKind::ProfStart))
+    {
+        assert_ne!(r.flags & slot_flags::COMPLETES_IN_PLACE, 0, "{r:?}");
+    }
     let a = find(recs, CallId::ProfColl, 1).expect("A");
     assert!(
         a.t_exit_ns.is_some_and(|t| t >= a.t_enter_ns),

@@ -2,10 +2,12 @@
 //! in place (the start record got an exit time, a KernelCh/KernelPhase start record got its
 //! `gpu_stop_ns`) or through a separate record that names the start (`prof_stop`, or a
 //! `prof_state` 22/31 when the kernel stop was reported on a thread that could not reach it).
+//! Only start records flagged `COMPLETES_IN_PLACE` are read for the in-place form.
 
 #![allow(dead_code)]
 
 use ncclshim_dump::reader::{Dump, Record};
+use ncclshim_dump::schema::slot_flags;
 use ncclshim_dump::{CallId, RecordKind};
 use std::collections::{HashMap, HashSet};
 
@@ -31,7 +33,7 @@ impl Completion {
         let mut c = Self::default();
         for r in &d.records {
             match r.kind() {
-                Some(RecordKind::ProfStart) => {
+                Some(RecordKind::ProfStart) if r.flags & slot_flags::COMPLETES_IN_PLACE != 0 => {
                     let me = r.slot_ref().encode();
                     if r.t_exit_ns.is_some() {
                         c.stopped.insert(me);
