@@ -189,6 +189,14 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
             .map(|r| (r.slot_ref(), r))
             .collect();
         let mut stopped: HashMap<SlotRef, i128> = HashMap::new();
+        // Kernel stop times: filled into the start record in place (the plugin's usual form),
+        // or in a state record of their own (its fallback form, handled in the loop below).
+        let mut kernel_stops: Vec<(&Record, u64)> = d
+            .records
+            .iter()
+            .filter(|r| r.kind() == Some(RecordKind::ProfStart) && in_place(r))
+            .filter_map(|r| Some((r, r.arg("gpu_stop_ns").filter(|&g| g != 0)?)))
+            .collect();
         for r in &d.records {
             let t = at(d, r.t_enter_ns);
             let tid = u64::from(r.tid);
@@ -221,27 +229,9 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
                     if state != KERNEL_CH_STOP && state != KERNEL_PHASE_STOP {
                         continue;
                     }
-                    let Some(start) = SlotRef::decode(r.args[0]).and_then(|s| by_ref.get(&s))
-                    else {
-                        continue;
-                    };
-                    let (channel, gpu_start) =
-                        (start.arg("channel").unwrap_or(0), start.arg("gpu_start_ns"));
-                    let Some(gpu_start) = gpu_start.filter(|&g| g != 0 && r.args[2] >= g) else {
-                        continue;
-                    };
-                    let gpu_tid = GPU_TRACK_BASE + channel;
-                    named_threads
-                        .entry((pid, gpu_tid))
-                        .or_insert_with(|| format!("GPU channel {channel}"));
-                    // GPU %globaltimer is its own time base: the slice sits where the proxy
-                    // thread saw the kernel channel start, with the GPU-measured duration.
-                    events.push(json!({
-                        "ph": "X", "name": "kernel", "cat": "gpu", "pid": pid, "tid": gpu_tid,
-                        "ts": us(at(d, start.t_enter_ns)),
-                        "dur": (r.args[2] - gpu_start) as f64 / 1000.0,
-                        "args": {"gpu_start_ns": gpu_start, "gpu_stop_ns": r.args[2], "channel": channel},
-                    }));
+                    if let Some(start) = SlotRef::decode(r.args[0]).and_then(|s| by_ref.get(&s)) {
+                        kernel_stops.push((start, r.args[2]));
+                    }
                 }
                 Some(RecordKind::Event | RecordKind::CommInfo | RecordKind::Snapshot) => {
                     events.push(json!({
@@ -252,11 +242,36 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
                 _ => {}
             }
         }
+        for (start, gpu_stop) in kernel_stops {
+            let (channel, gpu_start) =
+                (start.arg("channel").unwrap_or(0), start.arg("gpu_start_ns"));
+            let Some(gpu_start) = gpu_start.filter(|&g| g != 0 && gpu_stop >= g) else {
+                continue;
+            };
+            let gpu_tid = GPU_TRACK_BASE + channel;
+            named_threads
+                .entry((pid, gpu_tid))
+                .or_insert_with(|| format!("GPU channel {channel}"));
+            // GPU %globaltimer is its own time base: the slice sits where the proxy
+            // thread saw the kernel channel start, with the GPU-measured duration.
+            events.push(json!({
+                "ph": "X", "name": "kernel", "cat": "gpu", "pid": pid, "tid": gpu_tid,
+                "ts": us(at(d, start.t_enter_ns)),
+                "dur": (gpu_stop - gpu_start) as f64 / 1000.0,
+                "args": {"gpu_start_ns": gpu_start, "gpu_stop_ns": gpu_stop, "channel": channel},
+            }));
+        }
         for (sref, start) in &by_ref {
             let t = at(d, start.t_enter_ns);
             let mut args = named_args(start);
-            let stop = match stopped.get(sref) {
-                Some(&s) => s,
+            // Stopped in place (the start record's exit time) or by a separate stop record.
+            let in_place_stop = start.t_exit_ns.filter(|_| in_place(start));
+            let stop = match stopped
+                .get(sref)
+                .copied()
+                .or(in_place_stop.map(|x| at(d, x)))
+            {
+                Some(s) => s,
                 None => {
                     args.insert("unfinished".into(), json!(true));
                     end
@@ -285,6 +300,13 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
             "host_clock_shifts_ns": shifts_json,
         },
     })
+}
+
+/// A profiler start record the plugin completes in place: its exit time is the event's stop and
+/// `gpu_stop_ns` its kernel stop. Without the flag (older plugins, other generators) only
+/// separate stop/state records say so.
+fn in_place(r: &Record) -> bool {
+    r.flags & ncclshim_dump::schema::slot_flags::COMPLETES_IN_PLACE != 0
 }
 
 #[cfg(test)]

@@ -477,6 +477,9 @@ impl ProcessModel {
                     Some(CallId::ProfColl | CallId::ProfP2p) => {
                         let p2p = call == Some(CallId::ProfP2p);
                         let a = r.args;
+                        // The plugin completes a start record in place when the event stops on
+                        // the thread that started it; otherwise a ProfStop record follows.
+                        let stopped_in_place = completed_in_place(r);
                         let op = if p2p {
                             ProfOp {
                                 comm_hash: prof_comm(r.comm),
@@ -487,7 +490,7 @@ impl ProcessModel {
                                 datatype: a[4],
                                 root_or_peer: a[5],
                                 t_start: t,
-                                stopped: false,
+                                stopped: stopped_in_place,
                                 kernel_started: false,
                                 kernel_stopped: false,
                             }
@@ -501,7 +504,7 @@ impl ProcessModel {
                                 datatype: a[5],
                                 root_or_peer: a[6],
                                 t_start: t,
-                                stopped: false,
+                                stopped: stopped_in_place,
                                 kernel_started: false,
                                 kernel_stopped: false,
                             }
@@ -516,6 +519,12 @@ impl ProcessModel {
                     Some(CallId::ProfKernelCh) => {
                         if let Some(&i) = prof_index.get(&r.args[1]) {
                             self.prof_ops[i].kernel_started = true;
+                            // Stopped in place: an exit time, or the GPU stop time (args[4]).
+                            if completed_in_place(r)
+                                || (r.flags & slot_flags::COMPLETES_IN_PLACE != 0 && r.args[4] != 0)
+                            {
+                                self.prof_ops[i].kernel_stopped = true;
+                            }
                             kernel_parent.insert(r.slot_ref().encode(), i);
                             if r.args[0] != 0 {
                                 kernel_parent.insert(r.args[0], i);
@@ -888,4 +897,11 @@ impl JobModel {
             })
             .unwrap_or_default()
     }
+}
+
+/// A profiler start record the plugin completed in place (its exit time is the event's stop).
+/// Start records without the flag (older plugins, other generators) are instants whose exit
+/// time says nothing; their stop is a separate `ProfStop` record.
+fn completed_in_place(r: &Record) -> bool {
+    r.flags & slot_flags::COMPLETES_IN_PLACE != 0 && r.t_exit_ns.is_some()
 }
