@@ -148,6 +148,15 @@ fn cmd_run(
     let status = run::execute(&plan, command)?;
     let code = run::exit_code(status);
     if code != 0 {
+        let written = collector_cli::load::find_dumps(&plan.dir).unwrap_or_default();
+        if written.is_empty() {
+            eprintln!(
+                "ncclshim: the command failed ({status}) and wrote no dump in {}: it never reached NCCL \
+                 (or recording was disabled), so there is no report",
+                plan.dir.display()
+            );
+            return Ok(ExitCode::from(code.clamp(0, 255) as u8));
+        }
         eprintln!(
             "ncclshim: the command failed ({status}); report of {}:",
             plan.dir.display()

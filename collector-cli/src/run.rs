@@ -33,8 +33,9 @@ pub fn library_dirs() -> Vec<PathBuf> {
         if let Some(d) = exe.parent() {
             dirs.push(d.to_path_buf());
             dirs.push(d.join("../lib"));
-            // `cargo test` runs from target/<profile>/deps.
-            dirs.push(d.join(".."));
+            // Under `cargo test` the binary is in target/<profile>/ while the freshly built
+            // cdylibs may only be in target/<profile>/deps/ (cargo does not always copy them up).
+            dirs.push(d.join("deps"));
         }
     }
     dirs
