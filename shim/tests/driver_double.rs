@@ -39,16 +39,12 @@ fn setup() -> Setup {
 
 /// Runs `mode` without and with the shim; stdout must be identical. Returns the shim run's.
 fn same_both_ways(s: &Setup, mode: &str, env: &[(&str, &str)]) -> String {
-    let plain = output(
-        command(&s.prog, &s.double, None)
-            .arg(mode)
-            .envs(env.iter().copied()),
-    );
-    let shim = output(
-        command(&s.prog, &s.double, Some(&s.dumps))
-            .arg(mode)
-            .envs(env.iter().copied()),
-    );
+    let plain = run(command(&s.prog, &s.double, None)
+        .arg(mode)
+        .envs(env.iter().copied()));
+    let shim = run(command(&s.prog, &s.double, Some(&s.dumps))
+        .arg(mode)
+        .envs(env.iter().copied()));
     let (a, b) = (
         String::from_utf8_lossy(&plain.stdout),
         String::from_utf8_lossy(&shim.stdout),
@@ -116,11 +112,9 @@ fn caller_is_the_return_address_in_the_calling_program() {
     let s = setup();
     // A second import from a known place: the direct-dlsym mode calls cuMemRelease from main's
     // callee; the record's caller must lie inside the program's own mapping, not the shim's.
-    let out = output(
-        command(&s.prog, &s.double, Some(&s.dumps))
-            .arg("direct")
-            .env("CUDART_LIKE_PRINT_ADDR", "1"),
-    );
+    let out = run(command(&s.prog, &s.double, Some(&s.dumps))
+        .arg("direct")
+        .env("CUDART_LIKE_PRINT_ADDR", "1"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("cuMemRelease rc=0"), "{stdout}");
     let d = single_dump(&s.dumps);

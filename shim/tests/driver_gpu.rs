@@ -19,12 +19,10 @@ fn real_driver_cumem_round_trip_is_recorded_with_device_identity() {
     let tmp = tempfile::tempdir().unwrap();
     let prog = build_program(tmp.path(), "real_cumem", &["-ldl".into()]);
     let dumps = tmp.path().join("dumps");
-    let plain = output(&mut Command::new(&prog));
-    let shim = output(
-        Command::new(&prog)
-            .env("LD_PRELOAD", shim_so())
-            .env("NCCLSHIM_DIR", &dumps),
-    );
+    let plain = run(&mut Command::new(&prog));
+    let shim = run(Command::new(&prog)
+        .env("LD_PRELOAD", shim_so())
+        .env("NCCLSHIM_DIR", &dumps));
     let (a, b) = (
         String::from_utf8_lossy(&plain.stdout),
         String::from_utf8_lossy(&shim.stdout),
@@ -92,8 +90,8 @@ fn real_cumem_program_runs_against_the_double() {
     let double = build_double(tmp.path());
     let prog = build_program(tmp.path(), "real_cumem", &["-ldl".into()]);
     let dumps = tmp.path().join("dumps");
-    let plain = output(&mut command(&prog, &double, None));
-    let shim = output(&mut command(&prog, &double, Some(&dumps)));
+    let plain = run(&mut command(&prog, &double, None));
+    let shim = run(&mut command(&prog, &double, Some(&dumps)));
     assert_eq!(
         String::from_utf8_lossy(&plain.stdout),
         String::from_utf8_lossy(&shim.stdout)

@@ -47,12 +47,10 @@ fn run_init(w: Wheel, tmp: &std::path::Path, shim: bool) -> (Run, Option<std::pa
     let tag = if shim { "shim" } else { "plain" };
     let log = tmp.join(format!("gpa-{tag}.log"));
     let dumps = tmp.join(format!("dumps-{tag}"));
-    let out = output(
-        command(&prog, &double, shim.then_some(dumps.as_path()))
-            .arg("init")
-            .env("NCCL_SOCKET_IFNAME", "lo")
-            .env("LIBCUDA_DOUBLE_LOG", &log),
-    );
+    let out = run(command(&prog, &double, shim.then_some(dumps.as_path()))
+        .arg("init")
+        .env("NCCL_SOCKET_IFNAME", "lo")
+        .env("LIBCUDA_DOUBLE_LOG", &log));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let last_error = stdout
         .lines()

@@ -130,8 +130,8 @@ pub fn run(cmd: &mut Command) -> Output {
     let o = cmd.output().expect("spawn");
     assert!(
         o.status.success(),
-        "{:?} failed: {}\n{}",
-        cmd,
+        "{cmd:?} failed ({:?}):\n{}\n{}",
+        o.status,
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );

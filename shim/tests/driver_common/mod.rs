@@ -4,14 +4,17 @@
 #![allow(dead_code)]
 
 use ncclshim_dump::layout::counters;
-use ncclshim_dump::reader::{read_dump, Dump, Record};
+use ncclshim_dump::reader::{Dump, Record};
 use ncclshim_dump::{CallId, RecordKind};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 #[path = "../common/mod.rs"]
 pub mod common;
-pub use common::{repo_root, shim_so};
+// Dump listing, reading, running and output parsing are the same for the NCCL tests. Not every
+// driver test binary uses all of them (as with `dead_code` above).
+#[allow(unused_imports)]
+pub use common::{dump_files, field, repo_root, run, shim_so, single_dump};
 
 pub fn cc(args: &[&str], out: &Path, sources: &[PathBuf], extra: &[String]) {
     let o = Command::new("cc")
@@ -72,40 +75,6 @@ pub fn command(program: &Path, double: &Path, dumps: Option<&Path>) -> Command {
     c
 }
 
-pub fn output(cmd: &mut Command) -> Output {
-    let o = cmd.output().expect("spawn");
-    assert!(
-        o.status.success(),
-        "{cmd:?} failed ({:?}):\n{}\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
-
-pub fn dump_files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(rd) => rd.map(|e| e.unwrap().path()).collect(),
-        Err(_) => Vec::new(),
-    };
-    v.sort();
-    v
-}
-
-pub fn single_dump(dir: &Path) -> Dump {
-    let files = dump_files(dir);
-    assert_eq!(
-        files.len(),
-        1,
-        "expected one dump in {}: {files:?}",
-        dir.display()
-    );
-    let d = read_dump(&files[0]).expect("readable dump");
-    assert!(d.warnings.is_empty(), "{:?}", d.warnings);
-    d
-}
-
 /// Driver call records (rc is a CUresult) in time order.
 pub fn driver_calls(d: &Dump) -> Vec<&Record> {
     d.records_by_time()
@@ -143,24 +112,6 @@ pub fn lookups(d: &Dump) -> u64 {
 
 pub fn wrapped(d: &Dump) -> u64 {
     d.header.counters[counters::SHIM_DRIVER_WRAPPED]
-}
-
-/// `key=value` from the first stdout line starting with `prefix`.
-pub fn field(stdout: &str, prefix: &str, key: &str) -> String {
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with(prefix))
-        .unwrap_or_else(|| panic!("no line {prefix:?} in:\n{stdout}"));
-    let pat = format!("{key}=");
-    let start = line
-        .find(&pat)
-        .unwrap_or_else(|| panic!("no {key} in {line}"))
-        + pat.len();
-    line[start..]
-        .split_whitespace()
-        .next()
-        .unwrap_or("")
-        .to_owned()
 }
 
 pub fn parse_num(s: &str) -> u64 {
