@@ -99,6 +99,28 @@ fn target<F: Copy>(w: W, s: usize) -> Option<F> {
     (!p.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
 }
 
+/// One recorded driver call, the shape every wrapper shares: find the real function of `w`
+/// (stub instance `s`), record the entry of `call` with the arguments `fill` writes, make the
+/// call through `forward`, then complete the record with the out-values `outs` writes (see
+/// `finish`) and hand the driver's CUresult back unchanged.
+#[inline(always)]
+fn recorded<F: Copy>(
+    w: W,
+    s: usize,
+    call: CallId,
+    fill: impl FnOnce(&mut [u64; SLOT_ARGS], &Recorder, &RingWriter),
+    forward: impl FnOnce(F) -> CuResult,
+    outs: impl FnOnce(&PendingCall),
+) -> CuResult {
+    let Some(real) = target::<F>(w, s) else {
+        return NO_TARGET;
+    };
+    let pending = begin(call, fill);
+    let rc = forward(real);
+    finish(pending, rc, outs);
+    rc
+}
+
 /// The current device, noted in the dump the first time it is seen.
 fn identity(rec: &Recorder, ring: &RingWriter) -> DeviceIdentity {
     let id = device::current();
@@ -150,31 +172,30 @@ unsafe extern "C" fn mem_export_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<ExportFn>(W::MemExport, S) else {
-        return NO_TARGET;
-    };
     let ty = ty as c_uint;
-    let p = begin(CallId::CuMemExportToShareableHandle, |a, rec, ring| {
-        let id = identity(rec, ring);
-        *a = [
-            UNKNOWN,
-            handle,
-            ty.into(),
-            flags,
-            id.ordinal,
-            id.pci_bus_id,
-            caller as u64,
-            0,
-            0,
-        ];
-    });
-    // SAFETY: the caller's arguments, forwarded unchanged to the driver's function.
-    let rc = unsafe { real(shareable as *mut c_void, handle, ty, flags) };
-    finish(p, rc, |p| {
+    recorded::<ExportFn>(
+        W::MemExport,
+        S,
+        CallId::CuMemExportToShareableHandle,
+        |a, rec, ring| {
+            let id = identity(rec, ring);
+            *a = [
+                UNKNOWN,
+                handle,
+                ty.into(),
+                flags,
+                id.ordinal,
+                id.pci_bus_id,
+                caller as u64,
+                0,
+                0,
+            ];
+        },
+        // SAFETY: the caller's arguments, forwarded unchanged to the driver's function.
+        |real| unsafe { real(shareable as *mut c_void, handle, ty, flags) },
         // SAFETY: on success the driver wrote a handle of type `ty` at `shareable`.
-        p.set_arg(0, unsafe { read_shareable(shareable as *const c_void, ty) })
-    });
-    rc
+        |p| p.set_arg(0, unsafe { read_shareable(shareable as *const c_void, ty) }),
+    )
 }
 
 // ---- cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* h, void* osHandle, type)
@@ -189,37 +210,36 @@ unsafe extern "C" fn mem_import_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<ImportFn>(W::MemImport, S) else {
-        return NO_TARGET;
-    };
     let ty = ty as c_uint;
-    let p = begin(CallId::CuMemImportFromShareableHandle, |a, rec, ring| {
-        let id = identity(rec, ring);
-        // POSIX_FD passes the fd itself cast to a pointer: keep the int.
-        let os = if ty == HANDLE_TYPE_POSIX_FD {
-            os_handle as c_int as u32 as u64
-        } else {
-            os_handle
-        };
-        *a = [
-            UNKNOWN,
-            os,
-            ty.into(),
-            id.ordinal,
-            id.pci_bus_id,
-            id.uuid_hi,
-            id.uuid_lo,
-            caller as u64,
-            0,
-        ];
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(handle as *mut CuMemHandle, os_handle as *mut c_void, ty) };
-    finish(p, rc, |p| {
+    recorded::<ImportFn>(
+        W::MemImport,
+        S,
+        CallId::CuMemImportFromShareableHandle,
+        |a, rec, ring| {
+            let id = identity(rec, ring);
+            // POSIX_FD passes the fd itself cast to a pointer: keep the int.
+            let os = if ty == HANDLE_TYPE_POSIX_FD {
+                os_handle as c_int as u32 as u64
+            } else {
+                os_handle
+            };
+            *a = [
+                UNKNOWN,
+                os,
+                ty.into(),
+                id.ordinal,
+                id.pci_bus_id,
+                id.uuid_hi,
+                id.uuid_lo,
+                caller as u64,
+                0,
+            ];
+        },
+        // SAFETY: forwarded unchanged.
+        |real| unsafe { real(handle as *mut CuMemHandle, os_handle as *mut c_void, ty) },
         // SAFETY: on success the driver wrote the new handle.
-        p.set_arg(0, unsafe { out(handle as *const CuMemHandle) })
-    });
-    rc
+        |p| p.set_arg(0, unsafe { out(handle as *const CuMemHandle) }),
+    )
 }
 
 // ---- cuMemCreate(CUmemGenericAllocationHandle* h, size_t size, const CUmemAllocationProp*, u64 flags)
@@ -234,39 +254,38 @@ unsafe extern "C" fn mem_create_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<CreateFn>(W::MemCreate, S) else {
-        return NO_TARGET;
-    };
-    let p = begin(CallId::CuMemCreate, |a, _, _| {
-        let pp = prop as *const CuMemAllocationPropHead;
-        let (t, lt, lid, ht) = if pp.is_null() {
-            (UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN)
-        } else {
-            // SAFETY: the driver requires a valid CUmemAllocationProp; only its head is read.
-            let h = unsafe { &*pp };
-            (
-                h.alloc_type.into(),
-                h.location_type.into(),
-                h.location_id as i64 as u64,
-                h.requested_handle_types.into(),
+    recorded::<CreateFn>(
+        W::MemCreate,
+        S,
+        CallId::CuMemCreate,
+        |a, _, _| {
+            let pp = prop as *const CuMemAllocationPropHead;
+            let (t, lt, lid, ht) = if pp.is_null() {
+                (UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN)
+            } else {
+                // SAFETY: the driver requires a valid CUmemAllocationProp; only its head is read.
+                let h = unsafe { &*pp };
+                (
+                    h.alloc_type.into(),
+                    h.location_type.into(),
+                    h.location_id as i64 as u64,
+                    h.requested_handle_types.into(),
+                )
+            };
+            *a = [UNKNOWN, size, t, lt, lid, ht, flags, caller as u64, 0];
+        },
+        // SAFETY: forwarded unchanged.
+        |real| unsafe {
+            real(
+                handle as *mut CuMemHandle,
+                size as usize,
+                prop as *const c_void,
+                flags,
             )
-        };
-        *a = [UNKNOWN, size, t, lt, lid, ht, flags, caller as u64, 0];
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe {
-        real(
-            handle as *mut CuMemHandle,
-            size as usize,
-            prop as *const c_void,
-            flags,
-        )
-    };
-    finish(p, rc, |p| {
+        },
         // SAFETY: on success the driver wrote the handle.
-        p.set_arg(0, unsafe { out(handle as *const CuMemHandle) })
-    });
-    rc
+        |p| p.set_arg(0, unsafe { out(handle as *const CuMemHandle) }),
+    )
 }
 
 // ---- cuMemRelease(handle)
@@ -281,16 +300,15 @@ unsafe extern "C" fn mem_release_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<ReleaseFn>(W::MemRelease, S) else {
-        return NO_TARGET;
-    };
-    let p = begin(CallId::CuMemRelease, |a, _, _| {
-        *a = [handle, caller as u64, 0, 0, 0, 0, 0, 0, 0]
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(handle) };
-    finish(p, rc, |_| {});
-    rc
+    recorded::<ReleaseFn>(
+        W::MemRelease,
+        S,
+        CallId::CuMemRelease,
+        |a, _, _| *a = [handle, caller as u64, 0, 0, 0, 0, 0, 0, 0],
+        // SAFETY: forwarded unchanged.
+        |real| unsafe { real(handle) },
+        |_| {},
+    )
 }
 
 // ---- cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, handle, u64 flags)
@@ -305,16 +323,15 @@ unsafe extern "C" fn mem_map_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<MapFn>(W::MemMap, S) else {
-        return NO_TARGET;
-    };
-    let p = begin(CallId::CuMemMap, |a, _, _| {
-        *a = [ptr, size, offset, handle, flags, caller as u64, 0, 0, 0]
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(ptr, size as usize, offset as usize, handle, flags) };
-    finish(p, rc, |_| {});
-    rc
+    recorded::<MapFn>(
+        W::MemMap,
+        S,
+        CallId::CuMemMap,
+        |a, _, _| *a = [ptr, size, offset, handle, flags, caller as u64, 0, 0, 0],
+        // SAFETY: forwarded unchanged.
+        |real| unsafe { real(ptr, size as usize, offset as usize, handle, flags) },
+        |_| {},
+    )
 }
 
 // ---- cuMemUnmap(CUdeviceptr ptr, size_t size)
@@ -329,16 +346,15 @@ unsafe extern "C" fn mem_unmap_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<UnmapFn>(W::MemUnmap, S) else {
-        return NO_TARGET;
-    };
-    let p = begin(CallId::CuMemUnmap, |a, _, _| {
-        *a = [ptr, size, caller as u64, 0, 0, 0, 0, 0, 0]
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(ptr, size as usize) };
-    finish(p, rc, |_| {});
-    rc
+    recorded::<UnmapFn>(
+        W::MemUnmap,
+        S,
+        CallId::CuMemUnmap,
+        |a, _, _| *a = [ptr, size, caller as u64, 0, 0, 0, 0, 0, 0],
+        // SAFETY: forwarded unchanged.
+        |real| unsafe { real(ptr, size as usize) },
+        |_| {},
+    )
 }
 
 // ---- cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count)
@@ -354,28 +370,29 @@ unsafe extern "C" fn mem_set_access_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<SetAccessFn>(W::MemSetAccess, S) else {
-        return NO_TARGET;
-    };
     let d = desc as *const CuMemAccessDesc;
-    let p = begin(CallId::CuMemSetAccess, |a, _, _| {
-        let (lt, lid, fl) = if d.is_null() || count == 0 {
-            (UNKNOWN, UNKNOWN, UNKNOWN)
-        } else {
-            // SAFETY: the driver requires `count` valid descriptors; the first is read.
-            let d = unsafe { &*d };
-            (
-                d.location_type.into(),
-                d.location_id as i64 as u64,
-                d.flags.into(),
-            )
-        };
-        *a = [ptr, size, count, lt, lid, fl, caller as u64, 0, 0];
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(ptr, size as usize, d, count as usize) };
-    finish(p, rc, |_| {});
-    rc
+    recorded::<SetAccessFn>(
+        W::MemSetAccess,
+        S,
+        CallId::CuMemSetAccess,
+        |a, _, _| {
+            let (lt, lid, fl) = if d.is_null() || count == 0 {
+                (UNKNOWN, UNKNOWN, UNKNOWN)
+            } else {
+                // SAFETY: the driver requires `count` valid descriptors; the first is read.
+                let d = unsafe { &*d };
+                (
+                    d.location_type.into(),
+                    d.location_id as i64 as u64,
+                    d.flags.into(),
+                )
+            };
+            *a = [ptr, size, count, lt, lid, fl, caller as u64, 0, 0];
+        },
+        // SAFETY: forwarded unchanged.
+        |real| unsafe { real(ptr, size as usize, d, count as usize) },
+        |_| {},
+    )
 }
 
 // ---- cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr, u64 flags)
@@ -390,37 +407,36 @@ unsafe extern "C" fn mem_address_reserve_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<ReserveFn>(W::MemAddressReserve, S) else {
-        return NO_TARGET;
-    };
-    let p = begin(CallId::CuMemAddressReserve, |a, _, _| {
-        *a = [
-            UNKNOWN,
-            size,
-            alignment,
-            addr,
-            flags,
-            caller as u64,
-            0,
-            0,
-            0,
-        ]
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe {
-        real(
-            ptr as *mut CuDevicePtr,
-            size as usize,
-            alignment as usize,
-            addr,
-            flags,
-        )
-    };
-    finish(p, rc, |p| {
+    recorded::<ReserveFn>(
+        W::MemAddressReserve,
+        S,
+        CallId::CuMemAddressReserve,
+        |a, _, _| {
+            *a = [
+                UNKNOWN,
+                size,
+                alignment,
+                addr,
+                flags,
+                caller as u64,
+                0,
+                0,
+                0,
+            ]
+        },
+        // SAFETY: forwarded unchanged.
+        |real| unsafe {
+            real(
+                ptr as *mut CuDevicePtr,
+                size as usize,
+                alignment as usize,
+                addr,
+                flags,
+            )
+        },
         // SAFETY: on success the driver wrote the reserved address.
-        p.set_arg(0, unsafe { out(ptr as *const CuDevicePtr) })
-    });
-    rc
+        |p| p.set_arg(0, unsafe { out(ptr as *const CuDevicePtr) }),
+    )
 }
 
 // ---- cuMemAddressFree(CUdeviceptr ptr, size_t size)
@@ -435,16 +451,15 @@ unsafe extern "C" fn mem_address_free_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<AddressFreeFn>(W::MemAddressFree, S) else {
-        return NO_TARGET;
-    };
-    let p = begin(CallId::CuMemAddressFree, |a, _, _| {
-        *a = [ptr, size, caller as u64, 0, 0, 0, 0, 0, 0]
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(ptr, size as usize) };
-    finish(p, rc, |_| {});
-    rc
+    recorded::<AddressFreeFn>(
+        W::MemAddressFree,
+        S,
+        CallId::CuMemAddressFree,
+        |a, _, _| *a = [ptr, size, caller as u64, 0, 0, 0, 0, 0, 0],
+        // SAFETY: forwarded unchanged.
+        |real| unsafe { real(ptr, size as usize) },
+        |_| {},
+    )
 }
 
 // ---- cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* h, void* addr)
@@ -459,19 +474,16 @@ unsafe extern "C" fn mem_retain_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<RetainFn>(W::MemRetain, S) else {
-        return NO_TARGET;
-    };
-    let p = begin(CallId::CuMemRetainAllocationHandle, |a, _, _| {
-        *a = [UNKNOWN, addr, caller as u64, 0, 0, 0, 0, 0, 0]
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(handle as *mut CuMemHandle, addr as *mut c_void) };
-    finish(p, rc, |p| {
+    recorded::<RetainFn>(
+        W::MemRetain,
+        S,
+        CallId::CuMemRetainAllocationHandle,
+        |a, _, _| *a = [UNKNOWN, addr, caller as u64, 0, 0, 0, 0, 0, 0],
+        // SAFETY: forwarded unchanged.
+        |real| unsafe { real(handle as *mut CuMemHandle, addr as *mut c_void) },
         // SAFETY: on success the driver wrote the handle.
-        p.set_arg(0, unsafe { out(handle as *const CuMemHandle) })
-    });
-    rc
+        |p| p.set_arg(0, unsafe { out(handle as *const CuMemHandle) }),
+    )
 }
 
 // ---- cuMemGetHandleForAddressRange(void* handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType, u64 flags)
@@ -486,24 +498,23 @@ unsafe extern "C" fn mem_get_handle_for_range_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<RangeFn>(W::MemGetHandleForRange, S) else {
-        return NO_TARGET;
-    };
     let ty = ty as c_uint;
-    let p = begin(CallId::CuMemGetHandleForAddressRange, |a, _, _| {
-        *a = [UNKNOWN, ptr, size, ty.into(), flags, caller as u64, 0, 0, 0]
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(handle as *mut c_void, ptr, size as usize, ty, flags) };
-    finish(p, rc, |p| {
-        if ty == RANGE_HANDLE_TYPE_DMA_BUF_FD {
-            // SAFETY: on success the driver wrote the dma-buf fd (an int).
-            p.set_arg(0, unsafe {
-                read_shareable(handle as *const c_void, HANDLE_TYPE_POSIX_FD)
-            });
-        }
-    });
-    rc
+    recorded::<RangeFn>(
+        W::MemGetHandleForRange,
+        S,
+        CallId::CuMemGetHandleForAddressRange,
+        |a, _, _| *a = [UNKNOWN, ptr, size, ty.into(), flags, caller as u64, 0, 0, 0],
+        // SAFETY: forwarded unchanged.
+        |real| unsafe { real(handle as *mut c_void, ptr, size as usize, ty, flags) },
+        |p| {
+            if ty == RANGE_HANDLE_TYPE_DMA_BUF_FD {
+                // SAFETY: on success the driver wrote the dma-buf fd (an int).
+                p.set_arg(0, unsafe {
+                    read_shareable(handle as *const c_void, HANDLE_TYPE_POSIX_FD)
+                });
+            }
+        },
+    )
 }
 
 // ---- cuMulticastCreate(CUmemGenericAllocationHandle* mc, const CUmulticastObjectProp* prop)
@@ -518,27 +529,26 @@ unsafe extern "C" fn mc_create_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<McCreateFn>(W::McCreate, S) else {
-        return NO_TARGET;
-    };
     let pp = prop as *const CuMulticastObjectProp;
-    let p = begin(CallId::CuMulticastCreate, |a, _, _| {
-        let (size, n, ht, fl) = if pp.is_null() {
-            (UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN)
-        } else {
-            // SAFETY: the driver requires a valid CUmulticastObjectProp.
-            let p = unsafe { &*pp };
-            (p.size as u64, p.num_devices.into(), p.handle_types, p.flags)
-        };
-        *a = [UNKNOWN, size, n, ht, fl, caller as u64, 0, 0, 0];
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(handle as *mut CuMemHandle, pp) };
-    finish(p, rc, |p| {
+    recorded::<McCreateFn>(
+        W::McCreate,
+        S,
+        CallId::CuMulticastCreate,
+        |a, _, _| {
+            let (size, n, ht, fl) = if pp.is_null() {
+                (UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN)
+            } else {
+                // SAFETY: the driver requires a valid CUmulticastObjectProp.
+                let p = unsafe { &*pp };
+                (p.size as u64, p.num_devices.into(), p.handle_types, p.flags)
+            };
+            *a = [UNKNOWN, size, n, ht, fl, caller as u64, 0, 0, 0];
+        },
+        // SAFETY: forwarded unchanged.
+        |real| unsafe { real(handle as *mut CuMemHandle, pp) },
         // SAFETY: on success the driver wrote the handle.
-        p.set_arg(0, unsafe { out(handle as *const CuMemHandle) })
-    });
-    rc
+        |p| p.set_arg(0, unsafe { out(handle as *const CuMemHandle) }),
+    )
 }
 
 // ---- cuMulticastAddDevice(mc, CUdevice dev)
@@ -553,17 +563,16 @@ unsafe extern "C" fn mc_add_device_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<McAddDeviceFn>(W::McAddDevice, S) else {
-        return NO_TARGET;
-    };
     let dev = dev as CuDevice;
-    let p = begin(CallId::CuMulticastAddDevice, |a, _, _| {
-        *a = [mc, dev as i64 as u64, caller as u64, 0, 0, 0, 0, 0, 0]
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(mc, dev) };
-    finish(p, rc, |_| {});
-    rc
+    recorded::<McAddDeviceFn>(
+        W::McAddDevice,
+        S,
+        CallId::CuMulticastAddDevice,
+        |a, _, _| *a = [mc, dev as i64 as u64, caller as u64, 0, 0, 0, 0, 0, 0],
+        // SAFETY: forwarded unchanged.
+        |real| unsafe { real(mc, dev) },
+        |_| {},
+    )
 }
 
 // ---- cuMulticastBindMem(mc, size_t mcOffset, memHandle, size_t memOffset, size_t size, u64 flags)
@@ -579,35 +588,36 @@ unsafe extern "C" fn mc_bind_mem_body<const S: usize>(
     flags: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<McBindMemFn>(W::McBindMem, S) else {
-        return NO_TARGET;
-    };
-    let p = begin(CallId::CuMulticastBindMem, |a, _, _| {
-        *a = [
-            mc,
-            mc_offset,
-            mem,
-            mem_offset,
-            size,
-            flags,
-            caller as u64,
-            0,
-            0,
-        ]
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe {
-        real(
-            mc,
-            mc_offset as usize,
-            mem,
-            mem_offset as usize,
-            size as usize,
-            flags,
-        )
-    };
-    finish(p, rc, |_| {});
-    rc
+    recorded::<McBindMemFn>(
+        W::McBindMem,
+        S,
+        CallId::CuMulticastBindMem,
+        |a, _, _| {
+            *a = [
+                mc,
+                mc_offset,
+                mem,
+                mem_offset,
+                size,
+                flags,
+                caller as u64,
+                0,
+                0,
+            ]
+        },
+        // SAFETY: forwarded unchanged.
+        |real| unsafe {
+            real(
+                mc,
+                mc_offset as usize,
+                mem,
+                mem_offset as usize,
+                size as usize,
+                flags,
+            )
+        },
+        |_| {},
+    )
 }
 
 // ---- cuMulticastBindAddr(mc, size_t mcOffset, CUdeviceptr memptr, size_t size, u64 flags)
@@ -622,16 +632,15 @@ unsafe extern "C" fn mc_bind_addr_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<McBindAddrFn>(W::McBindAddr, S) else {
-        return NO_TARGET;
-    };
-    let p = begin(CallId::CuMulticastBindAddr, |a, _, _| {
-        *a = [mc, mc_offset, ptr, size, flags, caller as u64, 0, 0, 0]
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(mc, mc_offset as usize, ptr, size as usize, flags) };
-    finish(p, rc, |_| {});
-    rc
+    recorded::<McBindAddrFn>(
+        W::McBindAddr,
+        S,
+        CallId::CuMulticastBindAddr,
+        |a, _, _| *a = [mc, mc_offset, ptr, size, flags, caller as u64, 0, 0, 0],
+        // SAFETY: forwarded unchanged.
+        |real| unsafe { real(mc, mc_offset as usize, ptr, size as usize, flags) },
+        |_| {},
+    )
 }
 
 // ---- cuMulticastUnbind(mc, CUdevice dev, size_t mcOffset, size_t size)
@@ -646,27 +655,28 @@ unsafe extern "C" fn mc_unbind_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<McUnbindFn>(W::McUnbind, S) else {
-        return NO_TARGET;
-    };
     let dev = dev as CuDevice;
-    let p = begin(CallId::CuMulticastUnbind, |a, _, _| {
-        *a = [
-            mc,
-            dev as i64 as u64,
-            mc_offset,
-            size,
-            caller as u64,
-            0,
-            0,
-            0,
-            0,
-        ]
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(mc, dev, mc_offset as usize, size as usize) };
-    finish(p, rc, |_| {});
-    rc
+    recorded::<McUnbindFn>(
+        W::McUnbind,
+        S,
+        CallId::CuMulticastUnbind,
+        |a, _, _| {
+            *a = [
+                mc,
+                dev as i64 as u64,
+                mc_offset,
+                size,
+                caller as u64,
+                0,
+                0,
+                0,
+                0,
+            ]
+        },
+        // SAFETY: forwarded unchanged.
+        |real| unsafe { real(mc, dev, mc_offset as usize, size as usize) },
+        |_| {},
+    )
 }
 
 /// The first two 8-byte words of an IPC handle (little-endian), enough to match an export
@@ -691,25 +701,26 @@ unsafe extern "C" fn ipc_get_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<IpcGetFn>(W::IpcGet, S) else {
-        return NO_TARGET;
-    };
-    let p = begin(CallId::CuIpcGetMemHandle, |a, rec, ring| {
-        let id = identity(rec, ring);
-        *a = [ptr, UNKNOWN, UNKNOWN, id.ordinal, caller as u64, 0, 0, 0, 0];
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(handle as *mut CuIpcMemHandle, ptr) };
-    finish(p, rc, |p| {
-        let h = handle as *const CuIpcMemHandle;
-        if !h.is_null() {
-            // SAFETY: on success the driver filled the 64-byte handle.
-            let (w0, w1) = ipc_words(unsafe { &*h });
-            p.set_arg(1, w0);
-            p.set_arg(2, w1);
-        }
-    });
-    rc
+    recorded::<IpcGetFn>(
+        W::IpcGet,
+        S,
+        CallId::CuIpcGetMemHandle,
+        |a, rec, ring| {
+            let id = identity(rec, ring);
+            *a = [ptr, UNKNOWN, UNKNOWN, id.ordinal, caller as u64, 0, 0, 0, 0];
+        },
+        // SAFETY: forwarded unchanged.
+        |real| unsafe { real(handle as *mut CuIpcMemHandle, ptr) },
+        |p| {
+            let h = handle as *const CuIpcMemHandle;
+            if !h.is_null() {
+                // SAFETY: on success the driver filled the 64-byte handle.
+                let (w0, w1) = ipc_words(unsafe { &*h });
+                p.set_arg(1, w0);
+                p.set_arg(2, w1);
+            }
+        },
+    )
 }
 
 // ---- cuIpcOpenMemHandle(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int flags)
@@ -759,31 +770,30 @@ unsafe fn ipc_open(
     caller: usize,
     handle: CuIpcMemHandle,
 ) -> CuResult {
-    let Some(real) = target::<IpcOpenFn>(w, s) else {
-        return NO_TARGET;
-    };
-    let p = begin(CallId::CuIpcOpenMemHandle, |a, rec, ring| {
-        let id = identity(rec, ring);
-        let (w0, w1) = ipc_words(&handle);
-        *a = [
-            UNKNOWN,
-            w0,
-            w1,
-            flags.into(),
-            abi,
-            id.ordinal,
-            id.pci_bus_id,
-            caller as u64,
-            0,
-        ];
-    });
-    // SAFETY: forwarded unchanged (the handle by value, as received).
-    let rc = unsafe { real(pdptr as *mut CuDevicePtr, handle, flags) };
-    finish(p, rc, |p| {
+    recorded::<IpcOpenFn>(
+        w,
+        s,
+        CallId::CuIpcOpenMemHandle,
+        |a, rec, ring| {
+            let id = identity(rec, ring);
+            let (w0, w1) = ipc_words(&handle);
+            *a = [
+                UNKNOWN,
+                w0,
+                w1,
+                flags.into(),
+                abi,
+                id.ordinal,
+                id.pci_bus_id,
+                caller as u64,
+                0,
+            ];
+        },
+        // SAFETY: forwarded unchanged (the handle by value, as received).
+        |real| unsafe { real(pdptr as *mut CuDevicePtr, handle, flags) },
         // SAFETY: on success the driver wrote the mapped address.
-        p.set_arg(0, unsafe { out(pdptr as *const CuDevicePtr) })
-    });
-    rc
+        |p| p.set_arg(0, unsafe { out(pdptr as *const CuDevicePtr) }),
+    )
 }
 
 // ---- cuIpcCloseMemHandle(CUdeviceptr dptr)
@@ -798,16 +808,15 @@ unsafe extern "C" fn ipc_close_body<const S: usize>(
     _: u64,
     caller: usize,
 ) -> CuResult {
-    let Some(real) = target::<IpcCloseFn>(W::IpcClose, S) else {
-        return NO_TARGET;
-    };
-    let p = begin(CallId::CuIpcCloseMemHandle, |a, _, _| {
-        *a = [ptr, caller as u64, 0, 0, 0, 0, 0, 0, 0]
-    });
-    // SAFETY: forwarded unchanged.
-    let rc = unsafe { real(ptr) };
-    finish(p, rc, |_| {});
-    rc
+    recorded::<IpcCloseFn>(
+        W::IpcClose,
+        S,
+        CallId::CuIpcCloseMemHandle,
+        |a, _, _| *a = [ptr, caller as u64, 0, 0, 0, 0, 0, 0, 0],
+        // SAFETY: forwarded unchanged.
+        |real| unsafe { real(ptr) },
+        |_| {},
+    )
 }
 
 #[cfg(test)]
