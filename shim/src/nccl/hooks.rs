@@ -24,9 +24,10 @@ use crate::nccl::resolve::real;
 use crate::nccl::snapshot;
 use crate::recorder::{record, SHIM};
 use ncclshim_dump::layout::{counters, SLOT_ARGS};
-use ncclshim_dump::{BlobKind, CallId, Entry, RecordKind};
+use ncclshim_dump::{BlobKind, CallId, Entry, PendingCall, RecordKind};
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
+use std::ptr::null_mut;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 /// Sign-extends a C int into an argument word.
@@ -176,7 +177,7 @@ unsafe fn write_comm_created(comm: NcclComm, e: &comms::CommEntry) {
 /// The communicator NCCL wrote to `newcomm`, read only when it reports one was made.
 unsafe fn out_comm(newcomm: *mut NcclComm, rc: NcclResult) -> NcclComm {
     if newcomm.is_null() || (rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS) {
-        std::ptr::null_mut()
+        null_mut()
     } else {
         *newcomm
     }
@@ -186,87 +187,114 @@ fn uid_args(id: &NcclUniqueId) -> (u64, [u64; 5]) {
     (get_hash(&id.internal), uid_words(&id.internal))
 }
 
-// ---------------------------------------------------------------- version, uniqueId
-
-#[no_mangle]
-pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> NcclResult {
-    boundary(|out| {
-        let Some(f) = real!(
-            "ncclGetVersion",
-            unsafe extern "C" fn(*mut c_int) -> NcclResult
-        ) else {
-            *out = Some(missing(CallId::NcclGetVersion));
-            return;
-        };
-        let a = enter(CallId::NcclGetVersion, std::ptr::null_mut(), [0; SLOT_ARGS]);
-        let rc = forward(|| f(version));
+/// The shape most wrappers share. Without the real function the caller gets `missing`'s
+/// ncclInternalError; otherwise the entry of `call` on `comm` is recorded with `args`, `fwd`
+/// makes the real call, its result goes to the caller at once (`out`) and the record is
+/// completed; `on_success` fills the result arguments, only when NCCL returned ncclSuccess (it
+/// may not have written its out-values otherwise). Returns the caller's result.
+#[inline(always)]
+fn recorded<F>(
+    out: &mut Option<NcclResult>,
+    real: Option<F>,
+    call: CallId,
+    comm: NcclComm,
+    args: [u64; SLOT_ARGS],
+    fwd: impl FnOnce(F) -> NcclResult,
+    on_success: impl FnOnce(&PendingCall),
+) -> NcclResult {
+    let Some(f) = real else {
+        let rc = missing(call);
         *out = Some(rc);
-        a.finish(rc, std::ptr::null_mut(), |pc| {
-            if rc == NCCL_SUCCESS && !version.is_null() {
-                pc.set_arg(0, s(*version));
-            }
-        });
-    })
+        return rc;
+    };
+    let a = enter(call, comm, args);
+    let rc = forward(|| fwd(f));
+    *out = Some(rc);
+    a.finish(rc, comm, |pc| {
+        if rc == NCCL_SUCCESS {
+            on_success(pc);
+        }
+    });
+    rc
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn ncclGetUniqueId(id: *mut NcclUniqueId) -> NcclResult {
-    boundary(|out| {
-        let Some(f) = real!(
-            "ncclGetUniqueId",
-            unsafe extern "C" fn(*mut NcclUniqueId) -> NcclResult
-        ) else {
-            *out = Some(missing(CallId::NcclGetUniqueId));
-            return;
-        };
-        let a = enter(
-            CallId::NcclGetUniqueId,
-            std::ptr::null_mut(),
-            [0; SLOT_ARGS],
-        );
-        let rc = forward(|| f(id));
-        *out = Some(rc);
-        a.finish(rc, std::ptr::null_mut(), |pc| {
-            if rc == NCCL_SUCCESS && !id.is_null() {
-                let (h, w) = uid_args(&*id);
-                let _ = LAST_UID.try_with(|c| c.set(h));
-                pc.set_arg(0, h);
-                for (i, v) in w.iter().enumerate() {
-                    pc.set_arg(1 + i, *v);
-                }
-            }
-        });
-    })
+/// Entry arguments: `first`, then zeros.
+#[inline(always)]
+fn args<const N: usize>(first: [u64; N]) -> [u64; SLOT_ARGS] {
+    let mut a = [0; SLOT_ARGS];
+    a[..N].copy_from_slice(&first);
+    a
+}
+
+/// Defines an export of the common shape (see `recorded`): its C signature, forwarded as it
+/// is, the comm its record is on, the leading entry arguments, and the result arguments
+/// `on_success` fills (after ncclSuccess, out-pointers only once checked non-null).
+macro_rules! export {
+    ($fn_name:ident, $name:literal, $call:expr, ($($arg:ident : $ty:ty),*),
+     comm = $comm:expr, args = $args:expr, on_success = |$pc:ident| $fill:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $fn_name($($arg: $ty),*) -> NcclResult {
+            boundary(|out| {
+                type F = unsafe extern "C" fn($($ty),*) -> NcclResult;
+                let fwd = |f: F| f($($arg),*);
+                recorded(out, real!($name, F), $call, $comm, args($args), fwd, |$pc| $fill);
+            })
+        }
+    };
+    // A call with no result arguments.
+    ($fn_name:ident, $name:literal, $call:expr, ($($arg:ident : $ty:ty),*),
+     comm = $comm:expr, args = $args:expr) => {
+        export!($fn_name, $name, $call, ($($arg: $ty),*),
+            comm = $comm, args = $args, on_success = |_pc| ());
+    };
+}
+
+// ---------------------------------------------------------------- version, uniqueId
+
+export!(ncclGetVersion, "ncclGetVersion", CallId::NcclGetVersion,
+    (version: *mut c_int),
+    comm = null_mut(), args = [],
+    on_success = |pc| if !version.is_null() { pc.set_arg(0, s(*version)) });
+
+export!(ncclGetUniqueId, "ncclGetUniqueId", CallId::NcclGetUniqueId,
+    (id: *mut NcclUniqueId),
+    comm = null_mut(), args = [],
+    on_success = |pc| unique_id_result(pc, id));
+
+/// ncclGetUniqueId's result arguments: the new id's hash (also remembered for the comms that
+/// ncclCommInitAll creates on this thread) and its words.
+unsafe fn unique_id_result(pc: &PendingCall, id: *const NcclUniqueId) {
+    if id.is_null() {
+        return;
+    }
+    let (h, w) = uid_args(&*id);
+    let _ = LAST_UID.try_with(|c| c.set(h));
+    pc.set_arg(0, h);
+    for (i, v) in w.iter().enumerate() {
+        pc.set_arg(1 + i, *v);
+    }
 }
 
 // ---------------------------------------------------------------- communicator creation
 
+/// The InitRank family: `args` is the entry record (nranks, rank, uid hash and words, ...,
+/// device at 8, filled once the comm is ready), `uid_hash` the comm's join hash (NCCL derives
+/// commHash from the same id).
 #[allow(clippy::too_many_arguments)] // the C call's own arguments plus the forwarding closure
 unsafe fn init_rank_common(
     call: CallId,
     newcomm: *mut NcclComm,
     nranks: c_int,
-    id: NcclUniqueId,
     rank: c_int,
+    uid_hash: u64,
+    args: [u64; SLOT_ARGS],
     cfg: *const c_void,
     fwd: impl FnOnce() -> NcclResult,
     out: &mut Option<NcclResult>,
 ) {
     snapshot_at_init();
-    record_config(call, std::ptr::null_mut(), cfg);
-    let (h, w) = uid_args(&id);
-    let args = [
-        s(nranks),
-        s(rank),
-        h,
-        w[0],
-        w[1],
-        w[2],
-        w[3],
-        w[4],
-        u64::MAX,
-    ];
-    let a = enter(call, std::ptr::null_mut(), args);
+    record_config(call, null_mut(), cfg);
+    let a = enter(call, null_mut(), args);
     let rc = forward(fwd);
     *out = Some(rc);
     let comm = out_comm(newcomm, rc);
@@ -281,8 +309,25 @@ unsafe fn init_rank_common(
         }
     });
     if created {
-        comm_created(comm, nranks, rank, h, h, ready);
+        comm_created(comm, nranks, rank, uid_hash, uid_hash, ready);
     }
+}
+
+/// Entry arguments of ncclCommInitRank / ncclCommInitRankConfig.
+fn init_rank_args(nranks: c_int, rank: c_int, id: &NcclUniqueId) -> (u64, [u64; SLOT_ARGS]) {
+    let (h, w) = uid_args(id);
+    let args = [
+        s(nranks),
+        s(rank),
+        h,
+        w[0],
+        w[1],
+        w[2],
+        w[3],
+        w[4],
+        u64::MAX,
+    ];
+    (h, args)
 }
 
 #[no_mangle]
@@ -298,12 +343,14 @@ pub unsafe extern "C" fn ncclCommInitRank(
             *out = Some(missing(CallId::NcclCommInitRank));
             return;
         };
+        let (h, args) = init_rank_args(nranks, rank, &id);
         init_rank_common(
             CallId::NcclCommInitRank,
             newcomm,
             nranks,
-            id,
             rank,
+            h,
+            args,
             std::ptr::null(),
             || f(newcomm, nranks, id, rank),
             out,
@@ -331,12 +378,14 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
             *out = Some(missing(CallId::NcclCommInitRankConfig));
             return;
         };
+        let (h, args) = init_rank_args(nranks, rank, &id);
         init_rank_common(
             CallId::NcclCommInitRankConfig,
             newcomm,
             nranks,
-            id,
             rank,
+            h,
+            args,
             cfg,
             || f(newcomm, nranks, id, rank, cfg),
             out,
@@ -367,8 +416,6 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
             *out = Some(missing(call));
             return;
         };
-        snapshot_at_init();
-        record_config(call, std::ptr::null_mut(), cfg);
         // NCCL hashes the first id into commHash.
         let (h, w) = if n_id > 0 && !ids.is_null() {
             uid_args(&*ids)
@@ -386,23 +433,8 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
             s(n_id),
             u64::MAX,
         ];
-        let a = enter(call, std::ptr::null_mut(), args);
-        let rc = forward(|| f(newcomm, nranks, myrank, n_id, ids, cfg));
-        *out = Some(rc);
-        let comm = out_comm(newcomm, rc);
-        let ready = rc == NCCL_SUCCESS;
-        let created = (ready || rc == NCCL_IN_PROGRESS) && !comm.is_null();
-        a.finish(rc, comm, |pc| {
-            if created {
-                pc.set_comm(comm as u64);
-                if ready {
-                    pc.set_arg(8, cuda_dev(comm) as u64);
-                }
-            }
-        });
-        if created {
-            comm_created(comm, nranks, myrank, h, h, ready);
-        }
+        let fwd = || f(newcomm, nranks, myrank, n_id, ids, cfg);
+        init_rank_common(call, newcomm, nranks, myrank, h, args, cfg, fwd, out);
     })
 }
 
@@ -437,13 +469,13 @@ pub unsafe extern "C" fn ncclCommInitAll(
             };
         }
         let _ = LAST_UID.try_with(|c| c.set(0));
-        let a = enter(call, std::ptr::null_mut(), args);
+        let a = enter(call, null_mut(), args);
         let rc = forward(|| f(comms_out, ndev, devlist));
         *out = Some(rc);
         let first = if rc == NCCL_SUCCESS && !comms_out.is_null() && ndev > 0 {
             *comms_out
         } else {
-            std::ptr::null_mut()
+            null_mut()
         };
         a.finish(rc, first, |pc| pc.set_arg(5, p(first)));
         if rc == NCCL_SUCCESS && !comms_out.is_null() {
@@ -604,14 +636,9 @@ macro_rules! comm_only {
         #[no_mangle]
         pub unsafe extern "C" fn $fn_name(comm: NcclComm) -> NcclResult {
             boundary(|out| {
-                let Some(f) = real!($name, unsafe extern "C" fn(NcclComm) -> NcclResult) else {
-                    *out = Some(missing($call));
-                    return;
-                };
-                let a = enter($call, comm, [0; SLOT_ARGS]);
-                let rc = forward(|| f(comm));
-                *out = Some(rc);
-                a.finish(rc, comm, |_| {});
+                type F = unsafe extern "C" fn(NcclComm) -> NcclResult;
+                let real = real!($name, F);
+                let rc = recorded(out, real, $call, comm, args([]), |f| f(comm), |_| {});
                 if $forget && rc == NCCL_SUCCESS {
                     comms::remove(comm);
                 }
@@ -639,24 +666,9 @@ comm_only!(
     forget = true
 );
 
-#[no_mangle]
-pub unsafe extern "C" fn ncclCommRevoke(comm: NcclComm, flags: c_int) -> NcclResult {
-    boundary(|out| {
-        let Some(f) = real!(
-            "ncclCommRevoke",
-            unsafe extern "C" fn(NcclComm, c_int) -> NcclResult
-        ) else {
-            *out = Some(missing(CallId::NcclCommRevoke));
-            return;
-        };
-        let mut args = [0; SLOT_ARGS];
-        args[0] = s(flags);
-        let a = enter(CallId::NcclCommRevoke, comm, args);
-        let rc = forward(|| f(comm, flags));
-        *out = Some(rc);
-        a.finish(rc, comm, |_| {});
-    })
-}
+export!(ncclCommRevoke, "ncclCommRevoke", CallId::NcclCommRevoke,
+    (comm: NcclComm, flags: c_int),
+    comm = comm, args = [s(flags)]);
 
 /// Polled constantly by framework watchdogs: recorded only when the value (or rc) changes per
 /// comm; unchanged polls only bump a header counter.
@@ -736,13 +748,13 @@ pub unsafe extern "C" fn ncclGroupStart() -> NcclResult {
         let depth = call::group_depth();
         let mut args = [0; SLOT_ARGS];
         args[0] = u64::from(depth + 1);
-        let a = enter(CallId::NcclGroupStart, std::ptr::null_mut(), args);
+        let a = enter(CallId::NcclGroupStart, null_mut(), args);
         let rc = forward(|| f());
         *out = Some(rc);
         if rc == NCCL_SUCCESS && !nested {
             call::set_group_depth(depth + 1);
         }
-        a.finish(rc, std::ptr::null_mut(), |_| {});
+        a.finish(rc, null_mut(), |_| {});
     })
 }
 
@@ -757,14 +769,14 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
         let depth = call::group_depth();
         let mut args = [0; SLOT_ARGS];
         args[0] = u64::from(depth);
-        let a = enter(CallId::NcclGroupEnd, std::ptr::null_mut(), args);
+        let a = enter(CallId::NcclGroupEnd, null_mut(), args);
         // The group is closed from the caller's view whatever GroupEnd returns (NCCL resets it).
         if !nested {
             call::set_group_depth(depth.saturating_sub(1));
         }
         let rc = forward(|| f());
         *out = Some(rc);
-        a.finish(rc, std::ptr::null_mut(), |_| {});
+        a.finish(rc, null_mut(), |_| {});
     })
 }
 
@@ -773,7 +785,8 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
 /// Records one operation around `fwd`. `op`/`root` are -1 where the call has none.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn operation(
+unsafe fn operation<F>(
+    real: Option<F>,
     call: CallId,
     comm: NcclComm,
     count: usize,
@@ -783,9 +796,14 @@ unsafe fn operation(
     send: *const c_void,
     recv: *const c_void,
     stream: Stream,
-    fwd: impl FnOnce() -> NcclResult,
+    fwd: impl FnOnce(F) -> NcclResult,
     out: &mut Option<NcclResult>,
 ) {
+    // Without the real function there is no operation: no sequence number is taken.
+    let Some(f) = real else {
+        *out = Some(missing(call));
+        return;
+    };
     // Bcast is NCCL's Broadcast: one counter for both.
     let idx = if call == CallId::NcclBcast {
         CallId::NcclBroadcast
@@ -809,26 +827,23 @@ unsafe fn operation(
         seq,
         op_seq,
     ];
-    let a = enter(call, comm, args);
-    let rc = forward(fwd);
-    *out = Some(rc);
-    a.finish(rc, comm, |_| {});
+    recorded(out, Some(f), call, comm, args, fwd, |_| {});
 }
 
+/// Defines a collective or p2p export: its C signature (`args`), forwarded as it is, and which
+/// of those arguments fill the operation record's fields.
 macro_rules! op_export {
     ($fn_name:ident, $name:literal, $call:expr,
-     ($($arg:ident : $ty:ty),*), |$f:ident| $invoke:expr,
+     ($($arg:ident : $ty:ty),*),
      count = $count:expr, dt = $dt:expr, op = $op:expr, root = $root:expr,
      send = $send:expr, recv = $recv:expr, comm = $comm:ident, stream = $stream:ident) => {
         #[no_mangle]
         pub unsafe extern "C" fn $fn_name($($arg: $ty),*) -> NcclResult {
             boundary(|out| {
                 type F = unsafe extern "C" fn($($ty),*) -> NcclResult;
-                let Some($f) = real!($name, F) else {
-                    *out = Some(missing($call));
-                    return;
-                };
-                operation($call, $comm, $count, $dt, $op, $root, $send, $recv, $stream, || $invoke, out);
+                let real = real!($name, F);
+                let fwd = |f: F| f($($arg),*);
+                operation(real, $call, $comm, $count, $dt, $op, $root, $send, $recv, $stream, fwd, out);
             })
         }
     };
@@ -836,189 +851,63 @@ macro_rules! op_export {
 
 op_export!(ncclAllReduce, "ncclAllReduce", CallId::NcclAllReduce,
     (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, comm: NcclComm, stream: Stream),
-    |f| f(sendbuff, recvbuff, count, datatype, op, comm, stream),
     count = count, dt = datatype, op = op, root = -1, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
 op_export!(ncclBroadcast, "ncclBroadcast", CallId::NcclBroadcast,
     (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream),
-    |f| f(sendbuff, recvbuff, count, datatype, root, comm, stream),
     count = count, dt = datatype, op = -1, root = root, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
 op_export!(ncclBcast, "ncclBcast", CallId::NcclBcast,
     (buff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream),
-    |f| f(buff, count, datatype, root, comm, stream),
     count = count, dt = datatype, op = -1, root = root, send = buff, recv = buff, comm = comm, stream = stream);
 op_export!(ncclReduce, "ncclReduce", CallId::NcclReduce,
     (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, root: c_int, comm: NcclComm, stream: Stream),
-    |f| f(sendbuff, recvbuff, count, datatype, op, root, comm, stream),
     count = count, dt = datatype, op = op, root = root, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
 op_export!(ncclAllGather, "ncclAllGather", CallId::NcclAllGather,
     (sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: c_int, comm: NcclComm, stream: Stream),
-    |f| f(sendbuff, recvbuff, sendcount, datatype, comm, stream),
     count = sendcount, dt = datatype, op = -1, root = -1, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
 op_export!(ncclReduceScatter, "ncclReduceScatter", CallId::NcclReduceScatter,
     (sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: c_int, op: c_int, comm: NcclComm, stream: Stream),
-    |f| f(sendbuff, recvbuff, recvcount, datatype, op, comm, stream),
     count = recvcount, dt = datatype, op = op, root = -1, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
 op_export!(ncclAlltoAll, "ncclAlltoAll", CallId::NcclAlltoAll,
     (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, comm: NcclComm, stream: Stream),
-    |f| f(sendbuff, recvbuff, count, datatype, comm, stream),
     count = count, dt = datatype, op = -1, root = -1, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
 op_export!(ncclGather, "ncclGather", CallId::NcclGather,
     (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream),
-    |f| f(sendbuff, recvbuff, count, datatype, root, comm, stream),
     count = count, dt = datatype, op = -1, root = root, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
 op_export!(ncclScatter, "ncclScatter", CallId::NcclScatter,
     (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream),
-    |f| f(sendbuff, recvbuff, count, datatype, root, comm, stream),
     count = count, dt = datatype, op = -1, root = root, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
 op_export!(ncclSend, "ncclSend", CallId::NcclSend,
     (sendbuff: *const c_void, count: usize, datatype: c_int, peer: c_int, comm: NcclComm, stream: Stream),
-    |f| f(sendbuff, count, datatype, peer, comm, stream),
     count = count, dt = datatype, op = -1, root = peer, send = sendbuff, recv = std::ptr::null(), comm = comm, stream = stream);
 op_export!(ncclRecv, "ncclRecv", CallId::NcclRecv,
     (recvbuff: *mut c_void, count: usize, datatype: c_int, peer: c_int, comm: NcclComm, stream: Stream),
-    |f| f(recvbuff, count, datatype, peer, comm, stream),
     count = count, dt = datatype, op = -1, root = peer, send = std::ptr::null(), recv = recvbuff, comm = comm, stream = stream);
 
 // ---------------------------------------------------------------- memory and registration
 
-#[no_mangle]
-pub unsafe extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> NcclResult {
-    boundary(|out| {
-        let Some(f) = real!(
-            "ncclMemAlloc",
-            unsafe extern "C" fn(*mut *mut c_void, usize) -> NcclResult
-        ) else {
-            *out = Some(missing(CallId::NcclMemAlloc));
-            return;
-        };
-        let mut args = [0; SLOT_ARGS];
-        args[1] = size as u64;
-        let a = enter(CallId::NcclMemAlloc, std::ptr::null_mut(), args);
-        let rc = forward(|| f(ptr, size));
-        *out = Some(rc);
-        a.finish(rc, std::ptr::null_mut(), |pc| {
-            if rc == NCCL_SUCCESS && !ptr.is_null() {
-                pc.set_arg(0, p(*ptr));
-            }
-        });
-    })
-}
+export!(ncclMemAlloc, "ncclMemAlloc", CallId::NcclMemAlloc,
+    (ptr: *mut *mut c_void, size: usize),
+    comm = null_mut(), args = [0, size as u64],
+    on_success = |pc| if !ptr.is_null() { pc.set_arg(0, p(*ptr)) });
 
-#[no_mangle]
-pub unsafe extern "C" fn ncclMemFree(ptr: *mut c_void) -> NcclResult {
-    boundary(|out| {
-        let Some(f) = real!(
-            "ncclMemFree",
-            unsafe extern "C" fn(*mut c_void) -> NcclResult
-        ) else {
-            *out = Some(missing(CallId::NcclMemFree));
-            return;
-        };
-        let mut args = [0; SLOT_ARGS];
-        args[0] = p(ptr);
-        let a = enter(CallId::NcclMemFree, std::ptr::null_mut(), args);
-        let rc = forward(|| f(ptr));
-        *out = Some(rc);
-        a.finish(rc, std::ptr::null_mut(), |_| {});
-    })
-}
+export!(ncclMemFree, "ncclMemFree", CallId::NcclMemFree,
+    (ptr: *mut c_void),
+    comm = null_mut(), args = [p(ptr)]);
 
-#[no_mangle]
-pub unsafe extern "C" fn ncclCommRegister(
-    comm: NcclComm,
-    buff: *mut c_void,
-    size: usize,
-    handle: *mut *mut c_void,
-) -> NcclResult {
-    boundary(|out| {
-        type F = unsafe extern "C" fn(NcclComm, *mut c_void, usize, *mut *mut c_void) -> NcclResult;
-        let Some(f) = real!("ncclCommRegister", F) else {
-            *out = Some(missing(CallId::NcclCommRegister));
-            return;
-        };
-        let mut args = [0; SLOT_ARGS];
-        args[0] = p(buff);
-        args[1] = size as u64;
-        let a = enter(CallId::NcclCommRegister, comm, args);
-        let rc = forward(|| f(comm, buff, size, handle));
-        *out = Some(rc);
-        a.finish(rc, comm, |pc| {
-            if rc == NCCL_SUCCESS && !handle.is_null() {
-                pc.set_arg(2, p(*handle));
-            }
-        });
-    })
-}
+export!(ncclCommRegister, "ncclCommRegister", CallId::NcclCommRegister,
+    (comm: NcclComm, buff: *mut c_void, size: usize, handle: *mut *mut c_void),
+    comm = comm, args = [p(buff), size as u64],
+    on_success = |pc| if !handle.is_null() { pc.set_arg(2, p(*handle)) });
 
-#[no_mangle]
-pub unsafe extern "C" fn ncclCommDeregister(comm: NcclComm, handle: *mut c_void) -> NcclResult {
-    boundary(|out| {
-        let Some(f) = real!(
-            "ncclCommDeregister",
-            unsafe extern "C" fn(NcclComm, *mut c_void) -> NcclResult
-        ) else {
-            *out = Some(missing(CallId::NcclCommDeregister));
-            return;
-        };
-        let mut args = [0; SLOT_ARGS];
-        args[0] = p(handle);
-        let a = enter(CallId::NcclCommDeregister, comm, args);
-        let rc = forward(|| f(comm, handle));
-        *out = Some(rc);
-        a.finish(rc, comm, |_| {});
-    })
-}
+export!(ncclCommDeregister, "ncclCommDeregister", CallId::NcclCommDeregister,
+    (comm: NcclComm, handle: *mut c_void),
+    comm = comm, args = [p(handle)]);
 
-#[no_mangle]
-pub unsafe extern "C" fn ncclCommWindowRegister(
-    comm: NcclComm,
-    buff: *mut c_void,
-    size: usize,
-    win: *mut *mut c_void,
-    win_flags: c_int,
-) -> NcclResult {
-    boundary(|out| {
-        type F = unsafe extern "C" fn(
-            NcclComm,
-            *mut c_void,
-            usize,
-            *mut *mut c_void,
-            c_int,
-        ) -> NcclResult;
-        let Some(f) = real!("ncclCommWindowRegister", F) else {
-            *out = Some(missing(CallId::NcclCommWindowRegister));
-            return;
-        };
-        let mut args = [0; SLOT_ARGS];
-        args[0] = p(buff);
-        args[1] = size as u64;
-        args[3] = s(win_flags);
-        let a = enter(CallId::NcclCommWindowRegister, comm, args);
-        let rc = forward(|| f(comm, buff, size, win, win_flags));
-        *out = Some(rc);
-        a.finish(rc, comm, |pc| {
-            if rc == NCCL_SUCCESS && !win.is_null() {
-                pc.set_arg(2, p(*win));
-            }
-        });
-    })
-}
+export!(ncclCommWindowRegister, "ncclCommWindowRegister", CallId::NcclCommWindowRegister,
+    (comm: NcclComm, buff: *mut c_void, size: usize, win: *mut *mut c_void, win_flags: c_int),
+    comm = comm, args = [p(buff), size as u64, 0, s(win_flags)],
+    on_success = |pc| if !win.is_null() { pc.set_arg(2, p(*win)) });
 
-#[no_mangle]
-pub unsafe extern "C" fn ncclCommWindowDeregister(comm: NcclComm, win: *mut c_void) -> NcclResult {
-    boundary(|out| {
-        let Some(f) = real!(
-            "ncclCommWindowDeregister",
-            unsafe extern "C" fn(NcclComm, *mut c_void) -> NcclResult
-        ) else {
-            *out = Some(missing(CallId::NcclCommWindowDeregister));
-            return;
-        };
-        let mut args = [0; SLOT_ARGS];
-        args[0] = p(win);
-        let a = enter(CallId::NcclCommWindowDeregister, comm, args);
-        let rc = forward(|| f(comm, win));
-        *out = Some(rc);
-        a.finish(rc, comm, |_| {});
-    })
-}
+export!(ncclCommWindowDeregister, "ncclCommWindowDeregister", CallId::NcclCommWindowDeregister,
+    (comm: NcclComm, win: *mut c_void),
+    comm = comm, args = [p(win)]);
