@@ -188,17 +188,18 @@ fn uid_args(id: &NcclUniqueId) -> (u64, [u64; 5]) {
 }
 
 /// The shape most wrappers share. Without the real function the caller gets `missing`'s
-/// ncclInternalError; otherwise the entry of `call` on `comm` is recorded with `args`, `fwd`
-/// makes the real call, its result goes to the caller at once (`out`) and the record is
-/// completed; `on_success` fills the result arguments, only when NCCL returned ncclSuccess (it
-/// may not have written its out-values otherwise). Returns the caller's result.
+/// ncclInternalError; otherwise the entry of `call` on `comm` is recorded with the arguments
+/// `args` makes (only now, so a missing function takes no sequence number), `fwd` makes the
+/// real call, its result goes to the caller at once (`out`) and the record is completed;
+/// `on_success` fills the result arguments, only when NCCL returned ncclSuccess (it may not
+/// have written its out-values otherwise). Returns the caller's result.
 #[inline(always)]
 fn recorded<F>(
     out: &mut Option<NcclResult>,
     real: Option<F>,
     call: CallId,
     comm: NcclComm,
-    args: [u64; SLOT_ARGS],
+    args: impl FnOnce() -> [u64; SLOT_ARGS],
     fwd: impl FnOnce(F) -> NcclResult,
     on_success: impl FnOnce(&PendingCall),
 ) -> NcclResult {
@@ -207,7 +208,7 @@ fn recorded<F>(
         *out = Some(rc);
         return rc;
     };
-    let a = enter(call, comm, args);
+    let a = enter(call, comm, args());
     let rc = forward(|| fwd(f));
     *out = Some(rc);
     a.finish(rc, comm, |pc| {
@@ -237,7 +238,8 @@ macro_rules! export {
             boundary(|out| {
                 type F = unsafe extern "C" fn($($ty),*) -> NcclResult;
                 let fwd = |f: F| f($($arg),*);
-                recorded(out, real!($name, F), $call, $comm, args($args), fwd, |$pc| $fill);
+                let entry = || args($args);
+                recorded(out, real!($name, F), $call, $comm, entry, fwd, |$pc| $fill);
             })
         }
     };
@@ -638,7 +640,7 @@ macro_rules! comm_only {
             boundary(|out| {
                 type F = unsafe extern "C" fn(NcclComm) -> NcclResult;
                 let real = real!($name, F);
-                let rc = recorded(out, real, $call, comm, args([]), |f| f(comm), |_| {});
+                let rc = recorded(out, real, $call, comm, || args([]), |f| f(comm), |_| {});
                 if $forget && rc == NCCL_SUCCESS {
                     comms::remove(comm);
                 }
@@ -799,11 +801,6 @@ unsafe fn operation<F>(
     fwd: impl FnOnce(F) -> NcclResult,
     out: &mut Option<NcclResult>,
 ) {
-    // Without the real function there is no operation: no sequence number is taken.
-    let Some(f) = real else {
-        *out = Some(missing(call));
-        return;
-    };
     // Bcast is NCCL's Broadcast: one counter for both.
     let idx = if call == CallId::NcclBcast {
         CallId::NcclBroadcast
@@ -811,23 +808,25 @@ unsafe fn operation<F>(
         call
     } as usize
         - CallId::NcclAllReduce as usize;
-    let (seq, op_seq) = if call::nested() {
-        (u64::MAX, u64::MAX)
-    } else {
-        comms::get_or_insert(comm).map_or((u64::MAX, u64::MAX), |e| e.next_seq(idx))
+    let entry = || {
+        let (seq, op_seq) = if call::nested() {
+            (u64::MAX, u64::MAX)
+        } else {
+            comms::get_or_insert(comm).map_or((u64::MAX, u64::MAX), |e| e.next_seq(idx))
+        };
+        [
+            count as u64,
+            s(datatype),
+            s(op),
+            s(root),
+            p(send),
+            p(recv),
+            p(stream),
+            seq,
+            op_seq,
+        ]
     };
-    let args = [
-        count as u64,
-        s(datatype),
-        s(op),
-        s(root),
-        p(send),
-        p(recv),
-        p(stream),
-        seq,
-        op_seq,
-    ];
-    recorded(out, Some(f), call, comm, args, fwd, |_| {});
+    recorded(out, real, call, comm, entry, fwd, |_| {});
 }
 
 /// Defines a collective or p2p export: its C signature (`args`), forwarded as it is, and which
