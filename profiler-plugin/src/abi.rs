@@ -291,6 +291,44 @@ pub unsafe fn state_value_v1(state: u32, args: *const StateArgsV1) -> (u64, u64)
     }
 }
 
+/// Defines one ABI version's `start_event` (reads the descriptor's event type — a `u8` before v5,
+/// a `u64` from v5 — and hands the translation to `core`) and its exported `ncclProfiler_vN`
+/// table. Every version shares `core`'s stop, state and finalize entry points; the version's
+/// module supplies `init` (argument order differs per version) and the translation.
+macro_rules! profiler_entry_points {
+    ($table:ident, $version:literal, $init:ty, $args:ty, $record_state:path,
+     |$d:ident, $s:ident| $translate:expr) => {
+        unsafe extern "C" fn start_event(
+            ctx: *mut c_void,
+            eh: *mut *mut c_void,
+            $d: *mut Descr,
+        ) -> c_int {
+            // SAFETY: NCCL's arguments for this ABI; `type_` is the descriptor's first field and
+            // the translation reads only the union member that matches it.
+            unsafe {
+                let ty = if $d.is_null() {
+                    0
+                } else {
+                    u64::from(std::ptr::addr_of!((*$d).type_).read())
+                };
+                core::start_event(ctx, eh, ty, |$s| $translate)
+            }
+        }
+
+        #[doc = concat!("The v", $version, " entry table.")]
+        #[allow(non_upper_case_globals)]
+        #[no_mangle]
+        pub static $table: ProfilerTable<$init, Descr, $args> = ProfilerTable {
+            name: c"ncclshim".as_ptr(),
+            init,
+            start_event,
+            stop_event: core::stop_event,
+            record_event_state: $record_state,
+            finalize: core::finalize,
+        };
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@
 //! initialized lazily and idempotently. `docs/profiler.md` describes the records and the
 //! aggregate layout.
 
+#[macro_use]
 pub mod abi;
 pub mod agg;
 pub mod core;

@@ -126,29 +126,14 @@ unsafe extern "C" fn init(ctx: *mut *mut c_void, mask: *mut c_int) -> c_int {
     unsafe { core::init(1, ctx, mask, InitFacts::NONE) }
 }
 
-unsafe extern "C" fn start_event(ctx: *mut c_void, eh: *mut *mut c_void, d: *mut Descr) -> c_int {
-    // SAFETY: NCCL's arguments for this ABI; `type_` is the descriptor's first field.
-    unsafe {
-        let ty = if d.is_null() {
-            0
-        } else {
-            u64::from(addr_of!((*d).type_).read())
-        };
-        core::start_event(ctx, eh, ty, |s| translate(d, s))
-    }
-}
-
-/// The v1 entry table.
-#[allow(non_upper_case_globals)]
-#[no_mangle]
-pub static ncclProfiler_v1: ProfilerTable<InitV1, Descr, StateArgsV1> = ProfilerTable {
-    name: c"ncclshim".as_ptr(),
-    init,
-    start_event,
-    stop_event: core::stop_event,
-    record_event_state: core::record_state_v1,
-    finalize: core::finalize,
-};
+profiler_entry_points!(
+    ncclProfiler_v1,
+    "1",
+    InitV1,
+    StateArgsV1,
+    core::record_state_v1,
+    |d, s| translate(d, s)
+);
 
 #[cfg(test)]
 mod tests {

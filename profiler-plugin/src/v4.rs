@@ -143,29 +143,14 @@ unsafe extern "C" fn init(
     unsafe { core::init(4, ctx, mask, facts) }
 }
 
-unsafe extern "C" fn start_event(ctx: *mut c_void, eh: *mut *mut c_void, d: *mut Descr) -> c_int {
-    // SAFETY: NCCL's arguments for this ABI; `type_` is the descriptor's first field.
-    unsafe {
-        let ty = if d.is_null() {
-            0
-        } else {
-            u64::from(addr_of!((*d).type_).read())
-        };
-        core::start_event(ctx, eh, ty, |s| translate(d, s))
-    }
-}
-
-/// The v4 entry table.
-#[allow(non_upper_case_globals)]
-#[no_mangle]
-pub static ncclProfiler_v4: ProfilerTable<InitV4, Descr, StateArgsV4> = ProfilerTable {
-    name: c"ncclshim".as_ptr(),
-    init,
-    start_event,
-    stop_event: core::stop_event,
-    record_event_state: core::record_state_v4,
-    finalize: core::finalize,
-};
+profiler_entry_points!(
+    ncclProfiler_v4,
+    "4",
+    InitV4,
+    StateArgsV4,
+    core::record_state_v4,
+    |d, s| translate(d, s)
+);
 
 #[cfg(test)]
 mod tests {
