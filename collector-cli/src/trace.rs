@@ -24,8 +24,7 @@ const KERNEL_PHASE_STOP: u64 = 31;
 const GPU_TRACK_BASE: u64 = 1 << 40;
 
 fn wall(d: &Dump, mono: u64) -> i128 {
-    i128::from(mono) - i128::from(d.header.clock.monotonic_ns)
-        + i128::from(d.header.clock.realtime_ns)
+    i128::from(crate::model::to_wall(d, mono))
 }
 
 fn process_key(d: &Dump) -> (String, String, u32, u64) {

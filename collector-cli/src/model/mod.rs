@@ -181,7 +181,8 @@ fn shift_t(t: u64, delta: i128) -> u64 {
     (i128::from(t) + delta).clamp(0, u64::MAX as i128) as u64
 }
 
-fn to_wall(d: &Dump, mono: u64) -> u64 {
+/// A record time (CLOCK_MONOTONIC) on the wall clock, through the dump's calibration pair.
+pub fn to_wall(d: &Dump, mono: u64) -> u64 {
     let c = &d.header.clock;
     (i128::from(mono) - i128::from(c.monotonic_ns) + i128::from(c.realtime_ns))
         .clamp(0, u64::MAX as i128) as u64
