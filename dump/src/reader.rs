@@ -566,17 +566,20 @@ fn read_rings<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
         }
         let max_seq = kept.iter().map(|r| r.seq).max().unwrap_or(0);
         // Slots older than one lap were overwritten by a newer lap.
-        kept.retain(|r| r.seq + cap > max_seq);
+        kept.retain(|r| r.seq.saturating_add(cap) > max_seq);
         kept.sort_by_key(|r| r.seq);
         info.lost = max_seq.saturating_sub(cap);
         info.records = kept.len() as u64;
-        dump.summary.records += info.records;
-        dump.summary.torn += info.torn;
-        dump.summary.lost += info.lost;
-        dump.summary.in_flight += kept
+        // A corrupt head can claim up to 2^64 lost records per ring, so the totals saturate
+        // instead of overflowing (found by the `decode` fuzz target).
+        let in_flight = kept
             .iter()
             .filter(|r| r.in_flight() && r.kind() == Some(RecordKind::Call))
             .count() as u64;
+        dump.summary.records = dump.summary.records.saturating_add(info.records);
+        dump.summary.torn = dump.summary.torn.saturating_add(info.torn);
+        dump.summary.lost = dump.summary.lost.saturating_add(info.lost);
+        dump.summary.in_flight = dump.summary.in_flight.saturating_add(in_flight);
         dump.records.extend(kept);
         dump.rings.push(info);
     }
