@@ -1,6 +1,7 @@
 //! `ncclshim trace`: the dumps of a job as a Chrome / Perfetto trace (JSON "Trace Event Format"),
 //! one process per rank, one track per thread, intercepted calls and profiler events as slices
-//! with their arguments, GPU kernel time per channel on tracks of their own.
+//! with their arguments, GPU kernel time on tracks of their own (per channel when the plugin
+//! recorded channels, else one slice per operation on a "GPU" track).
 //!
 //! Clocks: each dump's CLOCK_MONOTONIC times are put on the wall clock with the dump's own
 //! calibration pair (so hosts line up to NTP/PTP quality), then each host is shifted by the
@@ -22,6 +23,49 @@ const KERNEL_CH_STOP: u64 = 22;
 const KERNEL_PHASE_STOP: u64 = 31;
 /// Thread ids for the per-channel GPU tracks, well above any kernel tid.
 const GPU_TRACK_BASE: u64 = 1 << 40;
+/// The track of per-operation GPU slices (channels summarized), after any channel's.
+const GPU_OPS_TRACK: u64 = GPU_TRACK_BASE + 0x1_0000;
+
+/// The GPU span of operations whose channels the plugin summarized: start record → (gpu start,
+/// gpu stop, the record's time when it read the clock).
+struct GpuDone {
+    gpu_start: u64,
+    gpu_stop: u64,
+    clocked_at: Option<u64>,
+}
+
+/// GPU-done records of one dump, and the dump's GPU-to-record-clock offset: the smallest
+/// (record time - GPU stop) over the records that read the clock, i.e. the plugin's polling
+/// delay at its best. `None` when no record read the clock.
+fn gpu_done_records(d: &Dump) -> (HashMap<SlotRef, GpuDone>, Option<i128>) {
+    let mut done = HashMap::new();
+    let mut offset: Option<i128> = None;
+    for r in &d.records {
+        if r.kind() != Some(RecordKind::ProfState)
+            || r.args[1] != ncclshim_dump::schema::PROF_STATE_GPU_DONE
+            || r.args[3] < r.args[2]
+        {
+            continue;
+        }
+        let Some(op) = SlotRef::decode(r.args[0]) else {
+            continue;
+        };
+        let clocked = r.flags & ncclshim_dump::schema::slot_flags::TIME_OF_NAMED == 0;
+        if clocked {
+            let o = i128::from(r.t_enter_ns) - i128::from(r.args[3]);
+            offset = Some(offset.map_or(o, |m| m.min(o)));
+        }
+        done.insert(
+            op,
+            GpuDone {
+                gpu_start: r.args[2],
+                gpu_stop: r.args[3],
+                clocked_at: clocked.then_some(r.t_enter_ns),
+            },
+        );
+    }
+    (done, offset)
+}
 
 fn wall(d: &Dump, mono: u64) -> i128 {
     i128::from(crate::model::to_wall(d, mono))
@@ -260,16 +304,61 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
                 "args": {"gpu_start_ns": gpu_start, "gpu_stop_ns": gpu_stop, "channel": channel},
             }));
         }
+        // Operations whose channels were summarized: one GPU slice each, placed on the record
+        // clock through the dump's GPU clock offset (else where its GPU-done record says).
+        let (gpu_done, gpu_offset) = gpu_done_records(d);
+        let gpu_end_mono = |g: &GpuDone| -> u64 {
+            match (g.clocked_at, gpu_offset) {
+                (Some(t), _) => t,
+                (None, Some(o)) => (i128::from(g.gpu_stop) + o).max(0) as u64,
+                (None, None) => 0,
+            }
+        };
+        for (sref, g) in &gpu_done {
+            let end_mono = gpu_end_mono(g);
+            let Some(start) = by_ref.get(sref) else {
+                continue;
+            };
+            let end = if end_mono == 0 {
+                at(d, start.t_enter_ns)
+            } else {
+                at(d, end_mono)
+            };
+            let dur = i128::from(g.gpu_stop - g.gpu_start);
+            named_threads
+                .entry((pid, GPU_OPS_TRACK))
+                .or_insert_with(|| "GPU (operations)".to_owned());
+            events.push(json!({
+                "ph": "X", "name": slice_name(start), "cat": "gpu", "pid": pid,
+                "tid": GPU_OPS_TRACK, "ts": us(end - dur), "dur": dur as f64 / 1000.0,
+                "args": {"gpu_start_ns": g.gpu_start, "gpu_stop_ns": g.gpu_stop,
+                         "placed_by": if g.clocked_at.is_some() { "its own clock read" } else { "the dump's GPU clock offset" }},
+            }));
+        }
         for (sref, start) in &by_ref {
             let t = at(d, start.t_enter_ns);
             let mut args = named_args(start);
             // Stopped in place (the start record's exit time) or by a separate stop record.
             let in_place_stop = start.t_exit_ns.filter(|_| in_place(start));
-            let stop = match stopped
+            // An untimed stop (channels summarized): the operation lasts until its GPU end.
+            let untimed = start.flags & ncclshim_dump::schema::slot_flags::EXIT_UNTIMED != 0;
+            let gpu_end = gpu_done
                 .get(sref)
-                .copied()
-                .or(in_place_stop.map(|x| at(d, x)))
-            {
+                .filter(|_| untimed)
+                .map(|g| match gpu_end_mono(g) {
+                    0 => t,
+                    m => at(d, m),
+                });
+            let stop = if untimed {
+                // Handed to the proxy; unfinished until its kernel ended.
+                gpu_end
+            } else {
+                stopped
+                    .get(sref)
+                    .copied()
+                    .or(in_place_stop.map(|x| at(d, x)))
+            };
+            let stop = match stop {
                 Some(s) => s,
                 None => {
                     args.insert("unfinished".into(), json!(true));
@@ -393,5 +482,82 @@ mod tests {
             assert!(e["dur"].as_f64().unwrap() >= 0.0);
             assert!(e["ts"].as_f64().unwrap() >= 0.0);
         }
+    }
+
+    /// The default plugin shape: Coll records stopped without a clock read, one GPU-done record
+    /// per operation (one read the clock, one carries its operation's start time), and a Coll
+    /// whose kernel never ended.
+    #[test]
+    fn summarized_operations_get_one_gpu_slice_each_placed_by_the_gpu_clock_offset() {
+        use ncclshim_dump::schema::{slot_flags, PROF_STATE_GPU_DONE};
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = RecorderConfig::defaults(WriterKind::Profiler, dir.path().to_path_buf());
+        c.rings = 2;
+        c.slots_per_ring = 64;
+        c.arena_bytes = 4096;
+        let rec = Recorder::create(&c.normalized()).unwrap();
+        let ring = rec.claim_ring();
+        let mut init = Entry::new(RecordKind::CommInfo, CallId::ProfInit);
+        init.args[..4].copy_from_slice(&[0xabc, 1, 2, 0]);
+        ring.instant(&init);
+        let op = |seq: u64| {
+            let mut coll = Entry::new(RecordKind::ProfStart, CallId::ProfColl);
+            coll.flags = slot_flags::COMPLETES_IN_PLACE;
+            coll.comm = 0xabc;
+            coll.args[2] = seq;
+            coll.args[3] = u64::from(NameTable::Func.code_of(b"AllReduce"));
+            let p = ring.begin(&coll);
+            let (sref, t) = (p.slot_ref(), p.t_enter());
+            p.complete_untimed(0);
+            (sref, t)
+        };
+        let done = |sref: SlotRef, gpu: (u64, u64)| {
+            let mut e = Entry::new(RecordKind::ProfState, CallId::ProfColl);
+            e.args[..5].copy_from_slice(&[sref.encode(), PROF_STATE_GPU_DONE, gpu.0, gpu.1, 2]);
+            e
+        };
+        let (a, _) = op(0);
+        ring.instant(&done(a, (1_000_000, 1_005_000)));
+        let (b, b_start) = op(1);
+        let mut late = done(b, (2_000_000, 2_010_000));
+        late.flags = slot_flags::TIME_OF_NAMED;
+        ring.instant_at(&late, b_start);
+        let _hung = op(2);
+        let d = read_dump(rec.path()).unwrap();
+        let dumps = vec![d];
+        let job = JobModel::build(&dumps, |d| d.path.display().to_string());
+        let trace = build_trace(&dumps, &job);
+        let events = trace["traceEvents"].as_array().unwrap();
+        let f = |e: &Value, k: &str| e[k].as_f64().unwrap();
+        let gpu: Vec<&Value> = events.iter().filter(|e| e["cat"] == "gpu").collect();
+        assert_eq!(gpu.len(), 2, "one GPU slice per finished operation");
+        let by_start = |g: u64| {
+            *gpu.iter()
+                .find(|e| e["args"]["gpu_start_ns"] == json!(g))
+                .unwrap()
+        };
+        let (ga, gb) = (by_start(1_000_000), by_start(2_000_000));
+        assert_eq!(f(ga, "dur"), 5.0);
+        assert_eq!(f(gb, "dur"), 10.0);
+        assert_eq!(ga["tid"], json!(GPU_OPS_TRACK));
+        // B has no clock read of its own: it ends (2_010_000 - 1_005_000) ns after A ends.
+        let end = |e: &Value| f(e, "ts") + f(e, "dur");
+        assert!((end(gb) - end(ga) - 1005.0).abs() < 0.01, "{ga} {gb}");
+        // The Coll slices last until their GPU end; the third never ended.
+        let colls: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["cat"] == "profiler" && e["name"] == "Coll AllReduce")
+            .collect();
+        assert_eq!(colls.len(), 3);
+        let coll = |seq: u64| {
+            *colls
+                .iter()
+                .find(|e| e["args"]["seq"] == json!(seq))
+                .unwrap()
+        };
+        assert!((end(coll(0)) - end(ga)).abs() < 0.01);
+        assert!((end(coll(1)) - end(gb)).abs() < 0.01);
+        assert_eq!(coll(2)["args"]["unfinished"], json!(true));
+        assert!(coll(0)["args"].get("unfinished").is_none());
     }
 }

@@ -155,11 +155,22 @@ fn real_captures_match_their_snapshots() {
 /// The profiler plugin's 8-rank job (its NCCL emulator, `profiler-plugin/tests/fixtures/synthetic/
 /// hang-8ranks/`): rank 3 stopped issuing collectives after seq 4 while the other seven entered
 /// seq 5 and wait in its kernel. The report must name rank 3 alone, stuck outside NCCL.
+///
+/// Two record shapes of the same scenario: `hang-8ranks` (a record per kernel channel, the
+/// plugin's earlier default and today's `channels` option) and `hang-8ranks-summarized` (one
+/// GPU-done record per operation, today's default).
 #[test]
 fn the_rank_that_fell_behind_in_the_emulated_8_rank_hang_is_named() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../profiler-plugin/tests/fixtures/synthetic/hang-8ranks");
-    let r = analyze_dir(&dir, None).unwrap();
+    for fixture in ["hang-8ranks", "hang-8ranks-summarized"] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../profiler-plugin/tests/fixtures/synthetic")
+            .join(fixture);
+        the_rank_that_fell_behind_is_named(&dir);
+    }
+}
+
+fn the_rank_that_fell_behind_is_named(dir: &Path) {
+    let r = analyze_dir(dir, None).unwrap();
     assert!(r.problems.is_empty(), "{:?}", r.problems);
     assert_eq!(r.job.ranks, 8);
     let primary: Vec<_> = r
@@ -181,6 +192,16 @@ fn the_rank_that_fell_behind_in_the_emulated_8_rank_hang_is_named() {
             .iter()
             .any(|e| e.contains("rank 3 last issued seq 4")),
         "{:?}",
+        primary[0].evidence
+    );
+    assert!(
+        primary[0]
+            .evidence
+            .iter()
+            .any(|e| e
+                .contains("ranks 0-2,4-7: collective seq 5 (AllReduce) its kernel never ended")),
+        "{}: {:?}",
+        dir.display(),
         primary[0].evidence
     );
 }

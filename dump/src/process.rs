@@ -9,7 +9,7 @@
 use crate::config::{disabled_by_env, RecorderConfig};
 use crate::layout::{counters, flags, WriterKind};
 use crate::writer::{Recorder, RingWriter};
-use std::cell::Cell;
+use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 const UNINIT: u8 = 0;
@@ -33,19 +33,21 @@ pub struct ProcessRecorder {
     skipped: AtomicU64,
 }
 
-#[derive(Clone, Copy)]
+/// A thread's ring for one recorder. `generation` 0 means none yet (recorder generations start
+/// at 1), and `writer` is then a detached placeholder that is never used.
 struct CachedRing {
     generation: u64,
-    writer: Option<RingWriter>,
+    writer: RingWriter,
 }
 
-const NO_RING: CachedRing = CachedRing {
+#[allow(clippy::declare_interior_mutable_const)]
+const NO_RING: UnsafeCell<CachedRing> = UnsafeCell::new(CachedRing {
     generation: 0,
-    writer: None,
-};
+    writer: RingWriter::DETACHED,
+});
 
 thread_local! {
-    static RINGS: [Cell<CachedRing>; MAX_RECORDERS] = const { [Cell::new(NO_RING), Cell::new(NO_RING)] };
+    static RINGS: [UnsafeCell<CachedRing>; MAX_RECORDERS] = const { [NO_RING, NO_RING] };
 }
 
 static REGISTERED: [AtomicPtr<ProcessRecorder>; MAX_RECORDERS] = [
@@ -171,6 +173,9 @@ impl ProcessRecorder {
     }
 
     /// Runs `f` with the recorder and this thread's ring; `None` when not recording.
+    ///
+    /// The ring is lent by reference from the thread-local cache: copying it out (as a `Cell`
+    /// would) cost a profiler callback a store-forwarding stall on every call.
     #[inline]
     pub fn with_ring<R>(
         &'static self,
@@ -178,24 +183,23 @@ impl ProcessRecorder {
     ) -> Option<R> {
         let recorder = self.get()?;
         let generation = self.generation.load(Ordering::Relaxed);
-        let writer = RINGS
+        RINGS
             .try_with(|rings| {
-                let cell = &rings[self.tls_index];
-                let cached = cell.get();
-                match cached.writer {
-                    Some(w) if cached.generation == generation => w,
-                    _ => {
-                        let w = recorder.claim_ring();
-                        cell.set(CachedRing {
-                            generation,
-                            writer: Some(w),
-                        });
-                        w
+                let cell = rings[self.tls_index].get();
+                // SAFETY: the cell belongs to this thread alone. It is written only here, while
+                // no reference into it is alive: `f` gets its reference below, after the write,
+                // and a nested `with_ring` from `f` finds the entry current and only reads it.
+                // (No recorder records from a signal handler.) Generations change only in a
+                // forked child, whose sole thread is the one that forked, outside this function.
+                unsafe {
+                    if (*cell).generation != generation {
+                        let writer = recorder.claim_ring();
+                        *cell = CachedRing { generation, writer };
                     }
+                    f(recorder, &(*cell).writer)
                 }
             })
-            .ok()?;
-        Some(f(recorder, &writer))
+            .ok()
     }
 
     /// Turns recording off for good in this process, marks the dump, and says why once.

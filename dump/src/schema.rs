@@ -71,7 +71,29 @@ pub mod slot_flags {
     /// (older plugins, other generators) a start record's exit time means nothing; only a
     /// `prof_stop` / `prof_state` record says the event stopped.
     pub const COMPLETES_IN_PLACE: u32 = 1 << 5;
+    /// The event's stop was seen but not timed: its exit time is its entry time. The profiler's
+    /// default mask does this for Coll/P2p stops ("handed to the proxy thread", after the kernel
+    /// launch), whose time is not worth a clock read; the operation's end is its `prof_state`
+    /// [`PROF_STATE_GPU_DONE`] record. Also set on a `prof_stop` record written for such a stop
+    /// when the start record was out of the stopping thread's reach.
+    ///
+    /// [`PROF_STATE_GPU_DONE`]: super::PROF_STATE_GPU_DONE
+    pub const EXIT_UNTIMED: u32 = 1 << 6;
+    /// No clock was read for this record: its time is the entry time of the record it names in
+    /// `args[0]` (a [`PROF_STATE_GPU_DONE`] record carries its operation's start time; for one
+    /// operation in 64, the process's first included, the clock is read and the flag is absent,
+    /// which ties the GPU clock to the CPU clock).
+    ///
+    /// [`PROF_STATE_GPU_DONE`]: super::PROF_STATE_GPU_DONE
+    pub const TIME_OF_NAMED: u32 = 1 << 7;
 }
+
+/// A `prof_state` value of ncclshim's own (NCCL's states are below 64): the Coll/P2p named by
+/// `args[0]` finished on the GPU. The record's time is when the plugin saw the last kernel
+/// channel stop; `args[2]`/`args[3]` are the earliest channel start and the latest channel stop
+/// in GPU %globaltimer ns, `args[4]` the channel count. Written once per operation instead of
+/// one record per kernel channel, unless `NCCLSHIM_PROFILE` asks for `channels`.
+pub const PROF_STATE_GPU_DONE: u64 = 1 << 16;
 
 /// What a blob holds. Text blobs are UTF-8; JSON blobs are one JSON value.
 #[repr(u16)]

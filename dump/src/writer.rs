@@ -70,10 +70,12 @@ impl SlotRef {
     const SEQ_BITS: u32 = 48;
 
     /// `(ring + 1) << 48 | seq`: never 0, so 0 can mean "no record".
+    #[inline]
     pub fn encode(self) -> u64 {
         (u64::from(self.ring + 1) << Self::SEQ_BITS) | (self.seq & ((1 << Self::SEQ_BITS) - 1))
     }
 
+    #[inline]
     pub fn decode(v: u64) -> Option<Self> {
         let ring = (v >> Self::SEQ_BITS) as u32;
         (ring != 0).then(|| Self {
@@ -128,6 +130,20 @@ pub struct PendingCall {
     slot: *mut Slot,
     commit: u64,
     slot_ref: SlotRef,
+}
+
+impl RingWriter {
+    /// A writer attached to nothing: a placeholder for a thread-local cache entry that is not
+    /// filled yet. Never written through (the cache checks its generation first).
+    pub const DETACHED: Self = Self {
+        header: ptr::null(),
+        dir: ptr::null(),
+        slots: ptr::null_mut(),
+        mask: 0,
+        ring: u32::MAX,
+        tid: 0,
+        shared: true,
+    };
 }
 
 impl Recorder {
@@ -408,6 +424,12 @@ impl RingWriter {
     /// Writes one record and returns the slot; `t_exit` is `IN_FLIGHT` or `t_enter`.
     #[inline]
     fn write(&self, e: &Entry, in_flight: bool) -> (*mut Slot, u64, SlotRef) {
+        self.write_at(e, in_flight, None)
+    }
+
+    /// As `write`, at time `at` (this process's record time base) instead of a clock read.
+    #[inline]
+    fn write_at(&self, e: &Entry, in_flight: bool, at: Option<u64>) -> (*mut Slot, u64, SlotRef) {
         let seq = self.reserve();
         // SAFETY: the index is masked into the ring; the slot is owned by this thread (own ring,
         // or a sequence number reserved with fetch_add on the overflow ring).
@@ -416,7 +438,7 @@ impl RingWriter {
             // SAFETY: the header lives as long as the mapping.
             refresh_anchor(unsafe { &*self.header });
         }
-        let t = clock::now();
+        let t = at.unwrap_or_else(clock::now);
         // SAFETY: `slot` is valid, aligned and owned (see above). The even commit word marks it
         // torn until the odd one is stored; the Release fence keeps field stores after it.
         unsafe {
@@ -466,6 +488,14 @@ impl RingWriter {
         self.write(e, false).2
     }
 
+    /// Records something at a time taken earlier (a value of [`clock::now`] or a record's
+    /// `t_enter`), without reading the clock. The caller flags the record to say whose time
+    /// it carries.
+    #[inline]
+    pub fn instant_at(&self, e: &Entry, t: u64) -> SlotRef {
+        self.write_at(e, false, Some(t)).2
+    }
+
     /// Takes up again a record this thread started with [`begin`](Self::begin), to complete it
     /// in place (a profiler event stopped on the thread that started it, say). `None` when the
     /// record is in another thread's ring, in the shared overflow ring, or already overwritten
@@ -489,6 +519,13 @@ impl RingWriter {
 impl PendingCall {
     pub fn slot_ref(&self) -> SlotRef {
         self.slot_ref
+    }
+
+    /// The record's entry time (this process's record time base), 0 if the slot was lapped.
+    #[inline]
+    pub fn t_enter(&self) -> u64 {
+        // SAFETY: the slot is ours (checked by `owned`) and only this thread writes it.
+        self.owned().map_or(0, |s| unsafe { (*s).t_enter_ns })
     }
 
     /// The slot, if it still holds this call (always, on a thread's own ring; on the shared
@@ -525,6 +562,21 @@ impl PendingCall {
             unsafe {
                 (*s).blob = blob;
                 (*s).flags |= flag_bits;
+            }
+        }
+    }
+
+    /// Completes the record without reading the clock: the exit time is the entry time and
+    /// [`slot_flags::EXIT_UNTIMED`](crate::schema::slot_flags::EXIT_UNTIMED) says so. For
+    /// stops whose time is not worth a clock read.
+    #[inline]
+    pub fn complete_untimed(self, rc: i32) {
+        if let Some(s) = self.owned() {
+            // SAFETY: as in `set_arg`; the Release store orders rc and flags before it.
+            unsafe {
+                (*s).rc = rc;
+                (*s).flags |= crate::schema::slot_flags::EXIT_UNTIMED;
+                (*s).t_exit_ns.store((*s).t_enter_ns, Ordering::Release);
             }
         }
     }

@@ -225,12 +225,14 @@ fn map_payload(rec: &Recorder, payload_offset: u64) -> Option<&'static AggTable>
 pub struct Inflight {
     /// Record reference (`Handle::record_ref`) of the owning Coll/P2p start; 0 = free.
     pub tag: AtomicU64,
-    /// ctx index | cell index << 16 | expected channels << 32.
+    /// ctx index | cell index << 16 | expected channels << 32 | event type bit index << 40.
     pub meta: AtomicU64,
     pub bytes: AtomicU64,
     pub start_min: AtomicU64,
     pub stop_max: AtomicU64,
     pub stopped: AtomicU32,
+    /// Record time of the operation's start record.
+    pub t_start: AtomicU64,
 }
 
 pub const INFLIGHT: usize = 1024;
@@ -243,6 +245,7 @@ const FREE: Inflight = Inflight {
     start_min: AtomicU64::new(u64::MAX),
     stop_max: AtomicU64::new(0),
     stopped: AtomicU32::new(0),
+    t_start: AtomicU64::new(0),
 };
 
 static TABLE: [Inflight; INFLIGHT] = [FREE; INFLIGHT];
@@ -252,20 +255,48 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 /// operation still waiting for its kernel after 1023 newer ones loses its GPU time (its
 /// records keep it).
 #[inline]
-pub fn claim(tag: u64, ctx_index: u32, cell: usize, bytes: u64, channels: u8) -> u16 {
+pub fn claim(op: InflightOp) -> u16 {
+    let InflightOp {
+        tag,
+        op_type,
+        ctx_index,
+        cell,
+        bytes,
+        channels,
+        t_start,
+    } = op;
     let i = (NEXT.fetch_add(1, Ordering::Relaxed) % INFLIGHT as u64) as u16;
     let e = &TABLE[usize::from(i)];
     e.tag.store(0, Ordering::Relaxed);
     e.meta.store(
-        u64::from(ctx_index) | (cell as u64) << 16 | u64::from(channels.max(1)) << 32,
+        u64::from(ctx_index)
+            | (cell as u64) << 16
+            | u64::from(channels.max(1)) << 32
+            | u64::from(op_type & 0xf) << 40,
         Ordering::Relaxed,
     );
     e.bytes.store(bytes, Ordering::Relaxed);
     e.start_min.store(u64::MAX, Ordering::Relaxed);
     e.stop_max.store(0, Ordering::Relaxed);
     e.stopped.store(0, Ordering::Relaxed);
+    e.t_start.store(t_start, Ordering::Relaxed);
     e.tag.store(tag, Ordering::Release);
     i
+}
+
+/// What [`claim`] records about an operation that just started.
+#[derive(Debug, Clone, Copy)]
+pub struct InflightOp {
+    /// Record reference of its start record.
+    pub tag: u64,
+    /// Event type bit index (Coll or P2p).
+    pub op_type: u8,
+    pub ctx_index: u32,
+    pub cell: usize,
+    pub bytes: u64,
+    pub channels: u8,
+    /// Record time of its start record.
+    pub t_start: u64,
 }
 
 /// The entry `i` if it still belongs to the operation `tag`.
@@ -275,6 +306,8 @@ pub fn owned_by(i: u16, tag: u64) -> Option<&'static Inflight> {
     (e.tag.load(Ordering::Acquire) == tag).then_some(e)
 }
 
+/// The entry `i` while it belongs to some operation. For a per-channel KernelCh handle, which
+/// names its own record rather than its parent's, so the tag cannot be checked.
 #[inline]
 pub fn entry(i: u16) -> Option<&'static Inflight> {
     TABLE
@@ -297,9 +330,9 @@ impl Inflight {
         }
     }
 
-    /// A channel stopped at `t`. Returns (ctx index, cell, bytes, gpu_ns) when it was the last.
+    /// A channel stopped at `t`. Returns the operation's GPU span when it was the last.
     #[inline]
-    pub fn channel_stop(&self, t: u64) -> Option<(u32, usize, u64, u64)> {
+    pub fn channel_stop(&self, t: u64) -> Option<GpuDone> {
         if t > self.stop_max.load(Ordering::Relaxed) {
             self.stop_max.store(t, Ordering::Relaxed);
         }
@@ -311,16 +344,40 @@ impl Inflight {
             return None;
         }
         self.tag.store(0, Ordering::Release);
-        let start = self.start_min.load(Ordering::Relaxed);
-        let stop = self.stop_max.load(Ordering::Relaxed);
-        (start != u64::MAX && stop >= start).then(|| {
-            (
-                (meta & 0xffff) as u32,
-                ((meta >> 16) & 0xffff) as usize,
-                self.bytes.load(Ordering::Relaxed),
-                stop - start,
-            )
+        let gpu_start = self.start_min.load(Ordering::Relaxed);
+        let gpu_stop = self.stop_max.load(Ordering::Relaxed);
+        (gpu_start != u64::MAX && gpu_stop >= gpu_start).then(|| GpuDone {
+            ctx_index: (meta & 0xffff) as u32,
+            cell: ((meta >> 16) & 0xffff) as usize,
+            bytes: self.bytes.load(Ordering::Relaxed),
+            gpu_start,
+            gpu_stop,
+            channels: expected,
+            op_type: ((meta >> 40) & 0xf) as u8,
+            t_start: self.t_start.load(Ordering::Relaxed),
         })
+    }
+}
+
+/// An operation whose last kernel channel reported its stop: its GPU span, in %globaltimer ns,
+/// from the earliest channel start to the latest channel stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuDone {
+    pub ctx_index: u32,
+    pub cell: usize,
+    pub bytes: u64,
+    pub gpu_start: u64,
+    pub gpu_stop: u64,
+    pub channels: u32,
+    /// Event type bit index of the operation (Coll or P2p).
+    pub op_type: u8,
+    /// Record time of the operation's start record.
+    pub t_start: u64,
+}
+
+impl GpuDone {
+    pub fn gpu_ns(&self) -> u64 {
+        self.gpu_stop - self.gpu_start
     }
 }
 
@@ -362,16 +419,35 @@ mod tests {
     #[test]
     fn inflight_completes_on_the_last_channel_with_max_minus_min() {
         let tag = 0xabc0_0000_0001;
-        let i = claim(tag, 3, cell_index(2, 4096), 4096, 2);
+        let i = claim(InflightOp {
+            tag,
+            op_type: 1,
+            ctx_index: 3,
+            cell: cell_index(2, 4096),
+            bytes: 4096,
+            channels: 2,
+            t_start: 77,
+        });
         let e = owned_by(i, tag).expect("just claimed");
         assert_eq!(e.ctx_index(), 3);
         e.channel_start(1_000);
         e.channel_start(900);
         assert_eq!(e.channel_stop(1_500), None);
+        let done = e.channel_stop(1_400).expect("last of two channels");
         assert_eq!(
-            e.channel_stop(1_400),
-            Some((3, cell_index(2, 4096), 4096, 600))
+            done,
+            GpuDone {
+                ctx_index: 3,
+                cell: cell_index(2, 4096),
+                bytes: 4096,
+                gpu_start: 900,
+                gpu_stop: 1_500,
+                channels: 2,
+                op_type: 1,
+                t_start: 77,
+            }
         );
+        assert_eq!(done.gpu_ns(), 600);
         assert!(owned_by(i, tag).is_none(), "freed once complete");
     }
 }

@@ -15,7 +15,7 @@ use crate::mask;
 use crate::translate::ty;
 use ncclshim_dump::layout::{counters, SLOT_ARGS};
 use ncclshim_dump::process::ProcessRecorder;
-use ncclshim_dump::schema::slot_flags;
+use ncclshim_dump::schema::{slot_flags, PROF_STATE_GPU_DONE};
 use ncclshim_dump::{BlobKind, CallId, Entry, RecordKind, Recorder, RingWriter, WriterKind};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -355,8 +355,83 @@ pub unsafe fn start_event(
     NCCL_SUCCESS
 }
 
+/// Whether kernel channels are folded into one GPU-done record per operation (the default)
+/// rather than recorded one by one (`NCCLSHIM_PROFILE=...,channels`).
+#[inline]
+fn summarizing_channels() -> bool {
+    !wants(mask::CHANNEL_RECORDS)
+}
+
+/// A kernel channel of an operation that has an in-flight entry, when channels are summarized:
+/// its GPU start joins the entry and no record is written (no clock read: the GPU time is the
+/// channel's own). The handle names the *parent's* record and entry, so the channel's stop can
+/// complete the operation. `None` when there is no entry to join (v3 has no GPU times; an
+/// entry reused by a newer operation): the channel then gets a record of its own.
+#[inline]
+fn join_parent_channels(ev: &Start) -> Option<u64> {
+    let gpu_start = ev.gpu_start?;
+    let parent = Handle::decode(ev.parent)?;
+    let i = parent.inflight?;
+    agg::owned_by(i, parent.record_ref())?.channel_start(gpu_start);
+    Some(
+        Handle {
+            slot: parent.slot,
+            inflight: Some(i),
+            type_index: ty::KERNEL_CH,
+            foreign: false,
+        }
+        .encode(),
+    )
+}
+
+/// A handle made by [`join_parent_channels`]: a KernelCh that names its parent's record.
+#[inline]
+fn is_joined_channel(h: &Handle) -> bool {
+    h.type_index == ty::KERNEL_CH && h.inflight.is_some() && summarizing_channels()
+}
+
+/// One operation in this many reads the clock for its GPU-done record (see
+/// `slot_flags::TIME_OF_NAMED`); the others carry their operation's start time.
+const GPU_DONE_CLOCK_EVERY: u16 = 64;
+
+/// The last kernel channel of an operation stopped: one `prof_state` GPU-done record (on the
+/// calling thread's ring, naming the operation's start record) and the timed aggregates.
+///
+/// Most GPU-done records read no clock: a clock read costs as much as the rest of an
+/// all-reduce's callbacks together on some machines, and the operation's GPU span is in its
+/// args already. The sampled ones are real (time, GPU stop) pairs a reader can align the
+/// GPU clock with.
+fn gpu_done(op_ref: u64, inflight: u16, done: agg::GpuDone, write_record: bool) {
+    if write_record {
+        if let Some(call) = prof_call(done.op_type) {
+            let mut e = Entry::new(RecordKind::ProfState, call);
+            e.args[..5].copy_from_slice(&[
+                op_ref,
+                PROF_STATE_GPU_DONE,
+                done.gpu_start,
+                done.gpu_stop,
+                u64::from(done.channels),
+            ]);
+            if inflight.is_multiple_of(GPU_DONE_CLOCK_EVERY) || done.t_start == 0 {
+                PROF.with_ring(|_, w| w.instant(&e));
+            } else {
+                e.flags = slot_flags::TIME_OF_NAMED;
+                PROF.with_ring(|_, w| w.instant_at(&e, done.t_start));
+            }
+        }
+    }
+    if let Some(t) = ctx::by_index(done.ctx_index).and_then(CommCtx::agg) {
+        t.add_timed(done.cell, done.bytes, done.gpu_ns());
+    }
+}
+
 #[inline]
 fn start(ctx_ptr: *mut c_void, ev: &Start) -> Option<u64> {
+    if ev.type_index == ty::KERNEL_CH && summarizing_channels() {
+        if let Some(h) = join_parent_channels(ev) {
+            return Some(h);
+        }
+    }
     let call = prof_call(ev.type_index)?;
     let parent = Handle::decode(ev.parent);
     let foreign = ev.foreign_pid.is_some() || parent.is_some_and(|p| p.foreign);
@@ -393,11 +468,12 @@ fn start(ctx_ptr: *mut c_void, ev: &Start) -> Option<u64> {
         }
     }
     // In flight until its stop completes it in place (or a `ProfStop` record names it).
-    let slot = PROF.with_ring(|rec, w| {
+    let (slot, t_start) = PROF.with_ring(|rec, w| {
         if let Some((field, text)) = ev.unknown {
             e.blob = unknown_name_blob(rec, field, text);
         }
-        w.begin(&e).slot_ref()
+        let p = w.begin(&e);
+        (p.slot_ref(), p.t_enter())
     })?;
     let mut h = Handle {
         slot,
@@ -410,13 +486,15 @@ fn start(ctx_ptr: *mut c_void, ev: &Start) -> Option<u64> {
             let cell = agg::cell_index(op.func, op.bytes);
             t.add_op(cell, op.bytes);
             if op.timed && wants(event::KERNEL_CH) {
-                h.inflight = Some(agg::claim(
-                    h.record_ref(),
-                    index,
+                h.inflight = Some(agg::claim(agg::InflightOp {
+                    tag: h.record_ref(),
+                    op_type: ev.type_index,
+                    ctx_index: index,
                     cell,
-                    op.bytes,
-                    op.channels,
-                ));
+                    bytes: op.bytes,
+                    channels: op.channels,
+                    t_start,
+                }));
             }
         }
     }
@@ -432,10 +510,18 @@ pub unsafe extern "C" fn stop_event(ehandle: *mut c_void) -> c_int {
         let Some(h) = Handle::decode(ehandle as u64) else {
             return;
         };
+        // Summarized channels: the last channel's state 22 already completed the operation.
+        if is_joined_channel(&h) {
+            return;
+        }
+        // A Coll/P2p stop means "handed to the proxy thread"; when its kernel channels will
+        // report the operation's end, the stop is marked without a clock read.
+        let untimed = h.inflight.is_some() && summarizing_channels();
         PROF.with_ring(|_, w| match w.reopen(h.slot) {
             // Stopped on the thread that started it: the start record gets its exit time.
+            Some(p) if untimed => p.complete_untimed(0),
             Some(p) => p.complete(0),
-            None => stop_record(w, h),
+            None => stop_record(w, h, untimed),
         });
     });
     NCCL_SUCCESS
@@ -444,7 +530,7 @@ pub unsafe extern "C" fn stop_event(ehandle: *mut c_void) -> c_int {
 /// The stop of an event whose start record this thread cannot complete (another thread's
 /// ring, the shared overflow ring, or overwritten): a separate `ProfStop` record names it.
 #[cold]
-fn stop_record(w: &RingWriter, h: Handle) {
+fn stop_record(w: &RingWriter, h: Handle, ends_at_gpu_done: bool) {
     let Some(call) = prof_call(h.type_index) else {
         return;
     };
@@ -452,6 +538,10 @@ fn stop_record(w: &RingWriter, h: Handle) {
     e.args[0] = h.record_ref();
     if h.foreign {
         e.flags |= slot_flags::FOREIGN;
+    }
+    if ends_at_gpu_done {
+        // As in place: the operation's end is its GPU-done record.
+        e.flags |= slot_flags::EXIT_UNTIMED;
     }
     w.instant(&e);
 }
@@ -473,6 +563,19 @@ pub fn record_state(ehandle: *mut c_void, state: u32, value: impl FnOnce() -> (u
         let Some(h) = Handle::decode(ehandle as u64) else {
             return;
         };
+        if is_joined_channel(&h) {
+            if state == abi::state::KERNEL_CH_STOP {
+                let (gpu_stop, _) = value();
+                if let Some(i) = h.inflight {
+                    if let Some(done) =
+                        agg::owned_by(i, h.record_ref()).and_then(|x| x.channel_stop(gpu_stop))
+                    {
+                        gpu_done(h.record_ref(), i, done, true);
+                    }
+                }
+            }
+            return;
+        }
         let (v, v2) = value();
         // A kernel stop time goes into the start record itself when this thread can reach
         // it (NCCL calls stopEvent right after, which then completes the record).
@@ -488,14 +591,11 @@ pub fn record_state(ehandle: *mut c_void, state: u32, value: impl FnOnce() -> (u
             },
         );
         if state == abi::state::KERNEL_CH_STOP {
-            if let Some(done) = h
-                .inflight
-                .and_then(agg::entry)
-                .and_then(|x| x.channel_stop(v))
-            {
-                let (ctx_index, cell, bytes, ns) = done;
-                if let Some(t) = ctx::by_index(ctx_index).and_then(CommCtx::agg) {
-                    t.add_timed(cell, bytes, ns);
+            // Per-channel records: the channel's own record holds its GPU times, so only the
+            // aggregates learn about the operation's end.
+            if let Some(i) = h.inflight {
+                if let Some(done) = agg::entry(i).and_then(|x| x.channel_stop(v)) {
+                    gpu_done(0, i, done, false);
                 }
             }
         }

@@ -36,6 +36,7 @@ pub struct Handle {
 }
 
 impl Handle {
+    #[inline(always)]
     pub fn encode(self) -> u64 {
         let ring = u64::from(self.slot.ring.saturating_add(1).min(255));
         let inflight = self.inflight.map_or(0, |i| u64::from(i) + 1) & INFLIGHT_MASK;
@@ -47,6 +48,7 @@ impl Handle {
     }
 
     /// `None` for 0 (NCCL passes NULL when there is no parent).
+    #[inline(always)]
     pub fn decode(v: u64) -> Option<Self> {
         let ring = (v >> RING_SHIFT) & 0xff;
         if ring == 0 {
@@ -65,6 +67,7 @@ impl Handle {
     }
 
     /// What records store to name this event: `SlotRef::encode()` (seq modulo 2^40).
+    #[inline(always)]
     pub fn record_ref(self) -> u64 {
         SlotRef {
             ring: self.slot.ring,

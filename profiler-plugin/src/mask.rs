@@ -2,7 +2,9 @@
 //!
 //! NCCL reads one process-global `int` (the pointer it hands every `init`) and starts an event
 //! only when its bit, or a descendant's bit, is set. The default is cheap enough for production
-//! and still gives per-collective GPU time: `coll,p2p,kernelch`. Ancestors that NCCL starts on
+//! and still gives per-collective GPU time: `coll,p2p,kernelch`, with the kernel channels of
+//! each operation folded into one GPU-done record (earliest channel start, latest channel
+//! stop) instead of a record per channel; add `channels` for the per-channel records. Ancestors that NCCL starts on
 //! its own (GroupApi, CollApi, legacy Group...) are answered with a NULL handle unless asked for,
 //! which also spares NCCL their stop calls.
 //!
@@ -15,7 +17,12 @@ use crate::abi::event::*;
 /// `coll,p2p,kernelch`.
 pub const DEFAULT_MASK: u32 = COLL | P2P | KERNEL_CH;
 /// Every event type any version defines.
-pub const ALL_MASK: u32 = 0xffff;
+pub const EVENT_BITS: u32 = 0xffff;
+/// Not an NCCL event bit (NCCL never sees it): one record per kernel channel (CPU start/stop
+/// times and the channel's own GPU times) instead of one GPU-done record per operation.
+pub const CHANNEL_RECORDS: u32 = 1 << 16;
+/// `all`: every event type, per-channel records included.
+pub const ALL_MASK: u32 = EVENT_BITS | CHANNEL_RECORDS;
 
 /// Event names in bit order (bit i = `NAMES[i]`).
 pub const NAMES: [&str; 16] = [
@@ -43,6 +50,7 @@ fn named(word: &str) -> Option<u32> {
         return Some(1 << i);
     }
     Some(match w.as_str() {
+        "channels" => CHANNEL_RECORDS,
         "default" => DEFAULT_MASK,
         "all" => ALL_MASK,
         "none" | "off" | "0" => 0,
@@ -121,10 +129,13 @@ pub fn from_env() -> (u32, Vec<String>) {
 
 /// Names of the bits in `mask`, for messages and the README.
 pub fn describe(mask: u32) -> String {
-    let names: Vec<&str> = (0..16)
+    let mut names: Vec<&str> = (0..16)
         .filter(|i| mask & (1 << i) != 0)
         .map(|i| NAMES[i])
         .collect();
+    if mask & CHANNEL_RECORDS != 0 {
+        names.push("channels");
+    }
     names.join(",")
 }
 
@@ -157,6 +168,19 @@ mod tests {
         let (m, bad) = parse("coll,bogus");
         assert_eq!(m, COLL);
         assert_eq!(bad, vec!["bogus".to_owned()]);
+    }
+
+    #[test]
+    fn channels_is_a_plugin_option_that_nccl_never_sees() {
+        let (m, bad) = parse("default,channels");
+        assert!(bad.is_empty());
+        assert_eq!(m, DEFAULT_MASK | CHANNEL_RECORDS);
+        assert_eq!(describe(m), "coll,p2p,kernelch,channels");
+        assert_ne!(parse("all").0 & CHANNEL_RECORDS, 0);
+        assert_eq!(parse("all,-channels").0, EVENT_BITS);
+        for abi in 1..=7 {
+            assert_eq!(crate::abi::event::supported(abi) & CHANNEL_RECORDS, 0);
+        }
     }
 
     #[test]

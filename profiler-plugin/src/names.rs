@@ -13,6 +13,7 @@ const PTR_BITS: u64 = (1 << 48) - 1;
 
 static CACHE: [AtomicU64; ENTRIES] = [const { AtomicU64::new(0) }; ENTRIES];
 
+#[inline(always)]
 fn table_id(t: NameTable) -> u64 {
     match t {
         NameTable::Func => 1,
@@ -36,24 +37,37 @@ pub struct Lookup {
 /// calls it).
 #[inline]
 pub unsafe fn code(table: NameTable, p: *const c_char) -> Lookup {
+    if let Some(code) = cached(table, p) {
+        return Lookup {
+            code,
+            unknown_text: None,
+        };
+    }
+    let key = p as u64;
+    // SAFETY: forwarded contract.
+    unsafe { miss(table, p, key, tag_of(table, key), slot_of(key)) }
+}
+
+/// The cached code for `p` (NULL is code 0), or `None` on a miss. Separate from [`code`] so
+/// the hit path returns one byte in a register: the three-word `Lookup` went through memory.
+#[inline(always)]
+pub fn cached(table: NameTable, p: *const c_char) -> Option<u8> {
     let key = p as u64;
     if key == 0 {
-        return Lookup {
-            code: 0,
-            unknown_text: None,
-        };
+        return Some(0);
     }
-    let tag = key | table_id(table) << 48;
-    let slot = &CACHE[(key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % ENTRIES];
-    let v = slot.load(Ordering::Relaxed);
-    if key <= PTR_BITS && v & !(0xff << 56) == tag {
-        return Lookup {
-            code: (v >> 56) as u8,
-            unknown_text: None,
-        };
-    }
-    // SAFETY: forwarded contract.
-    unsafe { miss(table, p, key, tag, slot) }
+    let v = slot_of(key).load(Ordering::Relaxed);
+    (key <= PTR_BITS && v & !(0xff << 56) == tag_of(table, key)).then_some((v >> 56) as u8)
+}
+
+#[inline(always)]
+fn tag_of(table: NameTable, key: u64) -> u64 {
+    key | table_id(table) << 48
+}
+
+#[inline(always)]
+fn slot_of(key: u64) -> &'static AtomicU64 {
+    &CACHE[(key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % ENTRIES]
 }
 
 #[cold]

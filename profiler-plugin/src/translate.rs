@@ -38,11 +38,14 @@ pub enum Name {
 impl Name {
     /// # Safety
     /// A `Str` is NULL or one of NCCL's static NUL-terminated literals.
-    #[inline]
+    #[inline(always)]
     unsafe fn code(self, table: NameTable, field: &'static str, s: &mut Start) -> u8 {
         match self {
             Name::Enum(v) => names::v1_enums::code(table, v),
             Name::Str(p) => {
+                if let Some(code) = names::cached(table, p) {
+                    return code;
+                }
                 // SAFETY: forwarded contract.
                 let Lookup { code, unknown_text } = unsafe { names::code(table, p) };
                 if let (Some(t), None) = (unknown_text, s.unknown) {

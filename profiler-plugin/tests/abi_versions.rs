@@ -70,7 +70,9 @@ fn by_call(d: &Dump, kind: RecordKind, call: CallId) -> Vec<&Record> {
 }
 
 /// Checks every operation the emulator issued against the records and the aggregates.
-fn check_ops(d: &Dump, exp: &[Expect]) {
+/// `per_channel`: the mask asked for `channels` (one record per kernel channel); otherwise an
+/// operation with GPU times (v4+) has one GPU-done record and no KernelCh records.
+fn check_ops(d: &Dump, exp: &[Expect], per_channel: bool) {
     let starts: HashMap<u64, &Record> = d
         .records
         .iter()
@@ -118,16 +120,26 @@ fn check_ops(d: &Dump, exp: &[Expect]) {
             .values()
             .filter(|k| k.call() == Some(CallId::ProfKernelCh) && k.args[1] == me)
             .collect();
-        if e.version >= 3 {
+        let summarized = !per_channel && e.version >= 4;
+        if e.version >= 3 && !summarized {
             assert_eq!(
                 kernels.len(),
                 usize::from(e.channels),
                 "KernelCh per channel: {e:?}"
             );
         } else {
-            assert!(kernels.is_empty());
+            assert!(kernels.is_empty(), "{e:?}: {kernels:?}");
         }
-        if let Some(gpu) = e.gpu_ns {
+        if summarized {
+            match (e.gpu_ns, done.gpu_done(rec)) {
+                (Some(gpu), Some(g)) => {
+                    assert_eq!(g.gpu_stop - g.gpu_start, gpu, "GPU-done record: {e:?}");
+                    assert_eq!(g.channels, u64::from(e.channels), "{e:?}");
+                }
+                (None, None) => {}
+                (want, got) => panic!("{e:?}: expected GPU time {want:?}, GPU-done {got:?}"),
+            }
+        } else if let Some(gpu) = e.gpu_ns {
             let start = kernels.iter().map(|k| k.args[3]).min().unwrap();
             let stop = kernels
                 .iter()
@@ -249,7 +261,7 @@ fn every_version_default_mask() {
         7
     );
     check_inits(&d, &exp, nccl_profiler_ncclshim::mask::DEFAULT_MASK);
-    check_ops(&d, &exp);
+    check_ops(&d, &exp, false);
     // The default mask records no API, group, launch or proxy events.
     for r in &d.records {
         if let Some(c) = r.call().filter(|_| r.kind() == Some(RecordKind::ProfStart)) {
@@ -259,12 +271,17 @@ fn every_version_default_mask() {
             );
         }
     }
-    // The emulator stops every event on the thread that started it: stops and kernel stop
-    // times land in the start records themselves, except on the shared overflow ring (this
-    // run has more threads than the dump has rings), where a thread cannot take a record up
-    // again and writes a separate one.
+    // The emulator stops every event on the thread that started it: stops land in the start
+    // records themselves, except on the shared overflow ring (this run has more threads than
+    // the dump has rings), where a thread cannot take a record up again and writes a separate
+    // one. Kernel channels have no records of their own (v4+: one GPU-done record per
+    // operation; v3 reports no GPU times).
     let done = Completion::of(&d);
-    assert!(done.stops_in_place > 0 && done.kernel_stops_in_place > 0);
+    assert!(done.stops_in_place > 0 && !done.gpu_done.is_empty());
+    assert_eq!(done.kernel_stops_in_place + done.kernel_stop_records, 0);
+    // Most GPU-done records carry their operation's start time; the sampled ones read the clock.
+    assert!(done.gpu_done.values().any(|g| g.clocked));
+    assert!(done.gpu_done.values().any(|g| !g.clocked));
     let shared: std::collections::HashSet<u32> = d
         .rings
         .iter()
@@ -303,7 +320,7 @@ fn every_version_all_events_with_pxn() {
     let (_dir, d, exp) = in_child("every_version_all_events_with_pxn", "all", &[]);
     assert_eq!(d.summary.torn, 0);
     check_inits(&d, &exp, nccl_profiler_ncclshim::mask::ALL_MASK);
-    check_ops(&d, &exp);
+    check_ops(&d, &exp, true);
     let starts: HashMap<u64, &Record> = d
         .records
         .iter()

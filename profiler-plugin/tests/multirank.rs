@@ -71,20 +71,21 @@ fn eight_ranks_one_stops_at_n() {
             .collect();
         let seqs: Vec<u64> = colls.iter().map(|r| r.args[2]).collect();
         let done = Completion::of(&d);
+        // Default mask: an operation's kernel channels have no records; its GPU-done record
+        // (both channels' span) says the kernel ended.
         let finished = |c: &&ncclshim_dump::reader::Record| {
-            let me = c.slot_ref().encode();
-            let kernels: Vec<u64> = d
-                .records
-                .iter()
-                .filter(|k| {
-                    k.call() == Some(CallId::ProfKernelCh)
-                        && k.kind() == Some(RecordKind::ProfStart)
-                        && k.args[1] == me
+            let kernels = d.records.iter().filter(|k| {
+                k.call() == Some(CallId::ProfKernelCh)
+                    && k.kind() == Some(RecordKind::ProfStart)
+                    && k.args[1] == c.slot_ref().encode()
+            });
+            assert_eq!(kernels.count(), 0, "channels are summarized");
+            done.gpu_done(c)
+                .map(|g| {
+                    assert_eq!(g.channels, 2, "both channels in the GPU span");
+                    assert!(g.gpu_stop >= g.gpu_start);
                 })
-                .map(|k| k.slot_ref().encode())
-                .collect();
-            assert_eq!(kernels.len(), 2, "two channels started");
-            kernels.iter().all(|k| done.kernel_stop.contains_key(k))
+                .is_some()
         };
         let table = d
             .blobs
@@ -108,11 +109,16 @@ fn eight_ranks_one_stops_at_n() {
                 (0..=job.stop_at).collect::<Vec<_>>(),
                 "rank {rank} entered seq N"
             );
-            let (last, done) = colls.split_last().unwrap();
-            assert!(done.iter().all(finished));
+            let (last, earlier) = colls.split_last().unwrap();
+            assert!(earlier.iter().all(finished));
             assert!(
                 !finished(last),
                 "rank {rank}: collective N still running on the GPU"
+            );
+            assert!(
+                done.stopped(last)
+                    && last.flags & ncclshim_dump::schema::slot_flags::EXIT_UNTIMED != 0,
+                "rank {rank}: collective N was handed to the proxy (kernel launched)"
             );
             assert_eq!((count, timed), (job.stop_at + 1, job.stop_at));
         }

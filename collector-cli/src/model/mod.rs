@@ -9,7 +9,7 @@ pub mod facts;
 use crate::names::{nccl_version_string, rc_name};
 use facts::{GpuFacts, HostFacts, LibFacts};
 use ncclshim_dump::reader::{Dump, Record};
-use ncclshim_dump::schema::slot_flags;
+use ncclshim_dump::schema::{slot_flags, PROF_STATE_GPU_DONE};
 use ncclshim_dump::{BlobKind, CallId, RecordKind, WriterKind};
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -136,7 +136,10 @@ pub struct ProfOp {
     pub root_or_peer: u64,
     pub t_start: u64,
     pub stopped: bool,
+    /// Its kernel was seen starting (per-channel KernelCh records), or was launched and will
+    /// report its end in a GPU-done record (channels summarized, the default mask).
     pub kernel_started: bool,
+    /// Its kernel reported its end (every channel's stop, or the GPU-done record).
     pub kernel_stopped: bool,
 }
 
@@ -481,6 +484,10 @@ impl ProcessModel {
                         // The plugin completes a start record in place when the event stops on
                         // the thread that started it; otherwise a ProfStop record follows.
                         let stopped_in_place = completed_in_place(r);
+                        // Channels summarized (the default mask): the stop was marked without a
+                        // clock read once the kernel was launched, and a GPU-done record will
+                        // say when the kernel ended.
+                        let launched = stopped_in_place && r.flags & slot_flags::EXIT_UNTIMED != 0;
                         let op = if p2p {
                             ProfOp {
                                 comm_hash: prof_comm(r.comm),
@@ -492,7 +499,7 @@ impl ProcessModel {
                                 root_or_peer: a[5],
                                 t_start: t,
                                 stopped: stopped_in_place,
-                                kernel_started: false,
+                                kernel_started: launched,
                                 kernel_stopped: false,
                             }
                         } else {
@@ -506,7 +513,7 @@ impl ProcessModel {
                                 root_or_peer: a[6],
                                 t_start: t,
                                 stopped: stopped_in_place,
-                                kernel_started: false,
+                                kernel_started: launched,
                                 kernel_stopped: false,
                             }
                         };
@@ -540,6 +547,17 @@ impl ProcessModel {
                         self.prof_ops[i].kernel_stopped = true;
                     } else if let Some(&i) = prof_index.get(&handle) {
                         self.prof_ops[i].stopped = true;
+                        if r.flags & slot_flags::EXIT_UNTIMED != 0 {
+                            self.prof_ops[i].kernel_started = true;
+                        }
+                    }
+                }
+                RecordKind::ProfState if r.args[1] == PROF_STATE_GPU_DONE => {
+                    if let Some(&i) = prof_index.get(&r.args[0]) {
+                        let op = &mut self.prof_ops[i];
+                        op.kernel_started = true;
+                        op.kernel_stopped = true;
+                        op.stopped = true;
                     }
                 }
                 RecordKind::ProfState => {}

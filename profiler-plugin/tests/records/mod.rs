@@ -2,12 +2,14 @@
 //! in place (the start record got an exit time, a KernelCh/KernelPhase start record got its
 //! `gpu_stop_ns`) or through a separate record that names the start (`prof_stop`, or a
 //! `prof_state` 22/31 when the kernel stop was reported on a thread that could not reach it).
-//! Only start records flagged `COMPLETES_IN_PLACE` are read for the in-place form.
+//! Only start records flagged `COMPLETES_IN_PLACE` are read for the in-place form. Under the
+//! default mask an operation's kernel channels have no records of their own: one `prof_state`
+//! GPU-done record names the operation.
 
 #![allow(dead_code)]
 
 use ncclshim_dump::reader::{Dump, Record};
-use ncclshim_dump::schema::slot_flags;
+use ncclshim_dump::schema::{slot_flags, PROF_STATE_GPU_DONE};
 use ncclshim_dump::{CallId, RecordKind};
 use std::collections::{HashMap, HashSet};
 
@@ -26,6 +28,18 @@ pub struct Completion {
     pub stop_records: usize,
     pub kernel_stops_in_place: usize,
     pub kernel_stop_records: usize,
+    /// Operation start record ref → its GPU-done record (channels summarized, the default).
+    pub gpu_done: HashMap<u64, GpuDone>,
+}
+
+/// A `prof_state` `PROF_STATE_GPU_DONE` record: an operation's GPU span over its channels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuDone {
+    pub gpu_start: u64,
+    pub gpu_stop: u64,
+    pub channels: u64,
+    /// Whether the record read the clock (else it carries its operation's start time).
+    pub clocked: bool,
 }
 
 impl Completion {
@@ -53,6 +67,17 @@ impl Completion {
                     c.stopped.insert(r.args[0]);
                     c.stop_records += 1;
                 }
+                Some(RecordKind::ProfState) if r.args[1] == PROF_STATE_GPU_DONE => {
+                    c.gpu_done.insert(
+                        r.args[0],
+                        GpuDone {
+                            gpu_start: r.args[2],
+                            gpu_stop: r.args[3],
+                            channels: r.args[4],
+                            clocked: r.flags & slot_flags::TIME_OF_NAMED == 0,
+                        },
+                    );
+                }
                 Some(RecordKind::ProfState) if matches!(r.args[1], 22 | 31) => {
                     c.kernel_stop.insert(r.args[0], r.args[2]);
                     c.kernel_stop_records += 1;
@@ -65,6 +90,10 @@ impl Completion {
 
     pub fn stopped(&self, start: &Record) -> bool {
         self.stopped.contains(&start.slot_ref().encode())
+    }
+
+    pub fn gpu_done(&self, start: &Record) -> Option<GpuDone> {
+        self.gpu_done.get(&start.slot_ref().encode()).copied()
     }
 
     pub fn kernel_stop(&self, start: &Record) -> Option<u64> {

@@ -57,12 +57,22 @@ fn state(pm: &ProcessModel, p: usize, rank: u32, comm: u64) -> RankState {
         }
     }
     if inside.is_none() {
+        // A communicator's kernels end in issue order, so an operation older than one whose
+        // kernel ended is not where the rank is stuck, even when its own end was not recorded
+        // (its in-flight entry was reused, or its end record was overwritten).
+        let newest_ended = pm
+            .prof_ops
+            .iter()
+            .filter(|o| o.comm_hash == Some(comm) && o.kernel_stopped)
+            .filter_map(|o| o.seq)
+            .max();
         if let Some(o) = pm
             .prof_ops
             .iter()
             .filter(|o| {
                 o.comm_hash == Some(comm) && (!o.stopped || (o.kernel_started && !o.kernel_stopped))
             })
+            .filter(|o| newest_ended.is_none_or(|n| o.seq.is_none_or(|s| s > n)))
             .min_by_key(|o| o.seq)
         {
             let what = if o.kernel_started && !o.kernel_stopped {
