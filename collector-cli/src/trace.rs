@@ -340,8 +340,8 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
             let mut args = named_args(start);
             // Stopped in place (the start record's exit time) or by a separate stop record.
             let in_place_stop = start.t_exit_ns.filter(|_| in_place(start));
-            // An untimed stop (channels summarized): the operation lasts until its GPU end.
-            let untimed = start.flags & ncclshim_dump::schema::slot_flags::EXIT_UNTIMED != 0;
+            // Channels summarized: the operation lasts until its kernel ended.
+            let untimed = start.flags & ncclshim_dump::schema::slot_flags::ENDS_AT_GPU_DONE != 0;
             let gpu_end = gpu_done
                 .get(sref)
                 .filter(|_| untimed)
@@ -350,7 +350,6 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
                     m => at(d, m),
                 });
             let stop = if untimed {
-                // Handed to the proxy; unfinished until its kernel ended.
                 gpu_end
             } else {
                 stopped
@@ -484,7 +483,7 @@ mod tests {
         }
     }
 
-    /// The default plugin shape: Coll records stopped without a clock read, one GPU-done record
+    /// The default plugin shape: Coll records open until their kernel ends, one GPU-done record
     /// per operation (one read the clock, one carries its operation's start time), and a Coll
     /// whose kernel never ended.
     #[test]
@@ -502,14 +501,12 @@ mod tests {
         ring.instant(&init);
         let op = |seq: u64| {
             let mut coll = Entry::new(RecordKind::ProfStart, CallId::ProfColl);
-            coll.flags = slot_flags::COMPLETES_IN_PLACE;
+            coll.flags = slot_flags::COMPLETES_IN_PLACE | slot_flags::ENDS_AT_GPU_DONE;
             coll.comm = 0xabc;
             coll.args[2] = seq;
             coll.args[3] = u64::from(NameTable::Func.code_of(b"AllReduce"));
             let p = ring.begin(&coll);
-            let (sref, t) = (p.slot_ref(), p.t_enter());
-            p.complete_untimed(0);
-            (sref, t)
+            (p.slot_ref(), p.t_enter())
         };
         let done = |sref: SlotRef, gpu: (u64, u64)| {
             let mut e = Entry::new(RecordKind::ProfState, CallId::ProfColl);

@@ -71,14 +71,14 @@ pub mod slot_flags {
     /// (older plugins, other generators) a start record's exit time means nothing; only a
     /// `prof_stop` / `prof_state` record says the event stopped.
     pub const COMPLETES_IN_PLACE: u32 = 1 << 5;
-    /// The event's stop was seen but not timed: its exit time is its entry time. The profiler's
-    /// default mask does this for Coll/P2p stops ("handed to the proxy thread", after the kernel
-    /// launch), whose time is not worth a clock read; the operation's end is its `prof_state`
-    /// [`PROF_STATE_GPU_DONE`] record. Also set on a `prof_stop` record written for such a stop
-    /// when the start record was out of the stopping thread's reach.
+    /// A profiler Coll/P2p start record that stays open until its kernel ends: its end is the
+    /// `prof_state` [`PROF_STATE_GPU_DONE`] record naming it, and its own stop is not recorded
+    /// (NCCL starts the event after the kernel launch and stops it once the proxy has it, so
+    /// the stop says nothing the start does not). The profiler's default mask does this for
+    /// every operation whose kernel channels it summarizes.
     ///
     /// [`PROF_STATE_GPU_DONE`]: super::PROF_STATE_GPU_DONE
-    pub const EXIT_UNTIMED: u32 = 1 << 6;
+    pub const ENDS_AT_GPU_DONE: u32 = 1 << 6;
     /// No clock was read for this record: its time is the entry time of the record it names in
     /// `args[0]` (a [`PROF_STATE_GPU_DONE`] record carries its operation's start time; for one
     /// operation in 64, the process's first included, the clock is read and the flag is absent,

@@ -566,21 +566,6 @@ impl PendingCall {
         }
     }
 
-    /// Completes the record without reading the clock: the exit time is the entry time and
-    /// [`slot_flags::EXIT_UNTIMED`](crate::schema::slot_flags::EXIT_UNTIMED) says so. For
-    /// stops whose time is not worth a clock read.
-    #[inline]
-    pub fn complete_untimed(self, rc: i32) {
-        if let Some(s) = self.owned() {
-            // SAFETY: as in `set_arg`; the Release store orders rc and flags before it.
-            unsafe {
-                (*s).rc = rc;
-                (*s).flags |= crate::schema::slot_flags::EXIT_UNTIMED;
-                (*s).t_exit_ns.store((*s).t_enter_ns, Ordering::Release);
-            }
-        }
-    }
-
     /// Writes the return code, then the exit time (Release): the call is complete.
     #[inline]
     pub fn complete(self, rc: i32) {

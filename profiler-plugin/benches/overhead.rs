@@ -21,6 +21,7 @@
 //!
 //! Run: `cargo bench -p ncclshim-profiler --bench overhead` (each mask runs in a child process,
 //! because the activation mask is read once per process, as NCCL expects).
+//! `NCCLSHIM_BENCH_PHASES=1|3|7|15|31` runs only the first parts of the all-reduce (see `phase`).
 
 use nccl_profiler_ncclshim::abi::{
     self, CollApiV5, CollV5, GroupApi, KernelCh, KernelLaunch, StateArgsV4,
@@ -56,6 +57,19 @@ impl CpuClock {
 type V6Table = abi::ProfilerTable<abi::InitV5, v6::Descr, StateArgsV4>;
 
 const ITERS: u64 = 100_000;
+
+/// Which parts of the all-reduce the loop makes (`NCCLSHIM_BENCH_PHASES`, a sum of these; all
+/// by default). Cumulative sums (1, 3, 7, 15, 31) give the cost of each part by difference:
+/// where an all-reduce's time goes.
+mod phase {
+    pub const ANCESTORS: u32 = 1;
+    pub const COLL_START: u32 = 2;
+    pub const COLL_STOP: u32 = 4;
+    pub const CHANNEL_STARTS: u32 = 8;
+    pub const CHANNEL_STOPS: u32 = 16;
+    pub const ALL: u32 = 31;
+}
+static PHASES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(phase::ALL);
 const ROUNDS: usize = 21;
 
 fn zeroed<T>() -> T {
@@ -135,14 +149,23 @@ fn all_reduce(t: &'static V6Table, ctx: *mut c_void, d: &mut Descrs, i: u64) -> 
         h
     };
     // SAFETY (all calls below): handles come from start_event; NULL ones are skipped as NCCL does.
+    let phases = PHASES.load(std::sync::atomic::Ordering::Relaxed);
     unsafe {
-        let g = start(&mut d.group, std::ptr::null_mut());
-        let api = start(&mut d.api, g);
-        let kl = start(&mut d.launch, g);
+        let none = std::ptr::null_mut();
+        let (g, api, kl) = if phases & phase::ANCESTORS != 0 {
+            let g = start(&mut d.group, none);
+            (g, start(&mut d.api, g), start(&mut d.launch, g))
+        } else {
+            (none, none, none)
+        };
         d.coll.u.v5.coll.seq_number = i;
-        let c = start(&mut d.coll, api);
+        let c = if phases & phase::COLL_START != 0 {
+            start(&mut d.coll, api)
+        } else {
+            none
+        };
         for (h, state) in [(api, None), (g, Some(24)), (kl, None), (c, None), (g, None)] {
-            if h.is_null() {
+            if h.is_null() || (h == c && phases & phase::COLL_STOP == 0) {
                 continue;
             }
             records += 1;
@@ -150,6 +173,9 @@ fn all_reduce(t: &'static V6Table, ctx: *mut c_void, d: &mut Descrs, i: u64) -> 
                 Some(s) => (t.record_event_state)(h, s, std::ptr::null_mut()),
                 None => (t.stop_event)(h),
             };
+        }
+        if phases & phase::CHANNEL_STARTS == 0 {
+            return records + starts.get();
         }
         let base = 1_000_000 + i * 100_000;
         let mut k = [std::ptr::null_mut(); 2];
@@ -159,6 +185,9 @@ fn all_reduce(t: &'static V6Table, ctx: *mut c_void, d: &mut Descrs, i: u64) -> 
                 p_timer: base + ch as u64,
             };
             *h = start(&mut d.kch, c);
+        }
+        if phases & phase::CHANNEL_STOPS == 0 {
+            return records + starts.get();
         }
         for (ch, h) in k.iter().enumerate() {
             if !h.is_null() {
@@ -299,6 +328,12 @@ fn child(label: &str) {
     };
     assert_eq!(rc, 0);
     let mut d = descrs();
+    if let Some(p) = std::env::var("NCCLSHIM_BENCH_PHASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        PHASES.store(p, std::sync::atomic::Ordering::Relaxed);
+    }
     // Warm up: ring claimed, caches warm, name cache filled.
     for i in 0..10_000 {
         all_reduce(t, ctx, &mut d, i);
@@ -356,8 +391,12 @@ fn child(label: &str) {
     let (best_op, best_floor, best_null) = (median(ops), median(floors), median(nulls));
     let floor_total = best_floor * per_op;
     let plugin = best_op - best_null;
+    let phases_note = match PHASES.load(std::sync::atomic::Ordering::Relaxed) {
+        phase::ALL => String::new(),
+        p => format!(" phases={p}"),
+    };
     println!(
-        "{label:<8} mask={mask:#06x} ({callbacks} callbacks, {per_op:.0} records) | plugin {plugin:>6.1} ns/all-reduce | floor {best_floor:>4.1} ns/record x {per_op:.0} = {floor_total:>6.1} ns | added over floor {:>6.1} ns | (loop with a null plugin: {best_null:.1} ns)",
+        "{label:<8} mask={mask:#06x}{phases_note} ({callbacks} callbacks, {per_op:.0} records) | plugin {plugin:>6.1} ns/all-reduce | floor {best_floor:>4.1} ns/record x {per_op:.0} = {floor_total:>6.1} ns | added over floor {:>6.1} ns | (loop with a null plugin: {best_null:.1} ns)",
         plugin - floor_total,
     );
     println!(

@@ -328,6 +328,7 @@ pub unsafe fn start_event(
     ctx: *mut c_void,
     ehandle: *mut *mut c_void,
     ty: u64,
+    kernel_ch: impl FnOnce() -> Option<(*mut c_void, u64)>,
     build: impl FnOnce(&mut Start) -> bool,
 ) -> c_int {
     if ehandle.is_null() {
@@ -341,6 +342,29 @@ pub unsafe fn start_event(
         unsafe { *ehandle = std::ptr::null_mut() };
         return NCCL_SUCCESS;
     }
+    // A kernel channel whose operation is in flight (channels summarized, the default) only
+    // joins that operation's entry: read its parent and GPU start, and nothing else. Reading
+    // NCCL's descriptor, integer decoding and relaxed atomics cannot panic: no guard needed.
+    if ty == u64::from(event::KERNEL_CH) && summarizing_channels() {
+        if let Some(h) =
+            kernel_ch().and_then(|(parent, gpu_start)| join_parent_channels(parent, gpu_start))
+        {
+            // SAFETY: NCCL's out-pointer (checked non-null above).
+            unsafe { *ehandle = h as *mut c_void };
+            return NCCL_SUCCESS;
+        }
+    }
+    start_event_recorded(ctx, ehandle, build)
+}
+
+/// The part of `start_event` that writes a record, out of line so the early answers above stay
+/// a few instructions (no register saves for the record path).
+#[inline(never)]
+unsafe fn start_event_recorded(
+    ctx: *mut c_void,
+    ehandle: *mut *mut c_void,
+    build: impl FnOnce(&mut Start) -> bool,
+) -> c_int {
     let h = guard(|| {
         let mut ev = Start::EMPTY;
         if build(&mut ev) {
@@ -368,9 +392,8 @@ fn summarizing_channels() -> bool {
 /// complete the operation. `None` when there is no entry to join (v3 has no GPU times; an
 /// entry reused by a newer operation): the channel then gets a record of its own.
 #[inline]
-fn join_parent_channels(ev: &Start) -> Option<u64> {
-    let gpu_start = ev.gpu_start?;
-    let parent = Handle::decode(ev.parent)?;
+fn join_parent_channels(parent: *mut c_void, gpu_start: u64) -> Option<u64> {
+    let parent = Handle::decode(parent as u64)?;
     let i = parent.inflight?;
     agg::owned_by(i, parent.record_ref())?.channel_start(gpu_start);
     Some(
@@ -388,6 +411,13 @@ fn join_parent_channels(ev: &Start) -> Option<u64> {
 #[inline]
 fn is_joined_channel(h: &Handle) -> bool {
     h.type_index == ty::KERNEL_CH && h.inflight.is_some() && summarizing_channels()
+}
+
+/// A Coll/P2p whose record ends at its GPU-done record (`slot_flags::ENDS_AT_GPU_DONE`): every
+/// operation with an in-flight entry, when channels are summarized.
+#[inline]
+fn ends_at_gpu_done(h: &Handle) -> bool {
+    matches!(h.type_index, ty::COLL | ty::P2P) && h.inflight.is_some() && summarizing_channels()
 }
 
 /// One operation in this many reads the clock for its GPU-done record (see
@@ -427,11 +457,6 @@ fn gpu_done(op_ref: u64, inflight: u16, done: agg::GpuDone, write_record: bool) 
 
 #[inline]
 fn start(ctx_ptr: *mut c_void, ev: &Start) -> Option<u64> {
-    if ev.type_index == ty::KERNEL_CH && summarizing_channels() {
-        if let Some(h) = join_parent_channels(ev) {
-            return Some(h);
-        }
-    }
     let call = prof_call(ev.type_index)?;
     let parent = Handle::decode(ev.parent);
     let foreign = ev.foreign_pid.is_some() || parent.is_some_and(|p| p.foreign);
@@ -446,8 +471,15 @@ fn start(ctx_ptr: *mut c_void, ev: &Start) -> Option<u64> {
             write_init_record(c, index, mask, 0);
         }
     }
+    // An operation whose kernel channels will report its GPU span gets an in-flight entry.
+    let agg_table = found.and_then(|(_, c)| c.agg()).filter(|_| ev.op.is_some());
+    let tracked =
+        agg_table.is_some() && ev.op.is_some_and(|op| op.timed) && wants(event::KERNEL_CH);
     let mut e = Entry::new(RecordKind::ProfStart, call);
     e.flags = slot_flags::COMPLETES_IN_PLACE;
+    if tracked && summarizing_channels() {
+        e.flags |= slot_flags::ENDS_AT_GPU_DONE;
+    }
     e.comm = comm;
     e.args = ev.args;
     e.args[0] = 0;
@@ -481,21 +513,19 @@ fn start(ctx_ptr: *mut c_void, ev: &Start) -> Option<u64> {
         type_index: ev.type_index,
         foreign,
     };
-    if let (Some(op), Some((index, c))) = (ev.op, found) {
-        if let Some(t) = c.agg() {
-            let cell = agg::cell_index(op.func, op.bytes);
-            t.add_op(cell, op.bytes);
-            if op.timed && wants(event::KERNEL_CH) {
-                h.inflight = Some(agg::claim(agg::InflightOp {
-                    tag: h.record_ref(),
-                    op_type: ev.type_index,
-                    ctx_index: index,
-                    cell,
-                    bytes: op.bytes,
-                    channels: op.channels,
-                    t_start,
-                }));
-            }
+    if let (Some(op), Some((index, _)), Some(t)) = (ev.op, found, agg_table) {
+        let cell = agg::cell_index(op.func, op.bytes);
+        t.add_op(cell, op.bytes);
+        if tracked {
+            h.inflight = Some(agg::claim(agg::InflightOp {
+                tag: h.record_ref(),
+                op_type: ev.type_index,
+                ctx_index: index,
+                cell,
+                bytes: op.bytes,
+                channels: op.channels,
+                t_start,
+            }));
         }
     }
     Some(h.encode())
@@ -506,22 +536,25 @@ fn start(ctx_ptr: *mut c_void, ev: &Start) -> Option<u64> {
 /// # Safety
 /// None: the handle is decoded as an integer, never dereferenced.
 pub unsafe extern "C" fn stop_event(ehandle: *mut c_void) -> c_int {
+    // Integer decoding and a relaxed load cannot panic: no guard needed before the record path.
+    let Some(h) = Handle::decode(ehandle as u64) else {
+        return NCCL_SUCCESS;
+    };
+    // Summarized channels: a channel's stop says nothing its state 22 did not, and an
+    // operation's record stays open until its GPU-done record (`ENDS_AT_GPU_DONE`).
+    if is_joined_channel(&h) || ends_at_gpu_done(&h) {
+        return NCCL_SUCCESS;
+    }
+    stop_recorded(h)
+}
+
+#[inline(never)]
+fn stop_recorded(h: Handle) -> c_int {
     guard(|| {
-        let Some(h) = Handle::decode(ehandle as u64) else {
-            return;
-        };
-        // Summarized channels: the last channel's state 22 already completed the operation.
-        if is_joined_channel(&h) {
-            return;
-        }
-        // A Coll/P2p stop means "handed to the proxy thread"; when its kernel channels will
-        // report the operation's end, the stop is marked without a clock read.
-        let untimed = h.inflight.is_some() && summarizing_channels();
         PROF.with_ring(|_, w| match w.reopen(h.slot) {
             // Stopped on the thread that started it: the start record gets its exit time.
-            Some(p) if untimed => p.complete_untimed(0),
             Some(p) => p.complete(0),
-            None => stop_record(w, h, untimed),
+            None => stop_record(w, h),
         });
     });
     NCCL_SUCCESS
@@ -530,7 +563,7 @@ pub unsafe extern "C" fn stop_event(ehandle: *mut c_void) -> c_int {
 /// The stop of an event whose start record this thread cannot complete (another thread's
 /// ring, the shared overflow ring, or overwritten): a separate `ProfStop` record names it.
 #[cold]
-fn stop_record(w: &RingWriter, h: Handle, ends_at_gpu_done: bool) {
+fn stop_record(w: &RingWriter, h: Handle) {
     let Some(call) = prof_call(h.type_index) else {
         return;
     };
@@ -538,10 +571,6 @@ fn stop_record(w: &RingWriter, h: Handle, ends_at_gpu_done: bool) {
     e.args[0] = h.record_ref();
     if h.foreign {
         e.flags |= slot_flags::FOREIGN;
-    }
-    if ends_at_gpu_done {
-        // As in place: the operation's end is its GPU-done record.
-        e.flags |= slot_flags::EXIT_UNTIMED;
     }
     w.instant(&e);
 }
@@ -559,23 +588,28 @@ fn unknown_name_blob(rec: &Recorder, field: &str, text: &[u8]) -> u64 {
 /// `recordEventState` for every version, once the ABI module has read the args.
 #[inline]
 pub fn record_state(ehandle: *mut c_void, state: u32, value: impl FnOnce() -> (u64, u64)) -> c_int {
-    guard(|| {
-        let Some(h) = Handle::decode(ehandle as u64) else {
-            return;
-        };
-        if is_joined_channel(&h) {
-            if state == abi::state::KERNEL_CH_STOP {
-                let (gpu_stop, _) = value();
-                if let Some(i) = h.inflight {
-                    if let Some(done) =
-                        agg::owned_by(i, h.record_ref()).and_then(|x| x.channel_stop(gpu_stop))
-                    {
-                        gpu_done(h.record_ref(), i, done, true);
-                    }
-                }
+    // Integer decoding, reading NCCL's state args and relaxed atomics cannot panic: a summarized
+    // channel's stop is handled before the guard, which only the GPU-done record needs.
+    let Some(h) = Handle::decode(ehandle as u64) else {
+        return NCCL_SUCCESS;
+    };
+    if is_joined_channel(&h) {
+        if let (abi::state::KERNEL_CH_STOP, Some(i)) = (state, h.inflight) {
+            let (gpu_stop, _) = value();
+            if let Some(done) =
+                agg::owned_by(i, h.record_ref()).and_then(|x| x.channel_stop(gpu_stop))
+            {
+                guard(|| gpu_done(h.record_ref(), i, done, true));
             }
-            return;
         }
+        return NCCL_SUCCESS;
+    }
+    record_state_recorded(h, state, value)
+}
+
+#[inline(never)]
+fn record_state_recorded(h: Handle, state: u32, value: impl FnOnce() -> (u64, u64)) -> c_int {
+    guard(|| {
         let (v, v2) = value();
         // A kernel stop time goes into the start record itself when this thread can reach
         // it (NCCL calls stopEvent right after, which then completes the record).

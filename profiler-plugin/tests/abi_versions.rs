@@ -303,9 +303,22 @@ fn every_version_default_mask() {
         d.records
             .iter()
             .filter(|r| r.kind() == Some(RecordKind::ProfStart) && shared.contains(&r.ring))
+            .filter(|r| r.flags & slot_flags::ENDS_AT_GPU_DONE == 0)
             .count(),
-        "every start on the overflow ring, and only those, has a stop record"
+        "every start on the overflow ring, and only those, has a stop record, unless it ends at \
+         its GPU-done record"
     );
+    // Summarized operations stay open until their GPU-done record: no stop of their own.
+    let open: Vec<&Record> = d
+        .records
+        .iter()
+        .filter(|r| r.flags & slot_flags::ENDS_AT_GPU_DONE != 0)
+        .collect();
+    assert!(!open.is_empty());
+    for r in open {
+        assert!(r.in_flight(), "{r:?}");
+        assert!(done.gpu_done(r).is_some(), "{r:?}");
+    }
     // Several threads wrote: two user threads and two proxy threads per version.
     assert!(d.rings.iter().filter(|r| r.records > 0).count() >= 4);
 }

@@ -116,9 +116,9 @@ fn eight_ranks_one_stops_at_n() {
                 "rank {rank}: collective N still running on the GPU"
             );
             assert!(
-                done.stopped(last)
-                    && last.flags & ncclshim_dump::schema::slot_flags::EXIT_UNTIMED != 0,
-                "rank {rank}: collective N was handed to the proxy (kernel launched)"
+                last.flags & ncclshim_dump::schema::slot_flags::ENDS_AT_GPU_DONE != 0
+                    && last.in_flight(),
+                "rank {rank}: collective N stays open until its kernel ends"
             );
             assert_eq!((count, timed), (job.stop_at + 1, job.stop_at));
         }

@@ -137,7 +137,8 @@ pub struct ProfOp {
     pub t_start: u64,
     pub stopped: bool,
     /// Its kernel was seen starting (per-channel KernelCh records), or was launched and will
-    /// report its end in a GPU-done record (channels summarized, the default mask).
+    /// report its end in a GPU-done record (`ENDS_AT_GPU_DONE`: channels summarized, the
+    /// default mask).
     pub kernel_started: bool,
     /// Its kernel reported its end (every channel's stop, or the GPU-done record).
     pub kernel_stopped: bool,
@@ -484,10 +485,10 @@ impl ProcessModel {
                         // The plugin completes a start record in place when the event stops on
                         // the thread that started it; otherwise a ProfStop record follows.
                         let stopped_in_place = completed_in_place(r);
-                        // Channels summarized (the default mask): the stop was marked without a
-                        // clock read once the kernel was launched, and a GPU-done record will
-                        // say when the kernel ended.
-                        let launched = stopped_in_place && r.flags & slot_flags::EXIT_UNTIMED != 0;
+                        // Channels summarized (the default mask): NCCL starts the event after
+                        // the kernel launch, and the record stays open until a GPU-done record
+                        // says the kernel ended.
+                        let launched = r.flags & slot_flags::ENDS_AT_GPU_DONE != 0;
                         let op = if p2p {
                             ProfOp {
                                 comm_hash: prof_comm(r.comm),
@@ -547,9 +548,6 @@ impl ProcessModel {
                         self.prof_ops[i].kernel_stopped = true;
                     } else if let Some(&i) = prof_index.get(&handle) {
                         self.prof_ops[i].stopped = true;
-                        if r.flags & slot_flags::EXIT_UNTIMED != 0 {
-                            self.prof_ops[i].kernel_started = true;
-                        }
                     }
                 }
                 RecordKind::ProfState if r.args[1] == PROF_STATE_GPU_DONE => {

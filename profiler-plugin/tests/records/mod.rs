@@ -68,6 +68,8 @@ impl Completion {
                     c.stop_records += 1;
                 }
                 Some(RecordKind::ProfState) if r.args[1] == PROF_STATE_GPU_DONE => {
+                    // The end of an operation whose record stayed open (`ENDS_AT_GPU_DONE`).
+                    c.stopped.insert(r.args[0]);
                     c.gpu_done.insert(
                         r.args[0],
                         GpuDone {

@@ -309,6 +309,34 @@ mod tests {
         assert!(find(&fs, "stuck-outside-nccl").is_none());
     }
 
+    /// Kernels of one communicator end in issue order: an operation whose end was not recorded
+    /// (in-flight entry reused, end record overwritten) but which has a newer ended operation
+    /// after it is not where the ranks are stuck.
+    #[test]
+    fn an_older_operation_with_a_lost_end_is_not_the_stuck_one() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22203);
+            s.init_world(22203);
+            for r in s.ranks.iter_mut() {
+                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_coll(crate::synth::WORLD_UID, 0, 2, 4096, 7, 0, true, false);
+                r.prof_coll(crate::synth::WORLD_UID, 1, 2, 4096, 7, 0, true, true);
+                r.prof_coll(crate::synth::WORLD_UID, 2, 2, 4096, 7, 0, true, false);
+            }
+        });
+        let f = find(&fs, "stuck-inside-nccl").expect("stuck inside");
+        assert!(
+            f.evidence.iter().any(|e| e.contains("collective seq 2")),
+            "{:?}",
+            f.evidence
+        );
+        assert!(
+            !f.evidence.iter().any(|e| e.contains("collective seq 0")),
+            "{:?}",
+            f.evidence
+        );
+    }
+
     #[test]
     fn a_finished_job_is_not_a_hang() {
         let (_, fs) = analyze(&["n0", "n0"], |s| {
