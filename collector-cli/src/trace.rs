@@ -11,7 +11,7 @@
 
 use crate::model::JobModel;
 use ncclshim_dump::profnames::{self, NameTable};
-use ncclshim_dump::reader::{Dump, Record};
+use ncclshim_dump::reader::{Dump, GpuDone, Record};
 use ncclshim_dump::writer::SlotRef;
 use ncclshim_dump::{CallId, RecordKind};
 use serde_json::{json, Map, Value};
@@ -26,43 +26,24 @@ const GPU_TRACK_BASE: u64 = 1 << 40;
 /// The track of per-operation GPU slices (channels summarized), after any channel's.
 const GPU_OPS_TRACK: u64 = GPU_TRACK_BASE + 0x1_0000;
 
-/// The GPU span of operations whose channels the plugin summarized: start record → (gpu start,
-/// gpu stop, the record's time when it read the clock).
-struct GpuDone {
-    gpu_start: u64,
-    gpu_stop: u64,
-    clocked_at: Option<u64>,
-}
-
-/// GPU-done records of one dump, and the dump's GPU-to-record-clock offset: the smallest
-/// (record time - GPU stop) over the records that read the clock, i.e. the plugin's polling
-/// delay at its best. `None` when no record read the clock.
-fn gpu_done_records(d: &Dump) -> (HashMap<SlotRef, GpuDone>, Option<i128>) {
+/// GPU-done records of one dump by operation, and the dump's GPU-to-record-clock offset: the
+/// smallest (record time - GPU stop) over the records that read the clock, i.e. the plugin's
+/// polling delay at its best. `None` when no record read the clock.
+fn gpu_done_records(d: &Dump) -> (HashMap<SlotRef, (GpuDone, u64)>, Option<i128>) {
     let mut done = HashMap::new();
     let mut offset: Option<i128> = None;
     for r in &d.records {
-        if r.kind() != Some(RecordKind::ProfState)
-            || r.args[1] != ncclshim_dump::schema::PROF_STATE_GPU_DONE
-            || r.args[3] < r.args[2]
-        {
-            continue;
-        }
-        let Some(op) = SlotRef::decode(r.args[0]) else {
+        let Some(g) = r.gpu_done().filter(|g| g.gpu_stop >= g.gpu_start) else {
             continue;
         };
-        let clocked = r.flags & ncclshim_dump::schema::slot_flags::TIME_OF_NAMED == 0;
-        if clocked {
-            let o = i128::from(r.t_enter_ns) - i128::from(r.args[3]);
+        let Some(op) = SlotRef::decode(g.op) else {
+            continue;
+        };
+        if g.clocked {
+            let o = i128::from(r.t_enter_ns) - i128::from(g.gpu_stop);
             offset = Some(offset.map_or(o, |m| m.min(o)));
         }
-        done.insert(
-            op,
-            GpuDone {
-                gpu_start: r.args[2],
-                gpu_stop: r.args[3],
-                clocked_at: clocked.then_some(r.t_enter_ns),
-            },
-        );
+        done.insert(op, (g, r.t_enter_ns));
     }
     (done, offset)
 }
@@ -307,24 +288,20 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
         // Operations whose channels were summarized: one GPU slice each, placed on the record
         // clock through the dump's GPU clock offset (else where its GPU-done record says).
         let (gpu_done, gpu_offset) = gpu_done_records(d);
-        let gpu_end_mono = |g: &GpuDone| -> u64 {
-            match (g.clocked_at, gpu_offset) {
-                (Some(t), _) => t,
-                (None, Some(o)) => (i128::from(g.gpu_stop) + o).max(0) as u64,
-                (None, None) => 0,
-            }
-        };
-        for (sref, g) in &gpu_done {
-            let end_mono = gpu_end_mono(g);
+        let mut gpu_ends: HashMap<SlotRef, i128> = HashMap::new();
+        for (sref, (g, t_record)) in &gpu_done {
             let Some(start) = by_ref.get(sref) else {
                 continue;
             };
-            let end = if end_mono == 0 {
-                at(d, start.t_enter_ns)
-            } else {
-                at(d, end_mono)
+            let end_mono = match (g.clocked, gpu_offset) {
+                (true, _) => Some(*t_record),
+                (false, Some(o)) => Some((i128::from(g.gpu_stop) + o).max(0) as u64),
+                // No record read the clock: the span is drawn ending where its operation started.
+                (false, None) => None,
             };
             let dur = i128::from(g.gpu_stop - g.gpu_start);
+            let end = end_mono.map_or(at(d, start.t_enter_ns), |m| at(d, m));
+            gpu_ends.insert(*sref, end);
             named_threads
                 .entry((pid, GPU_OPS_TRACK))
                 .or_insert_with(|| "GPU (operations)".to_owned());
@@ -332,7 +309,7 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
                 "ph": "X", "name": slice_name(start), "cat": "gpu", "pid": pid,
                 "tid": GPU_OPS_TRACK, "ts": us(end - dur), "dur": dur as f64 / 1000.0,
                 "args": {"gpu_start_ns": g.gpu_start, "gpu_stop_ns": g.gpu_stop,
-                         "placed_by": if g.clocked_at.is_some() { "its own clock read" } else { "the dump's GPU clock offset" }},
+                         "placed_by": if g.clocked { "its own clock read" } else { "the dump's GPU clock offset" }},
             }));
         }
         for (sref, start) in &by_ref {
@@ -341,16 +318,10 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
             // Stopped in place (the start record's exit time) or by a separate stop record.
             let in_place_stop = start.t_exit_ns.filter(|_| in_place(start));
             // Channels summarized: the operation lasts until its kernel ended.
-            let untimed = start.flags & ncclshim_dump::schema::slot_flags::ENDS_AT_GPU_DONE != 0;
-            let gpu_end = gpu_done
-                .get(sref)
-                .filter(|_| untimed)
-                .map(|g| match gpu_end_mono(g) {
-                    0 => t,
-                    m => at(d, m),
-                });
-            let stop = if untimed {
-                gpu_end
+            let ends_at_gpu_done =
+                start.flags & ncclshim_dump::schema::slot_flags::ENDS_AT_GPU_DONE != 0;
+            let stop = if ends_at_gpu_done {
+                gpu_ends.get(sref).copied()
             } else {
                 stopped
                     .get(sref)

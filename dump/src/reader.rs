@@ -157,6 +157,34 @@ impl Record {
         let i = names.iter().position(|n| *n == name)?;
         self.args.get(i).copied()
     }
+
+    /// The operation's GPU span, when this is a `prof_state`
+    /// [`PROF_STATE_GPU_DONE`](crate::schema::PROF_STATE_GPU_DONE) record.
+    pub fn gpu_done(&self) -> Option<GpuDone> {
+        (self.kind() == Some(RecordKind::ProfState)
+            && self.args[1] == crate::schema::PROF_STATE_GPU_DONE)
+            .then(|| GpuDone {
+                op: self.args[0],
+                gpu_start: self.args[2],
+                gpu_stop: self.args[3],
+                channels: self.args[4],
+                clocked: self.flags & crate::schema::slot_flags::TIME_OF_NAMED == 0,
+            })
+    }
+}
+
+/// A profiler operation's GPU span over its kernel channels, from its GPU-done record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuDone {
+    /// The operation's start record (`SlotRef::encode`).
+    pub op: u64,
+    /// Earliest channel start and latest channel stop, GPU %globaltimer ns.
+    pub gpu_start: u64,
+    pub gpu_stop: u64,
+    pub channels: u64,
+    /// The record read the clock (its time is when the plugin saw the last channel stop);
+    /// otherwise it carries its operation's start time (`TIME_OF_NAMED`).
+    pub clocked: bool,
 }
 
 /// One blob from the arena.

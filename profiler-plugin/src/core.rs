@@ -379,6 +379,11 @@ unsafe fn start_event_recorded(
     NCCL_SUCCESS
 }
 
+/// The KernelCh reader of ABI versions whose KernelCh carries no GPU time (v1-v3): no fast path.
+pub fn no_kernel_ch_timer<D>(_: *mut D) -> Option<(*mut c_void, u64)> {
+    None
+}
+
 /// Whether kernel channels are folded into one GPU-done record per operation (the default)
 /// rather than recorded one by one (`NCCLSHIM_PROFILE=...,channels`).
 #[inline]
@@ -424,32 +429,35 @@ fn ends_at_gpu_done(h: &Handle) -> bool {
 /// `slot_flags::TIME_OF_NAMED`); the others carry their operation's start time.
 const GPU_DONE_CLOCK_EVERY: u16 = 64;
 
-/// The last kernel channel of an operation stopped: one `prof_state` GPU-done record (on the
-/// calling thread's ring, naming the operation's start record) and the timed aggregates.
+/// The last kernel channel of a summarized operation stopped: one `prof_state` GPU-done record
+/// (on the calling thread's ring, naming the operation's start record) and the timed aggregates.
 ///
 /// Most GPU-done records read no clock: a clock read costs as much as the rest of an
 /// all-reduce's callbacks together on some machines, and the operation's GPU span is in its
 /// args already. The sampled ones are real (time, GPU stop) pairs a reader can align the
 /// GPU clock with.
-fn gpu_done(op_ref: u64, inflight: u16, done: agg::GpuDone, write_record: bool) {
-    if write_record {
-        if let Some(call) = prof_call(done.op_type) {
-            let mut e = Entry::new(RecordKind::ProfState, call);
-            e.args[..5].copy_from_slice(&[
-                op_ref,
-                PROF_STATE_GPU_DONE,
-                done.gpu_start,
-                done.gpu_stop,
-                u64::from(done.channels),
-            ]);
-            if inflight.is_multiple_of(GPU_DONE_CLOCK_EVERY) || done.t_start == 0 {
-                PROF.with_ring(|_, w| w.instant(&e));
-            } else {
-                e.flags = slot_flags::TIME_OF_NAMED;
-                PROF.with_ring(|_, w| w.instant_at(&e, done.t_start));
-            }
+fn gpu_done(op_ref: u64, inflight: u16, done: agg::GpuDone) {
+    if let Some(call) = prof_call(done.op_type) {
+        let mut e = Entry::new(RecordKind::ProfState, call);
+        e.args[..5].copy_from_slice(&[
+            op_ref,
+            PROF_STATE_GPU_DONE,
+            done.gpu_start,
+            done.gpu_stop,
+            u64::from(done.channels),
+        ]);
+        if inflight.is_multiple_of(GPU_DONE_CLOCK_EVERY) || done.t_start == 0 {
+            PROF.with_ring(|_, w| w.instant(&e));
+        } else {
+            e.flags = slot_flags::TIME_OF_NAMED;
+            PROF.with_ring(|_, w| w.instant_at(&e, done.t_start));
         }
     }
+    add_timed(done);
+}
+
+/// The operation's GPU span joins its communicator's timed aggregates.
+fn add_timed(done: agg::GpuDone) {
     if let Some(t) = ctx::by_index(done.ctx_index).and_then(CommCtx::agg) {
         t.add_timed(done.cell, done.bytes, done.gpu_ns());
     }
@@ -472,7 +480,7 @@ fn start(ctx_ptr: *mut c_void, ev: &Start) -> Option<u64> {
         }
     }
     // An operation whose kernel channels will report its GPU span gets an in-flight entry.
-    let agg_table = found.and_then(|(_, c)| c.agg()).filter(|_| ev.op.is_some());
+    let agg_table = found.and_then(|(_, c)| c.agg());
     let tracked =
         agg_table.is_some() && ev.op.is_some_and(|op| op.timed) && wants(event::KERNEL_CH);
     let mut e = Entry::new(RecordKind::ProfStart, call);
@@ -499,7 +507,8 @@ fn start(ctx_ptr: *mut c_void, ev: &Start) -> Option<u64> {
             }
         }
     }
-    // In flight until its stop completes it in place (or a `ProfStop` record names it).
+    // In flight until its stop completes it in place (or a `ProfStop` record names it), or,
+    // `ENDS_AT_GPU_DONE`, until its GPU-done record.
     let (slot, t_start) = PROF.with_ring(|rec, w| {
         if let Some((field, text)) = ev.unknown {
             e.blob = unknown_name_blob(rec, field, text);
@@ -599,7 +608,7 @@ pub fn record_state(ehandle: *mut c_void, state: u32, value: impl FnOnce() -> (u
             if let Some(done) =
                 agg::owned_by(i, h.record_ref()).and_then(|x| x.channel_stop(gpu_stop))
             {
-                guard(|| gpu_done(h.record_ref(), i, done, true));
+                guard(|| gpu_done(h.record_ref(), i, done));
             }
         }
         return NCCL_SUCCESS;
@@ -627,10 +636,12 @@ fn record_state_recorded(h: Handle, state: u32, value: impl FnOnce() -> (u64, u6
         if state == abi::state::KERNEL_CH_STOP {
             // Per-channel records: the channel's own record holds its GPU times, so only the
             // aggregates learn about the operation's end.
-            if let Some(i) = h.inflight {
-                if let Some(done) = agg::entry(i).and_then(|x| x.channel_stop(v)) {
-                    gpu_done(0, i, done, false);
-                }
+            if let Some(done) = h
+                .inflight
+                .and_then(agg::entry)
+                .and_then(|x| x.channel_stop(v))
+            {
+                add_timed(done);
             }
         }
     });

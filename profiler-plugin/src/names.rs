@@ -43,9 +43,8 @@ pub unsafe fn code(table: NameTable, p: *const c_char) -> Lookup {
             unknown_text: None,
         };
     }
-    let key = p as u64;
     // SAFETY: forwarded contract.
-    unsafe { miss(table, p, key, tag_of(table, key), slot_of(key)) }
+    unsafe { uncached(table, p) }
 }
 
 /// The cached code for `p` (NULL is code 0), or `None` on a miss. Separate from [`code`] so
@@ -70,15 +69,29 @@ fn slot_of(key: u64) -> &'static AtomicU64 {
     &CACHE[(key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % ENTRIES]
 }
 
+/// The code for `p` read from the string itself, after [`cached`] missed; fills the cache.
+///
+/// # Safety
+/// As [`code`].
 #[cold]
-unsafe fn miss(table: NameTable, p: *const c_char, key: u64, tag: u64, slot: &AtomicU64) -> Lookup {
+pub unsafe fn uncached(table: NameTable, p: *const c_char) -> Lookup {
+    if p.is_null() {
+        return Lookup {
+            code: 0,
+            unknown_text: None,
+        };
+    }
+    let key = p as u64;
     // SAFETY: p is a valid NUL-terminated string (contract); strnlen bounds the read.
     let len = unsafe { libc::strnlen(p, 64) };
     // SAFETY: the first `len` bytes are readable (strnlen just scanned them) and static.
     let text: &'static [u8] = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) };
     let code = table.code_of(text);
     if key <= PTR_BITS {
-        slot.store(tag | u64::from(code) << 56, Ordering::Relaxed);
+        slot_of(key).store(
+            tag_of(table, key) | u64::from(code) << 56,
+            Ordering::Relaxed,
+        );
     }
     Lookup {
         code,

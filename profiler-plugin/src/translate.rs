@@ -47,7 +47,7 @@ impl Name {
                     return code;
                 }
                 // SAFETY: forwarded contract.
-                let Lookup { code, unknown_text } = unsafe { names::code(table, p) };
+                let Lookup { code, unknown_text } = unsafe { names::uncached(table, p) };
                 if let (Some(t), None) = (unknown_text, s.unknown) {
                     s.unknown = Some((field, t));
                 }

@@ -132,18 +132,13 @@ unsafe extern "C" fn init(ctx: *mut *mut c_void, mask: *mut c_int) -> c_int {
     unsafe { core::init(3, ctx, mask, InitFacts::NONE) }
 }
 
-/// This version's KernelCh carries no GPU time: no fast path (see `core::start_event`).
-fn kernel_ch_timer(_: *mut Descr) -> Option<(*mut c_void, u64)> {
-    None
-}
-
 profiler_entry_points!(
     ncclProfiler_v3,
     "3",
     InitV1,
     StateArgsV1,
     core::record_state_v1,
-    kernel_ch_timer,
+    core::no_kernel_ch_timer,
     |d, s| translate(d, s)
 );
 

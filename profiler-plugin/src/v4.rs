@@ -143,27 +143,13 @@ unsafe extern "C" fn init(
     unsafe { core::init(4, ctx, mask, facts) }
 }
 
-/// A KernelCh descriptor's parent and GPU start time, for `core::start_event`'s fast path.
-///
-/// # Safety
-/// `d` is NULL or NCCL's descriptor whose `type_` says KernelCh.
-unsafe fn kernel_ch_timer(d: *mut Descr) -> Option<(*mut c_void, u64)> {
-    // SAFETY: the header and the KernelCh member of the descriptor NCCL passed (contract).
-    (!d.is_null()).then(|| unsafe {
-        (
-            addr_of!((*d).parent_obj).read(),
-            addr_of!((*d).u.kernel_ch.p_timer).read(),
-        )
-    })
-}
-
 profiler_entry_points!(
     ncclProfiler_v4,
     "4",
     InitV4,
     StateArgsV4,
     core::record_state_v4,
-    kernel_ch_timer,
+    crate::v5::kernel_ch_timer,
     |d, s| translate(d, s)
 );
 

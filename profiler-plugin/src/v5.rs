@@ -151,12 +151,17 @@ pub(crate) unsafe extern "C" fn init(
     unsafe { core::init(5, ctx, mask, facts) }
 }
 
-/// A KernelCh descriptor's parent and GPU start time, for `core::start_event`'s fast path.
+/// A KernelCh descriptor's parent and GPU start time, for `core::start_event`'s fast path. Serves
+/// v4 to v7: their descriptors keep `parentObj` at 8 and the union at 24 (pinned by each
+/// version's layout test), and their KernelCh member is `abi::KernelCh`; the type field, whose
+/// width differs (v4: `u8`), is not read.
 ///
 /// # Safety
-/// `d` is NULL or NCCL's descriptor whose `type_` says KernelCh.
-pub(crate) unsafe fn kernel_ch_timer(d: *mut Descr) -> Option<(*mut c_void, u64)> {
-    // SAFETY: the header and the KernelCh member of the descriptor NCCL passed (contract).
+/// `d` is NULL or NCCL's descriptor, of one of those versions, whose `type_` says KernelCh.
+pub(crate) unsafe fn kernel_ch_timer<D>(d: *mut D) -> Option<(*mut c_void, u64)> {
+    let d = d.cast::<Descr>();
+    // SAFETY: the header and the KernelCh member, at the offsets above, of the descriptor NCCL
+    // passed (contract).
     (!d.is_null()).then(|| unsafe {
         (
             addr_of!((*d).parent_obj).read(),

@@ -75,22 +75,13 @@ unsafe extern "C" fn init(
     unsafe { core::init(6, ctx, mask, facts) }
 }
 
-/// As `v5::kernel_ch_timer` (the KernelCh member sits at v5's offset).
-///
-/// # Safety
-/// As `v5::kernel_ch_timer`.
-unsafe fn kernel_ch_timer(d: *mut Descr) -> Option<(*mut c_void, u64)> {
-    // SAFETY: forwarded contract; same header and KernelCh offsets as v5.
-    unsafe { v5::kernel_ch_timer(d.cast()) }
-}
-
 profiler_entry_points!(
     ncclProfiler_v6,
     "6",
     InitV5,
     StateArgsV4,
     core::record_state_v4,
-    kernel_ch_timer,
+    v5::kernel_ch_timer,
     |d, s| translate(d, 6, s)
 );
 

@@ -9,7 +9,7 @@ pub mod facts;
 use crate::names::{nccl_version_string, rc_name};
 use facts::{GpuFacts, HostFacts, LibFacts};
 use ncclshim_dump::reader::{Dump, Record};
-use ncclshim_dump::schema::{slot_flags, PROF_STATE_GPU_DONE};
+use ncclshim_dump::schema::slot_flags;
 use ncclshim_dump::{BlobKind, CallId, RecordKind, WriterKind};
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -550,15 +550,14 @@ impl ProcessModel {
                         self.prof_ops[i].stopped = true;
                     }
                 }
-                RecordKind::ProfState if r.args[1] == PROF_STATE_GPU_DONE => {
-                    if let Some(&i) = prof_index.get(&r.args[0]) {
+                RecordKind::ProfState => {
+                    if let Some(&i) = r.gpu_done().and_then(|g| prof_index.get(&g.op)) {
                         let op = &mut self.prof_ops[i];
                         op.kernel_started = true;
                         op.kernel_stopped = true;
                         op.stopped = true;
                     }
                 }
-                RecordKind::ProfState => {}
             }
         }
     }

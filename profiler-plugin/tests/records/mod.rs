@@ -8,8 +8,8 @@
 
 #![allow(dead_code)]
 
-use ncclshim_dump::reader::{Dump, Record};
-use ncclshim_dump::schema::{slot_flags, PROF_STATE_GPU_DONE};
+use ncclshim_dump::reader::{Dump, GpuDone, Record};
+use ncclshim_dump::schema::slot_flags;
 use ncclshim_dump::{CallId, RecordKind};
 use std::collections::{HashMap, HashSet};
 
@@ -32,20 +32,16 @@ pub struct Completion {
     pub gpu_done: HashMap<u64, GpuDone>,
 }
 
-/// A `prof_state` `PROF_STATE_GPU_DONE` record: an operation's GPU span over its channels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GpuDone {
-    pub gpu_start: u64,
-    pub gpu_stop: u64,
-    pub channels: u64,
-    /// Whether the record read the clock (else it carries its operation's start time).
-    pub clocked: bool,
-}
-
 impl Completion {
     pub fn of(d: &Dump) -> Self {
         let mut c = Self::default();
         for r in &d.records {
+            if let Some(g) = r.gpu_done() {
+                // The end of an operation whose record stayed open (`ENDS_AT_GPU_DONE`).
+                c.stopped.insert(g.op);
+                c.gpu_done.insert(g.op, g);
+                continue;
+            }
             match r.kind() {
                 Some(RecordKind::ProfStart) if r.flags & slot_flags::COMPLETES_IN_PLACE != 0 => {
                     let me = r.slot_ref().encode();
@@ -66,19 +62,6 @@ impl Completion {
                 Some(RecordKind::ProfStop) => {
                     c.stopped.insert(r.args[0]);
                     c.stop_records += 1;
-                }
-                Some(RecordKind::ProfState) if r.args[1] == PROF_STATE_GPU_DONE => {
-                    // The end of an operation whose record stayed open (`ENDS_AT_GPU_DONE`).
-                    c.stopped.insert(r.args[0]);
-                    c.gpu_done.insert(
-                        r.args[0],
-                        GpuDone {
-                            gpu_start: r.args[2],
-                            gpu_stop: r.args[3],
-                            channels: r.args[4],
-                            clocked: r.flags & slot_flags::TIME_OF_NAMED == 0,
-                        },
-                    );
                 }
                 Some(RecordKind::ProfState) if matches!(r.args[1], 22 | 31) => {
                     c.kernel_stop.insert(r.args[0], r.args[2]);
