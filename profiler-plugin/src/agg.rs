@@ -338,7 +338,8 @@ impl Inflight {
         }
         let meta = self.meta.load(Ordering::Relaxed);
         let expected = ((meta >> 32) & 0xff) as u32;
-        let done = self.stopped.load(Ordering::Relaxed) + 1;
+        // Runs before any panic guard (record_state's summarized-channel path): no overflow check.
+        let done = self.stopped.load(Ordering::Relaxed).wrapping_add(1);
         self.stopped.store(done, Ordering::Relaxed);
         if done != expected || self.tag.load(Ordering::Acquire) == 0 {
             return None;
