@@ -202,6 +202,29 @@ impl ProcessRecorder {
             .ok()
     }
 
+    /// Runs `f` with this thread's ring when the recorder is ready and this thread has claimed
+    /// its ring already; `None` otherwise. Unlike [`with_ring`](Self::with_ring) it never
+    /// creates the file or claims a ring (both allocate and make syscalls), so nothing on its
+    /// path can panic: for hot paths that run without a panic guard and take the guarded
+    /// general path on `None`.
+    #[inline]
+    pub fn with_current_ring<R>(&'static self, f: impl FnOnce(&RingWriter) -> R) -> Option<R> {
+        if self.state.load(Ordering::Acquire) != READY {
+            return None;
+        }
+        let generation = self.generation.load(Ordering::Relaxed);
+        RINGS
+            .try_with(|rings| {
+                let cell = rings.get(self.tls_index)?.get();
+                // SAFETY: the cell belongs to this thread alone and is only read here; a
+                // current generation means `with_ring` filled it for the recorder that is
+                // READY now (a fork bumps the generation before the child records again).
+                unsafe { ((*cell).generation == generation).then(|| f(&(*cell).writer)) }
+            })
+            .ok()
+            .flatten()
+    }
+
     /// Turns recording off for good in this process, marks the dump, and says why once.
     #[cold]
     pub fn disable(&self, why: &str) {

@@ -103,6 +103,7 @@ impl NameTable {
 
 /// Bytes moved by one collective as NCCL counts them: `count` elements of `datatype`.
 /// (For AllGather and Broadcast the Coll event's count is already in bytes, with "ncclInt8".)
+#[inline]
 pub fn payload_bytes(count: u64, datatype: u64) -> u64 {
     let size = usize::try_from(datatype)
         .ok()

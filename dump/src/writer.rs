@@ -67,7 +67,7 @@ pub struct SlotRef {
 }
 
 impl SlotRef {
-    const SEQ_BITS: u32 = 48;
+    pub const SEQ_BITS: u32 = 48;
 
     /// `(ring + 1) << 48 | seq`: never 0, so 0 can mean "no record".
     #[inline]
@@ -424,12 +424,18 @@ impl RingWriter {
     /// Writes one record and returns the slot; `t_exit` is `IN_FLIGHT` or `t_enter`.
     #[inline]
     fn write(&self, e: &Entry, in_flight: bool) -> (*mut Slot, u64, SlotRef) {
-        self.write_at(e, in_flight, None)
+        let (slot, commit, slot_ref, _) = self.write_at(e, in_flight, None);
+        (slot, commit, slot_ref)
     }
 
     /// As `write`, at time `at` (this process's record time base) instead of a clock read.
     #[inline]
-    fn write_at(&self, e: &Entry, in_flight: bool, at: Option<u64>) -> (*mut Slot, u64, SlotRef) {
+    fn write_at(
+        &self,
+        e: &Entry,
+        in_flight: bool,
+        at: Option<u64>,
+    ) -> (*mut Slot, u64, SlotRef, u64) {
         let seq = self.reserve();
         // SAFETY: the index is masked into the ring; the slot is owned by this thread (own ring,
         // or a sequence number reserved with fetch_add on the overflow ring).
@@ -468,6 +474,7 @@ impl RingWriter {
                 ring: self.ring,
                 seq,
             },
+            t,
         )
     }
 
@@ -494,6 +501,15 @@ impl RingWriter {
     #[inline]
     pub fn instant_at(&self, e: &Entry, t: u64) -> SlotRef {
         self.write_at(e, false, Some(t)).2
+    }
+
+    /// As [`begin`](Self::begin) for a caller that completes the record later by its
+    /// reference ([`reopen`](Self::reopen)) or never (a record that ends at another one): the
+    /// record's reference and its entry time, which the slot write already has in a register.
+    #[inline]
+    pub fn begin_ref(&self, e: &Entry) -> (SlotRef, u64) {
+        let (_, _, slot_ref, t) = self.write_at(e, true, None);
+        (slot_ref, t)
     }
 
     /// Takes up again a record this thread started with [`begin`](Self::begin), to complete it
@@ -601,7 +617,14 @@ fn add_anchor(h: &FileHeader, a: crate::layout::ClockAnchor) {
 
 /// Adds an anchor to a TSC dump (rare paths only: ring claims, blobs, every 16,384 records).
 #[cold]
-fn refresh_anchor(h: &FileHeader) {
+/// Rare (a ring's every 16,384th record, a ring claim, a blob) and out of line. `extern "C"`
+/// tells the compiler that no panic can unwind out of it into the record path, which the
+/// profiler's unguarded hot path needs proven (`no_panic` there); `no_panic` here proves the
+/// other half: nothing in it can panic, so the abort that an unwinding `extern "C"` function
+/// would cause cannot happen.
+#[cfg_attr(not(debug_assertions), no_panic::no_panic)]
+#[inline(never)]
+extern "C" fn refresh_anchor(h: &FileHeader) {
     if h.clock_kind == clock::ClockKind::Tsc as u32 {
         add_anchor(h, clock::anchor());
     }

@@ -56,7 +56,22 @@ impl CpuClock {
 
 type V6Table = abi::ProfilerTable<abi::InitV5, v6::Descr, StateArgsV4>;
 
-const ITERS: u64 = 100_000;
+/// All-reduces per timed round and rounds per run; `NCCLSHIM_BENCH_ITERS` / `NCCLSHIM_BENCH_ROUNDS`
+/// cut them down for instruction counting under callgrind.
+fn iters() -> u64 {
+    env_or("NCCLSHIM_BENCH_ITERS", 100_000)
+}
+
+fn rounds() -> usize {
+    env_or("NCCLSHIM_BENCH_ROUNDS", 21)
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
 /// Which parts of the all-reduce the loop makes (`NCCLSHIM_BENCH_PHASES`, a sum of these; all
 /// by default). Cumulative sums (1, 3, 7, 15, 31) give the cost of each part by difference:
@@ -70,7 +85,6 @@ mod phase {
     pub const ALL: u32 = 31;
 }
 static PHASES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(phase::ALL);
-const ROUNDS: usize = 21;
 
 fn zeroed<T>() -> T {
     // SAFETY: descriptor types are integers, raw pointers and bools: all-zero is valid.
@@ -203,17 +217,23 @@ fn all_reduce(t: &'static V6Table, ctx: *mut c_void, d: &mut Descrs, i: u64) -> 
     records + starts.get()
 }
 
-/// The plugin as NCCL gets it: the built cdylib, opened `RTLD_NOW | RTLD_LOCAL`, its exported
-/// `ncclProfiler_v6` table (so the `.so`'s general-dynamic TLS and calls through the table are
-/// measured, not a statically linked shortcut). `NCCLSHIM_PLUGIN_PATH` names another build (to
-/// compare two builds with the same loop).
-fn load_plugin() -> &'static V6Table {
-    let path = std::env::var_os("NCCLSHIM_PLUGIN_PATH")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
+/// The plugins to measure, as NCCL gets them: built cdylibs, each opened `RTLD_NOW |
+/// RTLD_LOCAL`, through their exported `ncclProfiler_v6` table (so the `.so`'s general-dynamic
+/// TLS and calls through the table are measured, not a statically linked shortcut). By default
+/// the one built next to this bench; `NCCLSHIM_PLUGIN_PATH=a.so:b.so` names others, which are
+/// then measured in the same process, round by round, so that two builds are compared under
+/// the same conditions (each has its own statics and its own dump).
+fn plugin_paths() -> Vec<std::path::PathBuf> {
+    match std::env::var_os("NCCLSHIM_PLUGIN_PATH") {
+        Some(list) => std::env::split_paths(&list).collect(),
+        None => {
             let exe = std::env::current_exe().expect("current_exe");
-            exe.with_file_name("libnccl_profiler_ncclshim.so")
-        });
+            vec![exe.with_file_name("libnccl_profiler_ncclshim.so")]
+        }
+    }
+}
+
+fn load_plugin(path: &std::path::Path) -> &'static V6Table {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
     // SAFETY: a valid C string; the library stays loaded for the rest of the process.
     let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
@@ -226,15 +246,16 @@ fn load_plugin() -> &'static V6Table {
     unsafe { &*sym.cast::<V6Table>() }
 }
 
-/// The plugin's dump file: the only profiler dump in `dir` once the plugin's init ran.
-fn plugin_dump(dir: &std::path::Path) -> std::path::PathBuf {
-    let dumps: Vec<_> = std::fs::read_dir(dir)
-        .expect("dump dir")
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.to_string_lossy().contains(".prof.ncclshim"))
-        .collect();
-    assert_eq!(dumps.len(), 1, "{dumps:?}");
-    dumps[0].clone()
+/// The profiler dumps in `dir`.
+fn prof_dumps(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .map(|e| e.expect("dir entry").path())
+                .filter(|p| p.to_string_lossy().contains(".prof.ncclshim"))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Records in the plugin's dump so far: the sum of every ring's head (measured, so the bench
@@ -309,13 +330,31 @@ static NULL_PLUGIN: V6Table = abi::ProfilerTable {
     finalize: null_fini,
 };
 
-fn child(label: &str) {
-    let t = load_plugin();
+/// One plugin under measurement.
+struct Plugin {
+    name: String,
+    table: &'static V6Table,
+    ctx: *mut c_void,
+    mask: i32,
+    /// Callbacks and records per all-reduce (records counted in its dump).
+    callbacks: u32,
+    records: f64,
+    /// Per round: ns per all-reduce less the null plugin's, that over the floor, and the raw
+    /// ns per all-reduce.
+    ns: Vec<f64>,
+    ratios: Vec<f64>,
+    raw: Vec<f64>,
+}
+
+/// Loads, inits and warms up the plugin at `path`, and counts what one all-reduce writes.
+fn start_plugin(path: &std::path::Path, dir: &std::path::Path, d: &mut Descrs) -> Plugin {
+    let before: Vec<_> = prof_dumps(dir);
+    let table = load_plugin(path);
     let mut ctx: *mut c_void = std::ptr::null_mut();
     let mut mask = 0i32;
     // SAFETY: v6 init with valid out-pointers.
     let rc = unsafe {
-        (t.init)(
+        (table.init)(
             &mut ctx,
             0xbe7c_4000_0000_0001,
             &mut mask,
@@ -327,6 +366,33 @@ fn child(label: &str) {
         )
     };
     assert_eq!(rc, 0);
+    // Warm up: ring claimed, caches warm, name cache filled.
+    for i in 0..10_000 {
+        all_reduce(table, ctx, d, i);
+    }
+    let dump = prof_dumps(dir)
+        .into_iter()
+        .find(|p| !before.contains(p))
+        .expect("the plugin's dump");
+    let written = records_written(&dump);
+    let callbacks = all_reduce(table, ctx, d, 10_000);
+    Plugin {
+        name: path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+        table,
+        ctx,
+        mask,
+        callbacks,
+        records: (records_written(&dump) - written) as f64,
+        ns: Vec::new(),
+        ratios: Vec::new(),
+        raw: Vec::new(),
+    }
+}
+
+fn child(label: &str) {
+    let dir = std::path::PathBuf::from(std::env::var_os("NCCLSHIM_DIR").expect("NCCLSHIM_DIR"));
     let mut d = descrs();
     if let Some(p) = std::env::var("NCCLSHIM_BENCH_PHASES")
         .ok()
@@ -334,75 +400,119 @@ fn child(label: &str) {
     {
         PHASES.store(p, std::sync::atomic::Ordering::Relaxed);
     }
-    // Warm up: ring claimed, caches warm, name cache filled.
-    for i in 0..10_000 {
-        all_reduce(t, ctx, &mut d, i);
-    }
-    let dir = std::path::PathBuf::from(std::env::var_os("NCCLSHIM_DIR").expect("NCCLSHIM_DIR"));
-    let dump = plugin_dump(&dir);
-    let before = records_written(&dump);
-    let callbacks = all_reduce(t, ctx, &mut d, 10_000);
-    let per_op = (records_written(&dump) - before) as f64;
-    NULL_MASK.store(mask as u32 as u64, std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(all_reduce(&NULL_PLUGIN, ctx, &mut d, 0), callbacks);
+    let mut plugins: Vec<Plugin> = plugin_paths()
+        .iter()
+        .map(|p| start_plugin(p, &dir, &mut d))
+        .collect();
+    let first = &plugins[0];
+    let null_ctx = first.ctx;
+    NULL_MASK.store(
+        first.mask as u32 as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    assert_eq!(
+        all_reduce(&NULL_PLUGIN, first.ctx, &mut d, 0),
+        first.callbacks
+    );
 
-    let (mut ops, mut floors, mut nulls) = (Vec::new(), Vec::new(), Vec::new());
+    let (iters, rounds) = (iters(), rounds());
+    let (mut floors, mut nulls) = (Vec::new(), Vec::new());
     let mut e = Entry::new(RecordKind::ProfStart, CallId::ProfColl);
     // The floor's recorder (this binary's statically linked copy of the writer, its own dump
     // file in the same directory): created before timing starts.
     PROF.with_ring(|_, w| w.instant(&e))
         .expect("floor recorder");
-    for _ in 0..ROUNDS {
+    let time = |f: &mut dyn FnMut(u64)| {
         let t0 = CpuClock::now();
-        for i in 0..ITERS {
-            all_reduce(t, ctx, &mut d, i);
+        for i in 0..iters {
+            f(i);
         }
-        ops.push(t0.elapsed().as_nanos() as f64 / ITERS as f64);
-        let t0 = CpuClock::now();
-        for i in 0..ITERS {
-            all_reduce(&NULL_PLUGIN, ctx, &mut d, i);
-        }
-        nulls.push(t0.elapsed().as_nanos() as f64 / ITERS as f64);
-        let n = ITERS * (per_op.round() as u64).max(1);
-        let t0 = CpuClock::now();
-        PROF.with_ring(|_, w| {
-            for i in 0..n {
-                e.args[2] = i;
-                black_box(w.instant(black_box(&e)));
-            }
+        t0.elapsed().as_nanos() as f64 / iters as f64
+    };
+    for _ in 0..rounds {
+        let round: Vec<f64> = plugins
+            .iter()
+            .map(|p| {
+                time(&mut |i| {
+                    all_reduce(p.table, p.ctx, &mut d, i);
+                })
+            })
+            .collect();
+        let null = time(&mut |i| {
+            all_reduce(&NULL_PLUGIN, null_ctx, &mut d, i);
         });
-        floors.push(t0.elapsed().as_nanos() as f64 / n as f64);
-    }
-    // One callback alone: stopEvent on a live handle started on this thread (it completes the
-    // start record in place; NCCL would stop a handle once, the cost is the same each time).
-    let mut h: *mut c_void = std::ptr::null_mut();
-    // SAFETY: a valid descriptor and out-pointer.
-    unsafe { (t.start_event)(ctx, &mut h, &mut d.coll) };
-    let mut stops = Vec::new();
-    for _ in 0..ROUNDS {
-        let t0 = CpuClock::now();
-        for _ in 0..ITERS {
-            // SAFETY: a handle from start_event; stopping it again only rewrites its exit time.
-            unsafe { (t.stop_event)(black_box(h)) };
+        nulls.push(null);
+        let per_op = plugins[0].records.round().max(1.0) as u64;
+        let floor = PROF
+            .with_ring(|_, w| {
+                time(&mut |i| {
+                    for k in 0..per_op {
+                        e.args[2] = i * per_op + k;
+                        black_box(w.instant(black_box(&e)));
+                    }
+                })
+            })
+            .expect("floor recorder")
+            / per_op as f64;
+        floors.push(floor);
+        for (p, ns) in plugins.iter_mut().zip(round) {
+            p.ns.push(ns - null);
+            p.ratios.push((ns - null) / floor);
+            p.raw.push(ns);
         }
-        stops.push(t0.elapsed().as_nanos() as f64 / ITERS as f64);
     }
-    let stop_ns = median(stops);
-    let (best_op, best_floor, best_null) = (median(ops), median(floors), median(nulls));
-    let floor_total = best_floor * per_op;
-    let plugin = best_op - best_null;
+    // Interference from other jobs only ever adds time: the fastest round of each series is
+    // the best estimate of the undisturbed cost, the medians are what a job sees typically.
+    let (quiet_floor, quiet_null) = (minimum(&floors), minimum(&nulls));
+    let (floor, null) = (median(floors), median(nulls));
     let phases_note = match PHASES.load(std::sync::atomic::Ordering::Relaxed) {
         phase::ALL => String::new(),
         p => format!(" phases={p}"),
     };
+    for p in &mut plugins {
+        let (ns, ratio) = (
+            median(std::mem::take(&mut p.ns)),
+            median(std::mem::take(&mut p.ratios)),
+        );
+        println!(
+            "{label:<8} {name} mask={mask:#06x}{phases_note} ({callbacks} callbacks, {records:.0} records) | plugin {ns:>6.1} ns/all-reduce = {ratio:>5.2} x floor ({floor:.1} ns/record) | added over {records:.0} records {:>6.1} ns | (loop with a null plugin: {null:.1} ns)",
+            ns - floor * p.records,
+            name = p.name,
+            mask = p.mask,
+            callbacks = p.callbacks,
+            records = p.records,
+        );
+        let quiet = minimum(&p.raw) - quiet_null;
+        println!(
+            "{label:<8} {name} fastest rounds: plugin {quiet:>6.1} ns/all-reduce = {:>5.2} x floor ({quiet_floor:.1} ns/record), null loop {quiet_null:.1} ns",
+            quiet / quiet_floor,
+            name = p.name,
+        );
+    }
+    // One callback alone: stopEvent on a live handle started on this thread (it completes the
+    // start record in place; NCCL would stop a handle once, the cost is the same each time).
+    let p = &plugins[0];
+    let mut h: *mut c_void = std::ptr::null_mut();
+    // SAFETY: a valid descriptor and out-pointer.
+    unsafe { (p.table.start_event)(p.ctx, &mut h, &mut d.coll) };
+    let stops: Vec<f64> = (0..rounds)
+        .map(|_| {
+            // SAFETY: a handle from start_event; stopping it again only rewrites its exit time.
+            time(&mut |_| unsafe {
+                (p.table.stop_event)(black_box(h));
+            })
+        })
+        .collect();
+    let stop_ns = median(stops);
     println!(
-        "{label:<8} mask={mask:#06x}{phases_note} ({callbacks} callbacks, {per_op:.0} records) | plugin {plugin:>6.1} ns/all-reduce | floor {best_floor:>4.1} ns/record x {per_op:.0} = {floor_total:>6.1} ns | added over floor {:>6.1} ns | (loop with a null plugin: {best_null:.1} ns)",
-        plugin - floor_total,
+        "{label:<8} {} one stopEvent (completes its start record in place) {stop_ns:.1} ns = {:.2} x floor",
+        p.name,
+        stop_ns / floor
     );
-    println!(
-        "{label:<8} one stopEvent (completes its start record in place) {stop_ns:.1} ns = {:.2} x floor",
-        stop_ns / best_floor
-    );
+}
+
+fn minimum(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -418,7 +528,9 @@ fn main() {
     let exe = std::env::current_exe().expect("current_exe");
     let dir = std::env::temp_dir().join(format!("ncclshim-bench-{}", std::process::id()));
     println!(
-        "profiler plugin overhead, v6 ABI, {ITERS} all-reduces x {ROUNDS} alternating rounds (medians)"
+        "profiler plugin overhead, v6 ABI, {} all-reduces x {} alternating rounds (medians)",
+        iters(),
+        rounds()
     );
     for (label, profile) in [("default", "default"), ("all", "all")] {
         let out = std::process::Command::new(&exe)

@@ -292,11 +292,13 @@ pub unsafe fn state_value_v1(state: u32, args: *const StateArgsV1) -> (u64, u64)
 }
 
 /// Defines one ABI version's `start_event` (reads the descriptor's event type — a `u8` before v5,
-/// a `u64` from v5 — and hands the translation to `core`, with the version's KernelCh reader for
-/// `core`'s fast path) and its exported `ncclProfiler_vN` table. Every version shares `core`'s stop, state and finalize entry points; the version's
-/// module supplies `init` (argument order differs per version) and the translation.
+/// a `u64` from v5 — and hands the descriptor to `core`, whose hot path reads it through the
+/// version's [`HotDescr`](crate::hot::HotDescr) and whose general path through `$translate`)
+/// and its exported `ncclProfiler_vN` table. Every version shares `core`'s stop, state and
+/// finalize entry points; the version's module supplies `init` (argument order differs per
+/// version) and the translation.
 macro_rules! profiler_entry_points {
-    ($table:ident, $version:literal, $init:ty, $args:ty, $record_state:path, $kernel_ch:path,
+    ($table:ident, $version:literal, $init:ty, $args:ty, $record_state:path,
      |$d:ident, $s:ident| $translate:expr) => {
         unsafe extern "C" fn start_event(
             ctx: *mut c_void,
@@ -304,14 +306,14 @@ macro_rules! profiler_entry_points {
             $d: *mut Descr,
         ) -> c_int {
             // SAFETY: NCCL's arguments for this ABI; `type_` is the descriptor's first field and
-            // the translation reads only the union member that matches it.
+            // the readers read only the union member that matches it.
             unsafe {
                 let ty = if $d.is_null() {
                     0
                 } else {
                     u64::from(std::ptr::addr_of!((*$d).type_).read())
                 };
-                core::start_event(ctx, eh, ty, || $kernel_ch($d), |$s| $translate)
+                core::start_event(ctx, eh, ty, $d, |$s| $translate)
             }
         }
 

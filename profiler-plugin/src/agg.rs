@@ -256,6 +256,22 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 /// records keep it).
 #[inline]
 pub fn claim(op: InflightOp) -> u16 {
+    let i = reserve();
+    fill(i, op);
+    i
+}
+
+/// The next entry, round-robin. The hot path reserves it before it writes the operation's
+/// record: a locked read-modify-write waits until every earlier store has left the store
+/// buffer, and right after the record's 128-byte slot write that wait is long.
+#[inline(always)]
+pub fn reserve() -> u16 {
+    (NEXT.fetch_add(1, Ordering::Relaxed) % INFLIGHT as u64) as u16
+}
+
+/// Fills entry `i` (from [`reserve`]) for an operation that just started.
+#[inline(always)]
+pub fn fill(i: u16, op: InflightOp) {
     let InflightOp {
         tag,
         op_type,
@@ -265,8 +281,9 @@ pub fn claim(op: InflightOp) -> u16 {
         channels,
         t_start,
     } = op;
-    let i = (NEXT.fetch_add(1, Ordering::Relaxed) % INFLIGHT as u64) as u16;
-    let e = &TABLE[usize::from(i)];
+    let Some(e) = TABLE.get(usize::from(i)) else {
+        return;
+    };
     e.tag.store(0, Ordering::Relaxed);
     e.meta.store(
         u64::from(ctx_index)
@@ -281,7 +298,6 @@ pub fn claim(op: InflightOp) -> u16 {
     e.stopped.store(0, Ordering::Relaxed);
     e.t_start.store(t_start, Ordering::Relaxed);
     e.tag.store(tag, Ordering::Release);
-    i
 }
 
 /// What [`claim`] records about an operation that just started.
@@ -378,7 +394,7 @@ pub struct GpuDone {
 
 impl GpuDone {
     pub fn gpu_ns(&self) -> u64 {
-        self.gpu_stop - self.gpu_start
+        self.gpu_stop.saturating_sub(self.gpu_start)
     }
 }
 

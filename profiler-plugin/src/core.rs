@@ -11,23 +11,27 @@ use crate::abi::{self, event, NCCL_SUCCESS};
 use crate::agg;
 use crate::ctx::{self, CommCtx};
 use crate::handle::Handle;
+use crate::hot::{self, HotDescr};
 use crate::mask;
 use crate::translate::ty;
 use ncclshim_dump::layout::{counters, SLOT_ARGS};
 use ncclshim_dump::process::ProcessRecorder;
-use ncclshim_dump::schema::{slot_flags, PROF_STATE_GPU_DONE};
+use ncclshim_dump::schema::slot_flags;
 use ncclshim_dump::{BlobKind, CallId, Entry, RecordKind, Recorder, RingWriter, WriterKind};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 
 /// The plugin's dump (`*.prof.ncclshim`). TLS slot 1, so the shim's recorder (slot 0) and this
 /// one can share a library if the two are ever linked together (STATIC_PLUGIN).
 pub static PROF: ProcessRecorder = ProcessRecorder::new(WriterKind::Profiler, 1, None);
 
-const MASK_UNSET: u32 = u32::MAX;
-/// The process's activation mask (read from the environment at the first init).
-static MASK: AtomicU32 = AtomicU32::new(MASK_UNSET);
+/// The process's activation mask: 0 (nothing) until the first init has read the environment.
+/// One relaxed load answers every "is this wanted" question on the hot path.
+static MASK: AtomicU32 = AtomicU32::new(0);
+/// The first init's reading of `NCCLSHIM_PROFILE`, which every later init reuses.
+static MASK_FROM_ENV: OnceLock<u32> = OnceLock::new();
 /// Our pid, to recognise ProxyOps from another process's proxy (PXN). Set at every init.
 static PID: AtomicU32 = AtomicU32::new(0);
 
@@ -84,19 +88,16 @@ impl Start {
     }
 }
 
-/// Whether the process mask asks for event type bit `bit`.
-#[inline]
-pub fn wants(bit: u32) -> bool {
-    let m = MASK.load(Ordering::Relaxed);
-    m != MASK_UNSET && m & bit != 0
+/// The process mask (0 before the first init).
+#[inline(always)]
+pub fn process_mask() -> u32 {
+    MASK.load(Ordering::Relaxed)
 }
 
-/// The process mask (after the first init).
-pub fn process_mask() -> u32 {
-    match MASK.load(Ordering::Relaxed) {
-        MASK_UNSET => 0,
-        m => m,
-    }
+/// Whether the process mask asks for event type bit `bit`.
+#[inline(always)]
+pub fn wants(bit: u32) -> bool {
+    process_mask() & bit != 0
 }
 
 pub fn our_pid() -> u32 {
@@ -147,23 +148,18 @@ fn say(msg: &str) {
 }
 
 fn ensure_mask() -> u32 {
-    let m = MASK.load(Ordering::Acquire);
-    if m != MASK_UNSET {
-        return m;
-    }
-    let (mask, unknown) = mask::from_env();
-    if MASK
-        .compare_exchange(MASK_UNSET, mask, Ordering::AcqRel, Ordering::Acquire)
-        .is_ok()
-        && !unknown.is_empty()
-    {
-        say(&format!(
-            "ncclshim: NCCLSHIM_PROFILE: ignoring unknown event name(s) {}; profiling {}\n",
-            unknown.join(","),
-            mask::describe(mask)
-        ));
-    }
-    MASK.load(Ordering::Acquire)
+    *MASK_FROM_ENV.get_or_init(|| {
+        let (mask, unknown) = mask::from_env();
+        if !unknown.is_empty() {
+            say(&format!(
+                "ncclshim: NCCLSHIM_PROFILE: ignoring unknown event name(s) {}; profiling {}\n",
+                unknown.join(","),
+                mask::describe(mask)
+            ));
+        }
+        MASK.store(mask, Ordering::Release);
+        mask
+    })
 }
 
 /// The recorder, waiting briefly if another thread is creating it right now (init runs on
@@ -321,44 +317,95 @@ pub unsafe extern "C" fn finalize(ctx: *mut c_void) -> c_int {
 /// `build` reads the descriptor and returns false for an event the mask does not ask for
 /// (NCCL then gets a NULL handle and skips its stop/state).
 ///
+/// The default mask's events take the unguarded [`hot`] path first: the ancestors NCCL starts
+/// whatever the mask says (answered NULL), kernel channels joining their operation, and
+/// Coll/P2p starts. Everything else, and whatever the hot path declines, takes the guarded
+/// general path.
+///
 /// # Safety
-/// `ehandle` is NULL or NCCL's out-pointer; `build` reads only what NCCL passed.
-#[inline]
-pub unsafe fn start_event(
+/// `ehandle` is NULL or NCCL's out-pointer; `descr` and `build` read only what NCCL passed.
+#[inline(always)]
+pub unsafe fn start_event<D: HotDescr>(
     ctx: *mut c_void,
     ehandle: *mut *mut c_void,
     ty: u64,
-    kernel_ch: impl FnOnce() -> Option<(*mut c_void, u64)>,
+    descr: D,
     build: impl FnOnce(&mut Start) -> bool,
 ) -> c_int {
     if ehandle.is_null() {
         return NCCL_SUCCESS;
     }
-    // NCCL starts the ancestors of every wanted event whether or not the mask names them
-    // (GroupApi, CollApi, KernelLaunch under the default mask): answer those before anything
-    // else. An integer compare and a relaxed load cannot panic, so no guard is needed.
-    if wanted_type(ty).is_none() {
-        // SAFETY: NCCL's out-pointer (checked non-null above).
-        unsafe { *ehandle = std::ptr::null_mut() };
-        return NCCL_SUCCESS;
-    }
-    // A kernel channel whose operation is in flight (channels summarized, the default) only
-    // joins that operation's entry: read its parent and GPU start, and nothing else. Reading
-    // NCCL's descriptor, integer decoding and relaxed atomics cannot panic: no guard needed.
-    if ty == u64::from(event::KERNEL_CH) && summarizing_channels() {
-        if let Some(h) =
-            kernel_ch().and_then(|(parent, gpu_start)| join_parent_channels(parent, gpu_start))
-        {
+    // SAFETY: forwarded contract (`ty` is `descr`'s type).
+    match unsafe { hot_start(ty, descr) } {
+        HotStart::Answered(h) => {
             // SAFETY: NCCL's out-pointer (checked non-null above).
             unsafe { *ehandle = h as *mut c_void };
-            return NCCL_SUCCESS;
+            NCCL_SUCCESS
         }
+        // SAFETY: forwarded contract.
+        HotStart::Op => unsafe { op_start_event(ctx, ehandle, ty, descr, build) },
+        // SAFETY: forwarded contract.
+        HotStart::Declined => unsafe { start_event_recorded(ctx, ehandle, build) },
     }
-    start_event_recorded(ctx, ehandle, build)
 }
 
-/// The part of `start_event` that writes a record, out of line so the early answers above stay
-/// a few instructions (no register saves for the record path).
+/// What the hot path made of a start: a handle for NCCL (0 for an event the mask does not
+/// want), a Coll/P2p for [`op_start_event`], or nothing, for the general path to handle.
+enum HotStart {
+    Answered(u64),
+    Op,
+    Declined,
+}
+
+/// The early answers, which most of an all-reduce's starts get: inlined into the exported
+/// function, and small, so that they run before any register is saved for the record paths.
+///
+/// # Safety
+/// `descr` is NULL or NCCL's descriptor for this call, whose type is `ty`.
+#[inline(always)]
+#[cfg_attr(not(debug_assertions), no_panic::no_panic)]
+unsafe fn hot_start<D: HotDescr>(ty: u64, descr: D) -> HotStart {
+    // NCCL starts the ancestors of every wanted event whether or not the mask names them
+    // (GroupApi, CollApi, KernelLaunch under the default mask).
+    if wanted_type(ty).is_none() {
+        return HotStart::Answered(0);
+    }
+    match ty as u32 {
+        // SAFETY: forwarded contract; the reader reads the KernelCh member.
+        event::KERNEL_CH => unsafe { descr.kernel_ch() }
+            .and_then(|(parent, gpu_start)| hot::channel_join(parent, gpu_start))
+            .map_or(HotStart::Declined, HotStart::Answered),
+        event::COLL | event::P2P => HotStart::Op,
+        _ => HotStart::Declined,
+    }
+}
+
+/// A Coll/P2p start: the hot path's record when it can, else the general path's.
+///
+/// # Safety
+/// As [`start_event`].
+#[inline(never)]
+unsafe fn op_start_event<D: HotDescr>(
+    ctx: *mut c_void,
+    ehandle: *mut *mut c_void,
+    ty: u64,
+    descr: D,
+    build: impl FnOnce(&mut Start) -> bool,
+) -> c_int {
+    // SAFETY: forwarded contract; the reader reads the member `ty` selects.
+    match unsafe { descr.op(ty) }.and_then(|op| hot::op_start(ctx, &op)) {
+        Some(h) => {
+            // SAFETY: NCCL's out-pointer (checked non-null by the caller).
+            unsafe { *ehandle = h as *mut c_void };
+            NCCL_SUCCESS
+        }
+        // SAFETY: forwarded contract.
+        None => unsafe { start_event_recorded(ctx, ehandle, build) },
+    }
+}
+
+/// The general path of `start_event`, out of line so the hot answers above stay a few
+/// instructions (no register saves for the record path).
 #[inline(never)]
 unsafe fn start_event_recorded(
     ctx: *mut c_void,
@@ -379,11 +426,6 @@ unsafe fn start_event_recorded(
     NCCL_SUCCESS
 }
 
-/// The KernelCh reader of ABI versions whose KernelCh carries no GPU time (v1-v3): no fast path.
-pub fn no_kernel_ch_timer<D>(_: *mut D) -> Option<(*mut c_void, u64)> {
-    None
-}
-
 /// Whether kernel channels are folded into one GPU-done record per operation (the default)
 /// rather than recorded one by one (`NCCLSHIM_PROFILE=...,channels`).
 #[inline]
@@ -391,76 +433,14 @@ fn summarizing_channels() -> bool {
     !wants(mask::CHANNEL_RECORDS)
 }
 
-/// A kernel channel of an operation that has an in-flight entry, when channels are summarized:
-/// its GPU start joins the entry and no record is written (no clock read: the GPU time is the
-/// channel's own). The handle names the *parent's* record and entry, so the channel's stop can
-/// complete the operation. `None` when there is no entry to join (v3 has no GPU times; an
-/// entry reused by a newer operation): the channel then gets a record of its own.
-#[inline]
-fn join_parent_channels(parent: *mut c_void, gpu_start: u64) -> Option<u64> {
-    let parent = Handle::decode(parent as u64)?;
-    let i = parent.inflight?;
-    agg::owned_by(i, parent.record_ref())?.channel_start(gpu_start);
-    Some(
-        Handle {
-            slot: parent.slot,
-            inflight: Some(i),
-            type_index: ty::KERNEL_CH,
-            foreign: false,
-        }
-        .encode(),
-    )
-}
-
-/// A handle made by [`join_parent_channels`]: a KernelCh that names its parent's record.
-#[inline]
-fn is_joined_channel(h: &Handle) -> bool {
-    h.type_index == ty::KERNEL_CH && h.inflight.is_some() && summarizing_channels()
-}
-
-/// A Coll/P2p whose record ends at its GPU-done record (`slot_flags::ENDS_AT_GPU_DONE`): every
-/// operation with an in-flight entry, when channels are summarized.
-#[inline]
-fn ends_at_gpu_done(h: &Handle) -> bool {
-    matches!(h.type_index, ty::COLL | ty::P2P) && h.inflight.is_some() && summarizing_channels()
-}
-
-/// One operation in this many reads the clock for its GPU-done record (see
-/// `slot_flags::TIME_OF_NAMED`); the others carry their operation's start time.
-const GPU_DONE_CLOCK_EVERY: u16 = 64;
-
-/// The last kernel channel of a summarized operation stopped: one `prof_state` GPU-done record
-/// (on the calling thread's ring, naming the operation's start record) and the timed aggregates.
-///
-/// Most GPU-done records read no clock: a clock read costs as much as the rest of an
-/// all-reduce's callbacks together on some machines, and the operation's GPU span is in its
-/// args already. The sampled ones are real (time, GPU stop) pairs a reader can align the
-/// GPU clock with.
-fn gpu_done(op_ref: u64, inflight: u16, done: agg::GpuDone) {
-    if let Some(call) = prof_call(done.op_type) {
-        let mut e = Entry::new(RecordKind::ProfState, call);
-        e.args[..5].copy_from_slice(&[
-            op_ref,
-            PROF_STATE_GPU_DONE,
-            done.gpu_start,
-            done.gpu_stop,
-            u64::from(done.channels),
-        ]);
-        if inflight.is_multiple_of(GPU_DONE_CLOCK_EVERY) || done.t_start == 0 {
-            PROF.with_ring(|_, w| w.instant(&e));
-        } else {
-            e.flags = slot_flags::TIME_OF_NAMED;
-            PROF.with_ring(|_, w| w.instant_at(&e, done.t_start));
-        }
-    }
-    add_timed(done);
-}
-
-/// The operation's GPU span joins its communicator's timed aggregates.
-fn add_timed(done: agg::GpuDone) {
-    if let Some(t) = ctx::by_index(done.ctx_index).and_then(CommCtx::agg) {
-        t.add_timed(done.cell, done.bytes, done.gpu_ns());
-    }
+/// The GPU-done record of an operation whose hot path found no ring on this thread (its first
+/// record): claims the ring under the guard, then writes the same record.
+#[cold]
+fn gpu_done_claiming_ring(op_ref: u64, inflight: u16, done: agg::GpuDone) {
+    guard(|| {
+        PROF.with_ring(|_, _| ());
+        hot::gpu_done(op_ref, inflight, &done);
+    });
 }
 
 #[inline]
@@ -545,16 +525,16 @@ fn start(ctx_ptr: *mut c_void, ev: &Start) -> Option<u64> {
 /// # Safety
 /// None: the handle is decoded as an integer, never dereferenced.
 pub unsafe extern "C" fn stop_event(ehandle: *mut c_void) -> c_int {
-    // Integer decoding and a relaxed load cannot panic: no guard needed before the record path.
-    let Some(h) = Handle::decode(ehandle as u64) else {
-        return NCCL_SUCCESS;
-    };
     // Summarized channels: a channel's stop says nothing its state 22 did not, and an
     // operation's record stays open until its GPU-done record (`ENDS_AT_GPU_DONE`).
-    if is_joined_channel(&h) || ends_at_gpu_done(&h) {
+    let raw = ehandle as u64;
+    if hot::ends_without_stop(raw) {
         return NCCL_SUCCESS;
     }
-    stop_recorded(h)
+    match Handle::decode(raw) {
+        Some(h) => stop_recorded(h),
+        None => NCCL_SUCCESS,
+    }
 }
 
 #[inline(never)]
@@ -597,23 +577,18 @@ fn unknown_name_blob(rec: &Recorder, field: &str, text: &[u8]) -> u64 {
 /// `recordEventState` for every version, once the ABI module has read the args.
 #[inline]
 pub fn record_state(ehandle: *mut c_void, state: u32, value: impl FnOnce() -> (u64, u64)) -> c_int {
-    // Integer decoding, reading NCCL's state args and relaxed atomics cannot panic: a summarized
-    // channel's stop is handled before the guard, which only the GPU-done record needs.
-    let Some(h) = Handle::decode(ehandle as u64) else {
-        return NCCL_SUCCESS;
-    };
-    if is_joined_channel(&h) {
-        if let (abi::state::KERNEL_CH_STOP, Some(i)) = (state, h.inflight) {
-            let (gpu_stop, _) = value();
-            if let Some(done) =
-                agg::owned_by(i, h.record_ref()).and_then(|x| x.channel_stop(gpu_stop))
-            {
-                guard(|| gpu_done(h.record_ref(), i, done));
-            }
+    let raw = ehandle as u64;
+    // A summarized channel: only its GPU stop matters, and it writes at most the GPU-done record.
+    if hot::is_joined_channel(raw) {
+        if let Some((op_ref, i, done)) = hot::channel_state(raw, state, || value().0) {
+            gpu_done_claiming_ring(op_ref, i, done);
         }
         return NCCL_SUCCESS;
     }
-    record_state_recorded(h, state, value)
+    match Handle::decode(raw) {
+        Some(h) => record_state_recorded(h, state, value),
+        None => NCCL_SUCCESS,
+    }
 }
 
 #[inline(never)]
@@ -641,7 +616,7 @@ fn record_state_recorded(h: Handle, state: u32, value: impl FnOnce() -> (u64, u6
                 .and_then(agg::entry)
                 .and_then(|x| x.channel_stop(v))
             {
-                add_timed(done);
+                hot::add_timed(&done);
             }
         }
     });
@@ -723,12 +698,9 @@ fn prof_call(type_index: u8) -> Option<CallId> {
 }
 
 /// The bit index of a descriptor's `type`, when it is exactly one known bit the mask wants.
-#[inline]
+#[inline(always)]
 pub fn wanted_type(ty: u64) -> Option<u8> {
-    if ty == 0 || ty & (ty - 1) != 0 || ty > 1 << 15 {
-        return None;
-    }
-    wants(ty as u32).then_some(ty.trailing_zeros() as u8)
+    (ty <= 0xffff && wants(ty as u32) && ty.is_power_of_two()).then_some(ty.trailing_zeros() as u8)
 }
 
 #[cfg(test)]

@@ -83,6 +83,15 @@ impl CommCtx {
         unsafe { self.agg.load(Ordering::Acquire).as_ref() }
     }
 
+    /// The commId, once known (v4+ init passes it; v1-v3 learn it from the first Coll/P2p).
+    #[inline]
+    pub fn known_comm_id(&self) -> Option<u64> {
+        match self.comm_id.load(Ordering::Relaxed) {
+            0 => None,
+            id => Some(id),
+        }
+    }
+
     /// v1-v3: the first Coll/P2p that names the communicator fills in what init could not.
     /// Returns true for the one caller that made the change.
     #[inline]

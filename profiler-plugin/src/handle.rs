@@ -11,8 +11,9 @@
 //! bit  63      FOREIGN: the event belongs to another process's communicator (PXN)
 //! ```
 //!
-//! The low 48 bits equal `SlotRef::encode()` of the start record with its seq taken modulo
-//! 2^40 (over a trillion records per thread), which is what stop/state records store.
+//! Records name an event by `SlotRef::encode()` of its start record with the seq taken modulo
+//! 2^40 (over a trillion records per thread): [`Handle::record_ref`]. The [`raw`] functions
+//! answer the hot path's questions from the integer itself, without decoding it.
 
 use ncclshim_dump::SlotRef;
 
@@ -77,6 +78,46 @@ impl Handle {
     }
 }
 
+/// Questions about a handle answered from its bits, for the hot path.
+pub mod raw {
+    use super::*;
+
+    /// One of our handles (NULL and foreign garbage have no ring field).
+    #[inline(always)]
+    pub fn is_handle(v: u64) -> bool {
+        (v >> RING_SHIFT) & 0xff != 0
+    }
+
+    /// Its in-flight entry, if it has one.
+    #[inline(always)]
+    pub fn inflight(v: u64) -> Option<u16> {
+        let field = (v >> INFLIGHT_SHIFT) & INFLIGHT_MASK;
+        (field != 0).then(|| (field - 1) as u16)
+    }
+
+    #[inline(always)]
+    pub fn type_index(v: u64) -> u8 {
+        ((v >> TYPE_SHIFT) & 0xf) as u8
+    }
+
+    #[inline(always)]
+    pub fn is_foreign(v: u64) -> bool {
+        v & FOREIGN_BIT != 0
+    }
+
+    /// [`Handle::record_ref`] of a handle (`is_handle` must hold).
+    #[inline(always)]
+    pub fn record_ref(v: u64) -> u64 {
+        ((v >> RING_SHIFT) & 0xff) << SlotRef::SEQ_BITS | (v & SEQ_MASK)
+    }
+
+    /// The same handle with another event type (a kernel channel named after its parent).
+    #[inline(always)]
+    pub fn with_type(v: u64, type_index: u8) -> u64 {
+        (v & !(0xf << TYPE_SHIFT)) | u64::from(type_index & 0xf) << TYPE_SHIFT
+    }
+}
+
 /// The record reference of a raw parent handle (0 for NULL).
 pub fn parent_ref(raw: u64) -> u64 {
     Handle::decode(raw).map_or(0, Handle::record_ref)
@@ -112,6 +153,31 @@ mod tests {
         }
         assert_eq!(Handle::decode(0), None);
         assert_eq!(parent_ref(0), 0);
+    }
+
+    #[test]
+    fn raw_answers_match_the_decoded_handle() {
+        for (ring, seq, inflight, ty, foreign) in [
+            (0u32, 1u64, None, 1u8, false),
+            (15, (1 << 40) - 1, Some(1023u16), 6, true),
+            (253, 77, Some(0), 2, false),
+        ] {
+            let h = Handle {
+                slot: SlotRef { ring, seq },
+                inflight,
+                type_index: ty,
+                foreign,
+            };
+            let v = h.encode();
+            assert!(raw::is_handle(v));
+            assert_eq!(raw::inflight(v), inflight);
+            assert_eq!(raw::type_index(v), ty);
+            assert_eq!(raw::is_foreign(v), foreign);
+            assert_eq!(raw::record_ref(v), h.record_ref());
+            let k = Handle::decode(raw::with_type(v, 6)).unwrap();
+            assert_eq!((k.type_index, k.slot, k.inflight), (6, h.slot, inflight));
+        }
+        assert!(!raw::is_handle(0));
     }
 
     #[test]

@@ -15,6 +15,8 @@ pub mod agg;
 pub mod core;
 pub mod ctx;
 pub mod handle;
+#[macro_use]
+pub mod hot;
 pub mod mask;
 pub mod names;
 #[cfg(feature = "reader")]

@@ -5,6 +5,7 @@
 use crate::abi::{self, event};
 use crate::core::{Op, Start};
 use crate::names::{self, Lookup};
+use ncclshim_dump::layout::SLOT_ARGS;
 use ncclshim_dump::profnames::{payload_bytes, NameTable};
 use std::ffi::c_char;
 
@@ -87,13 +88,7 @@ pub unsafe fn coll(s: &mut Start, c: &Coll) {
             c.proto.code(NameTable::Proto, "proto", s),
         )
     };
-    s.args[2] = c.seq;
-    s.args[3] = u64::from(func);
-    s.args[4] = c.count;
-    s.args[5] = u64::from(dt);
-    s.args[6] = c.root as u32 as u64;
-    s.args[7] = u64::from(algo) | u64::from(proto) << 8;
-    s.args[8] = u64::from(c.channels) | u64::from(c.warps) << 8 | u64::from(c.flags) << 16;
+    s.args = coll_args(c, [func, dt, algo, proto]);
     s.comm_hint = c.comm_hash;
     s.op = Some(Op {
         func,
@@ -125,12 +120,7 @@ pub unsafe fn p2p(s: &mut Start, p: P2p) {
             p.datatype.code(NameTable::Datatype, "datatype", s),
         )
     };
-    s.args[2] = u64::from(func);
-    s.args[3] = p.count;
-    s.args[4] = u64::from(dt);
-    s.args[5] = p.peer as u32 as u64;
-    s.args[6] = u64::from(p.channels);
-    s.args[7] = p.buff;
+    s.args = p2p_args(&p, [func, dt]);
     s.comm_hint = p.comm_hash;
     s.op = Some(Op {
         func,
@@ -138,6 +128,40 @@ pub unsafe fn p2p(s: &mut Start, p: P2p) {
         channels: p.channels,
         timed: p.timed,
     });
+}
+
+/// A Coll start record's arguments (`schema.rs` order; 0 and 1, handle and parent, are the
+/// writer's), given the codes of `[func, datatype, algo, proto]`. Shared with the hot path, so
+/// both write the same record.
+#[inline(always)]
+pub fn coll_args(c: &Coll, [func, dt, algo, proto]: [u8; 4]) -> [u64; SLOT_ARGS] {
+    [
+        0,
+        0,
+        c.seq,
+        u64::from(func),
+        c.count,
+        u64::from(dt),
+        c.root as u32 as u64,
+        u64::from(algo) | u64::from(proto) << 8,
+        u64::from(c.channels) | u64::from(c.warps) << 8 | u64::from(c.flags) << 16,
+    ]
+}
+
+/// A P2p start record's arguments, given the codes of `[func, datatype]` (see [`coll_args`]).
+#[inline(always)]
+pub fn p2p_args(p: &P2p, [func, dt]: [u8; 2]) -> [u64; SLOT_ARGS] {
+    [
+        0,
+        0,
+        u64::from(func),
+        p.count,
+        u64::from(dt),
+        p.peer as u32 as u64,
+        u64::from(p.channels),
+        p.buff,
+        0,
+    ]
 }
 
 pub fn proxy_op(s: &mut Start, p: &abi::ProxyOp, our_pid: u32) {

@@ -97,13 +97,14 @@ unsafe extern "C" fn init(ctx: *mut *mut c_void, mask: *mut c_int) -> c_int {
     unsafe { core::init(2, ctx, mask, InitFacts::NONE) }
 }
 
+no_hot_path!(Descr);
+
 profiler_entry_points!(
     ncclProfiler_v2,
     "2",
     InitV1,
     StateArgsV1,
     core::record_state_v1,
-    core::no_kernel_ch_timer,
     |d, s| translate(d, s)
 );
 

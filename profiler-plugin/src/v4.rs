@@ -4,6 +4,7 @@
 
 use crate::abi::*;
 use crate::core::{self, InitFacts, Start};
+use crate::hot::{self, HotDescr, OpStart};
 use crate::translate::{self as t, ty, Coll, Name, P2p};
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::addr_of;
@@ -72,42 +73,8 @@ pub unsafe fn translate(d: *const Descr, s: &mut Start) -> bool {
         );
         match ty {
             ty::GROUP | ty::PROXY_CTRL => {}
-            ty::COLL => {
-                let c = addr_of!((*d).u.coll).read();
-                t::coll(
-                    s,
-                    &Coll {
-                        seq: c.seq_number,
-                        func: Name::Str(c.func),
-                        count: c.count as u64,
-                        root: c.root,
-                        datatype: Name::Str(c.datatype),
-                        channels: c.n_channels,
-                        warps: c.n_warps,
-                        algo: Name::Str(c.algo),
-                        proto: Name::Str(c.proto),
-                        flags: 0,
-                        comm_hash: 0,
-                        timed: true,
-                    },
-                )
-            }
-            ty::P2P => {
-                let p = addr_of!((*d).u.p2p).read();
-                t::p2p(
-                    s,
-                    P2p {
-                        func: Name::Str(p.func),
-                        buff: p.buff as u64,
-                        datatype: Name::Str(p.datatype),
-                        count: p.count as u64,
-                        peer: p.peer,
-                        channels: p.n_channels,
-                        comm_hash: 0,
-                        timed: true,
-                    },
-                )
-            }
+            ty::COLL => t::coll(s, &coll_fields(&addr_of!((*d).u.coll).read())),
+            ty::P2P => t::p2p(s, p2p_fields(&addr_of!((*d).u.p2p).read())),
             ty::PROXY_OP => t::proxy_op(s, &addr_of!((*d).u.proxy_op).read(), core::our_pid()),
             ty::PROXY_STEP => t::proxy_step(s, &addr_of!((*d).u.proxy_step).read()),
             ty::KERNEL_CH => {
@@ -118,6 +85,60 @@ pub unsafe fn translate(d: *const Descr, s: &mut Start) -> bool {
             _ => return false,
         }
         true
+    }
+}
+
+fn coll_fields(c: &CollV4) -> Coll {
+    Coll {
+        seq: c.seq_number,
+        func: Name::Str(c.func),
+        count: c.count as u64,
+        root: c.root,
+        datatype: Name::Str(c.datatype),
+        channels: c.n_channels,
+        warps: c.n_warps,
+        algo: Name::Str(c.algo),
+        proto: Name::Str(c.proto),
+        flags: 0,
+        comm_hash: 0,
+        timed: true,
+    }
+}
+
+fn p2p_fields(p: &P2pV4) -> P2p {
+    P2p {
+        func: Name::Str(p.func),
+        buff: p.buff as u64,
+        datatype: Name::Str(p.datatype),
+        count: p.count as u64,
+        peer: p.peer,
+        channels: p.n_channels,
+        comm_hash: 0,
+        timed: true,
+    }
+}
+
+impl HotDescr for *mut Descr {
+    #[inline(always)]
+    unsafe fn kernel_ch(self) -> Option<(*mut c_void, u64)> {
+        // SAFETY: forwarded contract; v4's KernelCh sits where v5's does.
+        unsafe { crate::v5::kernel_ch_parent_and_timer(self) }
+    }
+
+    #[inline(always)]
+    unsafe fn op(self, ty: u64) -> Option<OpStart> {
+        if self.is_null() {
+            return None;
+        }
+        // SAFETY: the header and the member `ty` selects (contract).
+        unsafe {
+            let parent = addr_of!((*self).parent_obj).read();
+            match ty as u32 {
+                event::COLL => hot::coll(parent, &coll_fields(&addr_of!((*self).u.coll).read())),
+                event::P2P => hot::p2p(parent, &p2p_fields(&addr_of!((*self).u.p2p).read())),
+                _ => None,
+            }
+        }
     }
 }
 
@@ -149,7 +170,6 @@ profiler_entry_points!(
     InitV4,
     StateArgsV4,
     core::record_state_v4,
-    crate::v5::kernel_ch_timer,
     |d, s| translate(d, s)
 );
 

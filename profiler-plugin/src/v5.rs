@@ -3,6 +3,7 @@
 
 use crate::abi::*;
 use crate::core::{self, InitFacts, Start};
+use crate::hot::{self, HotDescr, OpStart};
 use crate::translate::{self as t, ty, Coll, Name, P2p};
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::addr_of;
@@ -83,22 +84,10 @@ pub unsafe fn translate(d: *const Descr, version: u32, s: &mut Start) -> bool {
                 let c = addr_of!((*d).u.coll).read();
                 t::coll(s, &coll_fields(&c, 0, t::timed(version)))
             }
-            ty::P2P => {
-                let p = addr_of!((*d).u.p2p).read();
-                t::p2p(
-                    s,
-                    P2p {
-                        func: Name::Str(p.func),
-                        buff: p.buff as u64,
-                        datatype: Name::Str(p.datatype),
-                        count: p.count as u64,
-                        peer: p.peer,
-                        channels: p.n_channels,
-                        comm_hash: 0,
-                        timed: t::timed(version),
-                    },
-                )
-            }
+            ty::P2P => t::p2p(
+                s,
+                p2p_fields(&addr_of!((*d).u.p2p).read(), t::timed(version)),
+            ),
             ty::PROXY_OP => t::proxy_op(s, &addr_of!((*d).u.proxy_op).read(), core::our_pid()),
             ty::PROXY_STEP => t::proxy_step(s, &addr_of!((*d).u.proxy_step).read()),
             ty::KERNEL_CH => {
@@ -129,6 +118,19 @@ pub(crate) fn coll_fields(c: &CollV5, flags: u8, timed: bool) -> Coll {
     }
 }
 
+pub(crate) fn p2p_fields(p: &P2pV5, timed: bool) -> P2p {
+    P2p {
+        func: Name::Str(p.func),
+        buff: p.buff as u64,
+        datatype: Name::Str(p.datatype),
+        count: p.count as u64,
+        peer: p.peer,
+        channels: p.n_channels,
+        comm_hash: 0,
+        timed,
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe extern "C" fn init(
     ctx: *mut *mut c_void,
@@ -151,14 +153,15 @@ pub(crate) unsafe extern "C" fn init(
     unsafe { core::init(5, ctx, mask, facts) }
 }
 
-/// A KernelCh descriptor's parent and GPU start time, for `core::start_event`'s fast path. Serves
-/// v4 to v7: their descriptors keep `parentObj` at 8 and the union at 24 (pinned by each
-/// version's layout test), and their KernelCh member is `abi::KernelCh`; the type field, whose
-/// width differs (v4: `u8`), is not read.
+/// A KernelCh descriptor's parent and GPU start time, for the hot path. Serves v4 to v7: their
+/// descriptors keep `parentObj` at 8 and the union at 24 (pinned by each version's layout
+/// test), and their KernelCh member is `abi::KernelCh`; the type field, whose width differs
+/// (v4: `u8`), is not read.
 ///
 /// # Safety
 /// `d` is NULL or NCCL's descriptor, of one of those versions, whose `type_` says KernelCh.
-pub(crate) unsafe fn kernel_ch_timer<D>(d: *mut D) -> Option<(*mut c_void, u64)> {
+#[inline(always)]
+pub(crate) unsafe fn kernel_ch_parent_and_timer<D>(d: *mut D) -> Option<(*mut c_void, u64)> {
     let d = d.cast::<Descr>();
     // SAFETY: the header and the KernelCh member, at the offsets above, of the descriptor NCCL
     // passed (contract).
@@ -170,13 +173,46 @@ pub(crate) unsafe fn kernel_ch_timer<D>(d: *mut D) -> Option<(*mut c_void, u64)>
     })
 }
 
+/// The hot path's Coll/P2p reader for the v5 members, which v6 keeps byte for byte.
+///
+/// # Safety
+/// `d` is NULL or NCCL's v5 or v6 descriptor whose type is `ty`.
+#[inline(always)]
+pub(crate) unsafe fn hot_op(d: *mut Descr, ty: u64) -> Option<OpStart> {
+    if d.is_null() {
+        return None;
+    }
+    // SAFETY: the header and the member `ty` selects (contract).
+    unsafe {
+        let parent = addr_of!((*d).parent_obj).read();
+        match ty as u32 {
+            event::COLL => hot::coll(parent, &coll_fields(&addr_of!((*d).u.coll).read(), 0, true)),
+            event::P2P => hot::p2p(parent, &p2p_fields(&addr_of!((*d).u.p2p).read(), true)),
+            _ => None,
+        }
+    }
+}
+
+impl HotDescr for *mut Descr {
+    #[inline(always)]
+    unsafe fn kernel_ch(self) -> Option<(*mut c_void, u64)> {
+        // SAFETY: forwarded contract.
+        unsafe { kernel_ch_parent_and_timer(self) }
+    }
+
+    #[inline(always)]
+    unsafe fn op(self, ty: u64) -> Option<OpStart> {
+        // SAFETY: forwarded contract.
+        unsafe { hot_op(self, ty) }
+    }
+}
+
 profiler_entry_points!(
     ncclProfiler_v5,
     "5",
     InitV5,
     StateArgsV4,
     core::record_state_v4,
-    kernel_ch_timer,
     |d, s| translate(d, 5, s)
 );
 

@@ -3,6 +3,7 @@
 
 use crate::abi::*;
 use crate::core::{self, InitFacts, Start};
+use crate::hot::{HotDescr, OpStart};
 use crate::translate::{self as t, ty};
 use crate::v5;
 use std::ffi::{c_char, c_int, c_void};
@@ -53,6 +54,20 @@ pub unsafe fn translate(d: *const Descr, version: u32, s: &mut Start) -> bool {
     }
 }
 
+impl HotDescr for *mut Descr {
+    #[inline(always)]
+    unsafe fn kernel_ch(self) -> Option<(*mut c_void, u64)> {
+        // SAFETY: forwarded contract; v6 keeps v5's KernelCh.
+        unsafe { v5::kernel_ch_parent_and_timer(self) }
+    }
+
+    #[inline(always)]
+    unsafe fn op(self, ty: u64) -> Option<OpStart> {
+        // SAFETY: forwarded contract; v6 keeps v5's Coll and P2p byte for byte.
+        unsafe { v5::hot_op(self.cast(), ty) }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn init(
     ctx: *mut *mut c_void,
@@ -81,7 +96,6 @@ profiler_entry_points!(
     InitV5,
     StateArgsV4,
     core::record_state_v4,
-    v5::kernel_ch_timer,
     |d, s| translate(d, 6, s)
 );
 

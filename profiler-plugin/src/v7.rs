@@ -4,7 +4,8 @@
 
 use crate::abi::*;
 use crate::core::{self, InitFacts, Start};
-use crate::translate::{self as t, ty, Name, P2p};
+use crate::hot::{self, HotDescr, OpStart};
+use crate::translate::{self as t, ty, Coll};
 use crate::{v5, v6};
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::addr_of;
@@ -127,26 +128,8 @@ pub unsafe fn translate(d: *const Descr, s: &mut Start) -> bool {
                     a.user_tag,
                 )
             }
-            ty::COLL => {
-                let c = addr_of!((*d).u.coll).read();
-                t::coll(s, &v5::coll_fields(&c.base, u8::from(c.is_sym_coll), true))
-            }
-            ty::P2P => {
-                let p = addr_of!((*d).u.p2p).read().base;
-                t::p2p(
-                    s,
-                    P2p {
-                        func: Name::Str(p.func),
-                        buff: p.buff as u64,
-                        datatype: Name::Str(p.datatype),
-                        count: p.count as u64,
-                        peer: p.peer,
-                        channels: p.n_channels,
-                        comm_hash: 0,
-                        timed: true,
-                    },
-                )
-            }
+            ty::COLL => t::coll(s, &coll_fields(&addr_of!((*d).u.coll).read())),
+            ty::P2P => t::p2p(s, v5::p2p_fields(&addr_of!((*d).u.p2p).read().base, true)),
             ty::CE_COLL => t::ce_coll(s, &addr_of!((*d).u.ce_coll).read().base),
             _ => {
                 let k = addr_of!((*d).u.kernel_phase).read();
@@ -156,6 +139,37 @@ pub unsafe fn translate(d: *const Descr, s: &mut Start) -> bool {
             }
         }
         true
+    }
+}
+
+fn coll_fields(c: &CollV7) -> Coll {
+    v5::coll_fields(&c.base, u8::from(c.is_sym_coll), true)
+}
+
+impl HotDescr for *mut Descr {
+    #[inline(always)]
+    unsafe fn kernel_ch(self) -> Option<(*mut c_void, u64)> {
+        // SAFETY: forwarded contract; v7 keeps v5's KernelCh.
+        unsafe { v5::kernel_ch_parent_and_timer(self) }
+    }
+
+    #[inline(always)]
+    unsafe fn op(self, ty: u64) -> Option<OpStart> {
+        if self.is_null() {
+            return None;
+        }
+        // SAFETY: the header and the member `ty` selects, inside the 136-byte descriptor.
+        unsafe {
+            let parent = addr_of!((*self).parent_obj).read();
+            match ty as u32 {
+                event::COLL => hot::coll(parent, &coll_fields(&addr_of!((*self).u.coll).read())),
+                event::P2P => hot::p2p(
+                    parent,
+                    &v5::p2p_fields(&addr_of!((*self).u.p2p).read().base, true),
+                ),
+                _ => None,
+            }
+        }
     }
 }
 
@@ -187,7 +201,6 @@ profiler_entry_points!(
     InitV5,
     StateArgsV4,
     core::record_state_v4,
-    v5::kernel_ch_timer,
     |d, s| translate(d, s)
 );
 
