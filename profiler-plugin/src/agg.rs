@@ -221,7 +221,10 @@ fn map_payload(rec: &Recorder, payload_offset: u64) -> Option<&'static AggTable>
 
 // ---- in-flight operations: per-collective GPU time across channels ----
 
-/// One Coll/P2p between its start and the stop of its last KernelCh.
+/// One Coll/P2p between its start and the stop of its last KernelCh. One cache line each: an
+/// entry never shares a line with its neighbour (written by another thread's operation), and
+/// its address is a shift of its index.
+#[repr(C, align(64))]
 pub struct Inflight {
     /// Record reference (`Handle::record_ref`) of the owning Coll/P2p start; 0 = free.
     pub tag: AtomicU64,

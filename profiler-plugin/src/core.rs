@@ -399,8 +399,11 @@ unsafe fn op_start_event<D: HotDescr>(
             unsafe { *ehandle = h as *mut c_void };
             NCCL_SUCCESS
         }
-        // SAFETY: forwarded contract.
-        None => unsafe { start_event_recorded(ctx, ehandle, build) },
+        None => {
+            hot::note_general_path();
+            // SAFETY: forwarded contract.
+            unsafe { start_event_recorded(ctx, ehandle, build) }
+        }
     }
 }
 
@@ -437,6 +440,7 @@ fn summarizing_channels() -> bool {
 /// record): claims the ring under the guard, then writes the same record.
 #[cold]
 fn gpu_done_claiming_ring(op_ref: u64, inflight: u16, done: agg::GpuDone) {
+    hot::note_general_path();
     guard(|| {
         PROF.with_ring(|_, _| ());
         hot::gpu_done(op_ref, inflight, &done);

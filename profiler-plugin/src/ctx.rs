@@ -16,6 +16,8 @@ pub const FREE: u32 = 0;
 pub const LIVE: u32 = 1;
 pub const FINALIZED: u32 = 2;
 
+/// One cache line each, so `lookup`'s range check divides by a power of two.
+#[repr(C, align(64))]
 pub struct CommCtx {
     pub state: AtomicU32,
     pub abi: AtomicU32,

@@ -30,6 +30,7 @@ use ncclshim_dump::{CallId, Entry, RecordKind};
 #[cfg(not(debug_assertions))]
 use no_panic::no_panic;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How the hot path reads one ABI version's descriptor; implemented on each version's
 /// descriptor pointer.
@@ -63,6 +64,20 @@ macro_rules! no_hot_path {
             }
         }
     };
+}
+
+/// Coll/P2p starts and GPU-done records the hot path handed to the general path (counted on
+/// those cold paths only), so tests can tell which path wrote a record.
+static GENERAL_PATH: AtomicU64 = AtomicU64::new(0);
+
+#[cold]
+pub fn note_general_path() {
+    GENERAL_PATH.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How many Coll/P2p starts and GPU-done records took the general path so far.
+pub fn general_path_count() -> u64 {
+    GENERAL_PATH.load(Ordering::Relaxed)
 }
 
 /// A Coll or P2p start as the hot path writes it.
