@@ -375,7 +375,7 @@ unsafe fn hot_start<D: HotDescr>(ty: u64, descr: D) -> HotStart {
         event::KERNEL_CH => unsafe { descr.kernel_ch() }
             .and_then(|(parent, gpu_start)| hot::channel_join(parent, gpu_start))
             .map_or(HotStart::Declined, HotStart::Answered),
-        event::COLL | event::P2P => HotStart::Op,
+        event::COLL | event::P2P if hot::summarizing_timed_ops() => HotStart::Op,
         _ => HotStart::Declined,
     }
 }

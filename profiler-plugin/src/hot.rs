@@ -66,13 +66,18 @@ macro_rules! no_hot_path {
     };
 }
 
-/// Coll/P2p starts and GPU-done records the hot path handed to the general path (counted on
-/// those cold paths only), so tests can tell which path wrote a record.
+/// Coll/P2p starts and GPU-done records the hot path handed to the general path, so tests can
+/// tell which path wrote a record. A plain load and store, not a locked add: under a mask the
+/// hot path never serves, every Coll start comes here, and an exact count across threads is
+/// not worth a locked instruction on each.
 static GENERAL_PATH: AtomicU64 = AtomicU64::new(0);
 
 #[cold]
 pub fn note_general_path() {
-    GENERAL_PATH.fetch_add(1, Ordering::Relaxed);
+    GENERAL_PATH.store(
+        GENERAL_PATH.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
 }
 
 /// How many Coll/P2p starts and GPU-done records took the general path so far.
@@ -137,7 +142,7 @@ pub fn p2p(parent: *mut c_void, p: &P2p) -> Option<OpStart> {
 /// Whether operations get an in-flight entry and their channels are summarized: the process
 /// mask asks for KernelCh and not for per-channel records (the default). False before init.
 #[inline(always)]
-fn summarizing_timed_ops() -> bool {
+pub fn summarizing_timed_ops() -> bool {
     process_mask() & (event::KERNEL_CH | CHANNEL_RECORDS) == event::KERNEL_CH
 }
 
