@@ -337,16 +337,24 @@ pub unsafe fn start_event<D: HotDescr>(
     }
     // SAFETY: forwarded contract (`ty` is `descr`'s type).
     match unsafe { hot_start(ty, descr) } {
-        HotStart::Answered(h) => {
-            // SAFETY: NCCL's out-pointer (checked non-null above).
-            unsafe { *ehandle = h as *mut c_void };
-            NCCL_SUCCESS
-        }
+        // SAFETY: NCCL's out-pointer (checked non-null above).
+        HotStart::Answered(h) => unsafe { answer(ehandle, h) },
         // SAFETY: forwarded contract.
         HotStart::Op => unsafe { op_start_event(ctx, ehandle, ty, descr, build) },
         // SAFETY: forwarded contract.
         HotStart::Declined => unsafe { start_event_recorded(ctx, ehandle, build) },
     }
+}
+
+/// Hands NCCL the handle `h` (0: NULL, the event is not wanted).
+///
+/// # Safety
+/// `ehandle` is NCCL's non-null out-pointer.
+#[inline(always)]
+unsafe fn answer(ehandle: *mut *mut c_void, h: u64) -> c_int {
+    // SAFETY: per the contract.
+    unsafe { *ehandle = h as *mut c_void };
+    NCCL_SUCCESS
 }
 
 /// What the hot path made of a start: a handle for NCCL (0 for an event the mask does not
@@ -394,11 +402,8 @@ unsafe fn op_start_event<D: HotDescr>(
 ) -> c_int {
     // SAFETY: forwarded contract; the reader reads the member `ty` selects.
     match unsafe { descr.op(ty) }.and_then(|op| hot::op_start(ctx, &op)) {
-        Some(h) => {
-            // SAFETY: NCCL's out-pointer (checked non-null by the caller).
-            unsafe { *ehandle = h as *mut c_void };
-            NCCL_SUCCESS
-        }
+        // SAFETY: NCCL's out-pointer (checked non-null by the caller).
+        Some(h) => unsafe { answer(ehandle, h) },
         None => {
             hot::note_general_path();
             // SAFETY: forwarded contract.

@@ -5,52 +5,17 @@
 //! `ncclProfiler_v7` table, in a child process with its own dump directory and small rings.
 
 mod records;
+mod v7driver;
 
-use nccl_profiler_ncclshim::abi::{self, CollV5, KernelCh, StateArgsV4};
-use nccl_profiler_ncclshim::v7::{self, ncclProfiler_v7, KernelPhase};
+use nccl_profiler_ncclshim::abi::{self, CollV5, KernelCh};
+use nccl_profiler_ncclshim::v7::{self, KernelPhase};
 use ncclshim_dump::reader::{read_dump, Record};
 use ncclshim_dump::schema::slot_flags;
 use ncclshim_dump::{CallId, RecordKind};
 use records::Completion;
-use std::ffi::c_void;
-use std::mem::MaybeUninit;
+use v7driver::{init, start, state, stop, zeroed};
 
-const CHILD: &str = "NCCLSHIM_COMPLETION_CHILD";
 const RING_SLOTS: usize = 64;
-
-fn zeroed<T>() -> T {
-    // SAFETY: descriptor types are integers, raw pointers and bools: all-zero is valid.
-    unsafe { MaybeUninit::<T>::zeroed().assume_init() }
-}
-
-/// A handle as an integer, so it can cross to another thread as NCCL's handles do.
-#[derive(Clone, Copy)]
-struct H(usize);
-
-struct Plugin {
-    ctx: *mut c_void,
-}
-
-impl Plugin {
-    fn start(&self, d: &mut v7::Descr) -> H {
-        let mut h: *mut c_void = std::ptr::null_mut();
-        // SAFETY: a valid v7 descriptor and out-pointer, the plugin's exported entry point.
-        unsafe { (ncclProfiler_v7.start_event)(self.ctx, &mut h, d) };
-        assert!(!h.is_null());
-        H(h as usize)
-    }
-}
-
-fn stop(h: H) {
-    // SAFETY: a handle from start_event, stopped once.
-    unsafe { (ncclProfiler_v7.stop_event)(h.0 as *mut c_void) };
-}
-
-fn state(h: H, state: i32, p_timer: u64) {
-    let mut a = StateArgsV4 { p_timer };
-    // SAFETY: a live handle and valid state args.
-    unsafe { (ncclProfiler_v7.record_event_state)(h.0 as *mut c_void, state, &mut a) };
-}
 
 fn coll(seq: u64) -> v7::Descr {
     let mut d: v7::Descr = zeroed();
@@ -90,44 +55,28 @@ fn on_other_thread(f: impl FnOnce() + Send) {
 
 /// The child: every case, in an order that lets the ring wrap over case F's start only.
 fn child() {
-    let mut ctx: *mut c_void = std::ptr::null_mut();
-    let mut mask = 0i32;
-    // SAFETY: v7 init with valid out-pointers.
-    let rc = unsafe {
-        (ncclProfiler_v7.init)(
-            &mut ctx,
-            0xc0de_0000_0000_0007,
-            &mut mask,
-            c"completion".as_ptr(),
-            1,
-            2,
-            0,
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(rc, 0);
-    let p = Plugin { ctx };
+    let ctx = init(0xc0de_0000_0000_0007, c"completion", 2);
     // F: started, then more records than the ring holds, then stopped.
-    let f = p.start(&mut coll(99));
+    let f = start(ctx, &mut coll(99));
     for i in 0..RING_SLOTS as u64 {
-        let k = p.start(&mut kernel_ch(10, 5_000 + i));
-        state(k, abi::state::KERNEL_CH_STOP as i32, 6_000 + i);
+        let k = start(ctx, &mut kernel_ch(10, 5_000 + i));
+        state(k, abi::state::KERNEL_CH_STOP, 6_000 + i);
         stop(k);
     }
     stop(f);
     // A: started and stopped on this thread.
-    let a = p.start(&mut coll(1));
+    let a = start(ctx, &mut coll(1));
     stop(a);
     // B: stopped on another thread.
-    let b = p.start(&mut coll(2));
+    let b = start(ctx, &mut coll(2));
     on_other_thread(move || stop(b));
     // C: a kernel channel whose start, stop time and stop all come from this thread.
-    let c = p.start(&mut kernel_ch(3, 700));
-    state(c, abi::state::KERNEL_CH_STOP as i32, 777);
+    let c = start(ctx, &mut kernel_ch(3, 700));
+    state(c, abi::state::KERNEL_CH_STOP, 777);
     stop(c);
     // D: its GPU stop time reported on another thread, its stop on this one.
-    let dk = p.start(&mut kernel_ch(4, 800));
-    on_other_thread(move || state(dk, abi::state::KERNEL_CH_STOP as i32, 888));
+    let dk = start(ctx, &mut kernel_ch(4, 800));
+    on_other_thread(move || state(dk, abi::state::KERNEL_CH_STOP, 888));
     stop(dk);
     // E: a v7 kernel phase, all on this thread.
     let mut e: v7::Descr = zeroed();
@@ -138,8 +87,8 @@ fn child() {
         phase_name: c"compute".as_ptr(),
         p_timer: 900,
     };
-    let e = p.start(&mut e);
-    state(e, abi::state::KERNEL_PHASE_STOP as i32, 999);
+    let e = start(ctx, &mut e);
+    state(e, abi::state::KERNEL_PHASE_STOP, 999);
     stop(e);
 }
 
@@ -159,36 +108,18 @@ fn naming<'a>(records: &'a [Record], start: &Record) -> Vec<&'a Record> {
 
 #[test]
 fn stops_land_in_place_or_in_their_own_record() {
-    if std::env::var_os(CHILD).is_some() {
+    if v7driver::is_child() {
         child();
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let st = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "stops_land_in_place_or_in_their_own_record",
-            "--exact",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .env("NCCLSHIM_DIR", dir.path())
-        .env("NCCLSHIM_PROFILE", "all")
-        .env("NCCLSHIM_PROFILER_RING_SLOTS", RING_SLOTS.to_string())
-        .env_remove("NCCLSHIM_DISABLE")
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
+    let (_, dump) = v7driver::run_child(
+        "stops_land_in_place_or_in_their_own_record",
+        dir.path(),
+        Some("all"),
+        &[("NCCLSHIM_PROFILER_RING_SLOTS", RING_SLOTS.to_string())],
     );
-    let dumps: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(".prof.ncclshim"))
-        .collect();
-    assert_eq!(dumps.len(), 1);
-    let d = read_dump(&dumps[0]).unwrap();
+    let d = read_dump(&dump).unwrap();
     assert_eq!(d.summary.torn, 0);
     let recs = &d.records;
     let done = Completion::of(&d);

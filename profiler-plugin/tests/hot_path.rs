@@ -5,38 +5,16 @@
 //! through its exported `ncclProfiler_v7` table so that each kind of record is written once
 //! by each path, checks which path wrote it, and compares the records field by field.
 
-use nccl_profiler_ncclshim::abi::{self, CollV5, KernelCh, P2pV5, StateArgsV4};
+mod v7driver;
+
+use nccl_profiler_ncclshim::abi::{self, CollV5, KernelCh, P2pV5};
 use nccl_profiler_ncclshim::hot;
-use nccl_profiler_ncclshim::v7::{self, ncclProfiler_v7};
+use nccl_profiler_ncclshim::v7;
 use ncclshim_dump::reader::{read_dump, Record};
 use ncclshim_dump::schema::slot_flags;
 use ncclshim_dump::{CallId, RecordKind};
 use std::ffi::c_void;
-use std::mem::MaybeUninit;
-
-const CHILD: &str = "NCCLSHIM_HOT_PATH_CHILD";
-
-fn zeroed<T>() -> T {
-    // SAFETY: descriptor types are integers, raw pointers and bools: all-zero is valid.
-    unsafe { MaybeUninit::<T>::zeroed().assume_init() }
-}
-
-/// A handle or context as an integer, so it can cross threads as NCCL's do.
-#[derive(Clone, Copy)]
-struct H(usize);
-
-fn start(ctx: H, d: &mut v7::Descr) -> H {
-    let mut h: *mut c_void = std::ptr::null_mut();
-    // SAFETY: a valid v7 descriptor and out-pointer, the plugin's exported entry point.
-    unsafe { (ncclProfiler_v7.start_event)(ctx.0 as *mut c_void, &mut h, d) };
-    assert!(!h.is_null());
-    H(h as usize)
-}
-
-fn stop(h: H) {
-    // SAFETY: a handle from start_event.
-    unsafe { (ncclProfiler_v7.stop_event)(h.0 as *mut c_void) };
-}
+use v7driver::{init, start, state, stop, zeroed, H};
 
 /// Names as NCCL passes them: pointers to static literals. Each op kind uses its own copies,
 /// so that its first start meets names the cache has not seen.
@@ -93,17 +71,7 @@ fn run_channels(ctx: H, op: H, base: u64) {
             p_timer: base + u64::from(ch),
         };
         let k = start(ctx, &mut d);
-        let mut a = StateArgsV4 {
-            p_timer: base + 500 + u64::from(ch),
-        };
-        // SAFETY: a live handle and valid state args.
-        unsafe {
-            (ncclProfiler_v7.record_event_state)(
-                k.0 as *mut c_void,
-                abi::state::KERNEL_CH_STOP as i32,
-                &mut a,
-            )
-        };
+        state(k, abi::state::KERNEL_CH_STOP, base + 500 + u64::from(ch));
         stop(k);
     }
 }
@@ -121,23 +89,7 @@ fn step(name: &str, f: impl FnOnce()) {
 }
 
 fn child() {
-    let mut ctx: *mut c_void = std::ptr::null_mut();
-    let mut mask = 0i32;
-    // SAFETY: v7 init with valid out-pointers.
-    let rc = unsafe {
-        (ncclProfiler_v7.init)(
-            &mut ctx,
-            0x407_0000_0000_0001,
-            &mut mask,
-            c"hot-path".as_ptr(),
-            1,
-            2,
-            0,
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(rc, 0);
-    let ctx = H(ctx as usize);
+    let ctx = init(0x407_0000_0000_0001, c"hot-path", 2);
     let coll_names = Names {
         func: c"AllReduce",
         datatype: c"ncclBfloat16",
@@ -197,28 +149,16 @@ fn shape(
 
 #[test]
 fn hot_and_general_paths_write_the_same_records() {
-    if std::env::var_os(CHILD).is_some() {
+    if v7driver::is_child() {
         child();
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "hot_and_general_paths_write_the_same_records",
-            "--exact",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .env("NCCLSHIM_DIR", dir.path())
-        .env_remove("NCCLSHIM_PROFILE")
-        .env_remove("NCCLSHIM_DISABLE")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (stdout, dump) = v7driver::run_child(
+        "hot_and_general_paths_write_the_same_records",
+        dir.path(),
+        None,
+        &[],
     );
     // Each pair below is one record from each path; otherwise the comparison proves nothing.
     let paths: Vec<(&str, &str)> = stdout
@@ -240,13 +180,7 @@ fn hot_and_general_paths_write_the_same_records() {
         ]
     );
 
-    let dumps: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(".prof.ncclshim"))
-        .collect();
-    assert_eq!(dumps.len(), 1);
-    let d = read_dump(&dumps[0]).unwrap();
+    let d = read_dump(&dump).unwrap();
     assert_eq!(d.summary.torn, 0);
     let starts = |call| -> Vec<&Record> {
         d.records
