@@ -388,6 +388,17 @@ unsafe fn hot_start<D: HotDescr>(ty: u64, descr: D) -> HotStart {
     }
 }
 
+/// The hot path's Coll/P2p start, descriptor reading included (it runs unguarded too).
+///
+/// # Safety
+/// `descr` is NULL or NCCL's descriptor for this call, whose type is `ty`.
+#[inline(always)]
+#[cfg_attr(not(debug_assertions), no_panic::no_panic)]
+unsafe fn hot_op_start<D: HotDescr>(ctx: *mut c_void, ty: u64, descr: D) -> Option<u64> {
+    // SAFETY: forwarded contract; the reader reads the member `ty` selects.
+    unsafe { descr.op(ty) }.and_then(|op| hot::op_start(ctx, &op))
+}
+
 /// A Coll/P2p start: the hot path's record when it can, else the general path's.
 ///
 /// # Safety
@@ -400,8 +411,8 @@ unsafe fn op_start_event<D: HotDescr>(
     descr: D,
     build: impl FnOnce(&mut Start) -> bool,
 ) -> c_int {
-    // SAFETY: forwarded contract; the reader reads the member `ty` selects.
-    match unsafe { descr.op(ty) }.and_then(|op| hot::op_start(ctx, &op)) {
+    // SAFETY: forwarded contract.
+    match unsafe { hot_op_start(ctx, ty, descr) } {
         // SAFETY: NCCL's out-pointer (checked non-null by the caller).
         Some(h) => unsafe { answer(ehandle, h) },
         None => {

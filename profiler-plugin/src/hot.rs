@@ -240,6 +240,7 @@ pub fn ends_without_stop(raw: u64) -> bool {
 
 /// A kernel channel that joined its operation's in-flight entry ([`channel_join`]).
 #[inline(always)]
+#[cfg_attr(not(debug_assertions), no_panic)]
 pub fn is_joined_channel(raw: u64) -> bool {
     raw::is_handle(raw) && raw::type_index(raw) == ty::KERNEL_CH && ends_without_stop(raw)
 }
