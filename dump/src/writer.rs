@@ -615,14 +615,13 @@ fn add_anchor(h: &FileHeader, a: crate::layout::ClockAnchor) {
     }
 }
 
-/// Adds an anchor to a TSC dump (rare paths only: ring claims, blobs, every 16,384 records).
-#[cold]
-/// Rare (a ring's every 16,384th record, a ring claim, a blob) and out of line. `extern "C"`
-/// tells the compiler that no panic can unwind out of it into the record path, which the
-/// profiler's unguarded hot path needs proven (`no_panic` there); `no_panic` here proves the
-/// other half: nothing in it can panic, so the abort that an unwinding `extern "C"` function
-/// would cause cannot happen.
+/// Adds an anchor to a TSC dump (rare paths only: ring claims, blobs, every 16,384 records),
+/// out of line. `extern "C"` tells the compiler that no panic can unwind out of it into the
+/// record path, which the profiler's unguarded hot path needs proven (`no_panic` there);
+/// `no_panic` here proves the other half: nothing in it can panic, so the abort that an
+/// unwinding `extern "C"` function would cause cannot happen.
 #[cfg_attr(not(debug_assertions), no_panic::no_panic)]
+#[cold]
 #[inline(never)]
 extern "C" fn refresh_anchor(h: &FileHeader) {
     if h.clock_kind == clock::ClockKind::Tsc as u32 {

@@ -2,10 +2,12 @@
 //! [`Start`] (or a state value) and calls in here. This is where records are written, handles
 //! are made, contexts are resolved and aggregates are updated.
 //!
-//! Hot path (start/stop/state): no allocation, no lock, no syscall once the calling thread has
-//! its ring: one clock read, one 128-byte slot, a few relaxed atomics. Every entry point saves
-//! and restores errno, catches panics (recording is then disabled for the process, NCCL keeps
-//! running) and returns `ncclSuccess`; only `init` may return an error.
+//! The entry points try the default mask's unguarded [`hot`] path first (proven
+//! panic-free at link time) and fall back to the general path here, which runs under a guard
+//! that catches panics (recording is then disabled for the process, NCCL keeps running) and
+//! keeps errno while the recorder may still be created. Neither allocates, locks or makes a
+//! syscall once the calling thread has its ring: one clock read, one 128-byte slot, a few
+//! relaxed atomics. Every entry point returns `ncclSuccess`; only `init` may return an error.
 
 use crate::abi::{self, event, NCCL_SUCCESS};
 use crate::agg;
@@ -447,8 +449,8 @@ unsafe fn start_event_recorded(
 
 /// Whether kernel channels are folded into one GPU-done record per operation (the default)
 /// rather than recorded one by one (`NCCLSHIM_PROFILE=...,channels`).
-#[inline]
-fn summarizing_channels() -> bool {
+#[inline(always)]
+pub fn summarizing_channels() -> bool {
     !wants(mask::CHANNEL_RECORDS)
 }
 
@@ -471,8 +473,7 @@ fn start(ctx_ptr: *mut c_void, ev: &Start) -> Option<u64> {
     let found = if foreign { None } else { ctx::lookup(ctx_ptr) };
     let mut comm = ev.comm_hint;
     if let Some((index, c)) = found {
-        let known = c.comm_id.load(Ordering::Relaxed);
-        if known != 0 {
+        if let Some(known) = c.known_comm_id() {
             comm = known;
         } else if c.learn(ev.comm_hint, ev.rank) {
             let mask = process_mask() & event::supported(c.abi.load(Ordering::Relaxed));

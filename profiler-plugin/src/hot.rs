@@ -20,7 +20,7 @@
 
 use crate::abi::event;
 use crate::agg::{self, InflightOp};
-use crate::core::{process_mask, wants, PROF};
+use crate::core::{process_mask, summarizing_channels, PROF};
 use crate::ctx;
 use crate::handle::{raw, Handle};
 use crate::mask::CHANNEL_RECORDS;
@@ -216,7 +216,7 @@ pub fn op_start(ctx: *mut c_void, op: &OpStart) -> Option<u64> {
 #[cfg_attr(not(debug_assertions), no_panic)]
 pub fn channel_join(parent: *mut c_void, gpu_start: u64) -> Option<u64> {
     let parent = parent as u64;
-    if wants(CHANNEL_RECORDS) || !raw::is_handle(parent) || raw::is_foreign(parent) {
+    if !summarizing_channels() || !raw::is_handle(parent) || raw::is_foreign(parent) {
         return None;
     }
     let i = raw::inflight(parent)?;
@@ -235,7 +235,7 @@ pub fn ends_without_stop(raw: u64) -> bool {
     }
     raw::inflight(raw).is_some()
         && 1u32 << raw::type_index(raw) & ENDS_WITHOUT_STOP != 0
-        && !wants(CHANNEL_RECORDS)
+        && summarizing_channels()
 }
 
 /// A kernel channel that joined its operation's in-flight entry ([`channel_join`]).

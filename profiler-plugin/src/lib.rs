@@ -2,8 +2,9 @@
 //! per-p2p events (with GPU kernel times) into a crash-safe ncclshim dump, for every profiler
 //! ABI NCCL has shipped (`ncclProfiler_v1` ... `ncclProfiler_v7`).
 //!
-//! Each `vN` module only translates its version's descriptor into one normalized [`core::Start`];
-//! [`core`] writes the records, makes allocation-free [`handle`]s, resolves per-communicator
+//! Each `vN` module only translates its version's descriptor: for the default mask's
+//! straight-line [`hot`] path (through [`hot::HotDescr`]), and into one normalized
+//! [`core::Start`] for the general path; [`core`] writes the records, makes allocation-free [`handle`]s, resolves per-communicator
 //! [`ctx`]s and keeps the running [`agg`]regates in the dump. [`mask`] reads `NCCLSHIM_PROFILE`.
 //! The library is linked `-z nodelete` (NCCL dlcloses and reloads it) and all global state is
 //! initialized lazily and idempotently. `docs/profiler.md` describes the records and the
