@@ -8,19 +8,28 @@
 //!                                shared overflow ring used when every per-thread ring is claimed)
 //! [rings_offset, +(n+1)*cap*128) Slot arrays, ring after ring
 //! [arena_offset, +arena_size)    Blob arena: BlobHeader + payload, 8-byte aligned, append-only
+//! [keep_offset, +keep_slots*128) Keep ring (minor >= 1): the rare records (communicator lifecycle,
+//!                                snapshots, configs, async errors, copies of failed calls), shared
+//!                                by every thread, so that hot calls never overwrite them
+//! [comm_offset, +entries*128)    Communicator table (minor >= 1): one `CommTableEntry` per
+//!                                communicator the process created, with its progress
 //! ```
+//!
+//! Minor 1 added the two regions after the arena and the `HeaderExt` (liveness, fatal signal,
+//! keep ring directory, region offsets) taken from the header's reserved space. A minor-0 file
+//! has zeros there and no regions after its arena.
 //!
 //! Format changes are additive: a new record kind, call id or header field taken from reserved
 //! space bumps the minor version; anything else bumps the major version, which readers refuse.
 
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
 
 /// First eight bytes of every dump.
 pub const MAGIC: [u8; 8] = *b"NCCLSHIM";
 /// Readers refuse files with another major version.
 pub const FORMAT_MAJOR: u16 = 1;
 /// Readers accept any minor version; unknown kinds written by newer writers are skipped.
-pub const FORMAT_MINOR: u16 = 0;
+pub const FORMAT_MINOR: u16 = 1;
 /// Written as a native `u32`; reads back as these bytes only on a little-endian writer.
 pub const ENDIAN_MARKER: u32 = 0x0102_0304;
 pub const HEADER_SIZE: usize = 4096;
@@ -148,8 +157,113 @@ pub struct FileHeader {
     pub tsc_hz: u64,
     /// (TSC, CLOCK_MONOTONIC) pairs taken at creation and now and then afterwards.
     pub anchors: [ClockAnchor; CLOCK_ANCHORS],
-    pub _reserved: [u8; HEADER_SIZE - 376 - CLOCK_ANCHORS * 24],
+    /// Minor 1: what lives outside the wrapping rings (offset `HEADER_EXT_OFFSET`).
+    pub ext: HeaderExt,
+    pub _reserved: [u8; HEADER_SIZE - HEADER_EXT_OFFSET - HEADER_EXT_SIZE],
 }
+
+/// Offset of [`HeaderExt`] in the header page.
+pub const HEADER_EXT_OFFSET: usize = 376 + CLOCK_ANCHORS * 24;
+pub const HEADER_EXT_SIZE: usize = 144;
+
+/// The header fields of format minor 1: facts that must survive any number of hot records.
+/// All zero in a minor-0 file.
+#[repr(C)]
+pub struct HeaderExt {
+    /// Slots of the keep ring (a power of two; 0: none).
+    pub keep_slots: u32,
+    /// Entries of the communicator table (0: none).
+    pub comm_entries: u32,
+    pub keep_offset: u64,
+    pub comm_offset: u64,
+    /// Latest sign of life (record time base) that left no record of its own: a deduplicated
+    /// async-error poll, say. Raised with a plain store, never lowered by much.
+    pub last_alive: AtomicU64,
+    /// Communicator-table entries handed out (may exceed `comm_entries`: those were not kept).
+    pub comm_next: AtomicU32,
+    /// Records that went to the keep ring (it wraps too, but only rare records go there).
+    pub keep_written: AtomicU32,
+    pub signal: SignalRecord,
+    /// The keep ring's directory entry (shared by every thread, like the overflow ring).
+    pub keep_dir: RingDirEntry,
+}
+
+/// The first fatal signal the process received (written from the signal handler: atomics and
+/// plain stores into the mapping only).
+#[repr(C)]
+pub struct SignalRecord {
+    /// The signal number once the record is complete (0: none). Written last, with Release.
+    pub signo: AtomicU32,
+    /// `si_code` (> 0: raised by the kernel for a fault; <= 0: sent by a process).
+    pub code: AtomicI32,
+    /// Kernel thread id that received it.
+    pub tid: AtomicU32,
+    /// `si_pid` of the sender when a process sent it.
+    pub sender_pid: AtomicU32,
+    /// `si_addr` (faulting address) for SIGSEGV/SIGBUS/SIGILL/SIGFPE.
+    pub addr: AtomicU64,
+    /// When (record time base).
+    pub time: AtomicU64,
+    /// Fatal-class signals received in all (a handled SIGINT, then the real one, say).
+    pub count: AtomicU32,
+    /// Claimed (1) by the handler that writes the record, before `signo`.
+    pub claimed: AtomicU32,
+}
+
+/// One communicator the process created, in the communicator table. Identity fields are written
+/// once when the entry is claimed (before `state` turns live); the progress fields are updated
+/// by the thread that issues an operation with plain atomic stores.
+#[repr(C)]
+pub struct CommTableEntry {
+    /// `comm_state::*`.
+    pub state: AtomicU32,
+    /// The `CallId` that created it (init, split, shrink, grow).
+    pub created_by: u32,
+    pub comm: u64,
+    pub comm_hash: u64,
+    pub uid_hash: u64,
+    pub nranks: i32,
+    pub rank: i32,
+    pub cuda_dev: i32,
+    pub nccl_version: i32,
+    pub parent_hash: u64,
+    pub split_color: i32,
+    pub split_key: i32,
+    /// Record time base.
+    pub created_t: u64,
+    /// When it was destroyed or aborted (0: still live).
+    pub ended_t: AtomicU64,
+    /// Operations issued on it (`seq` of the last one + 1).
+    pub issued: AtomicU64,
+    /// Operations whose call returned (`seq` + 1 of the last completed).
+    pub completed: AtomicU64,
+    /// `CallId` of the last operation issued, and its return code once it returned.
+    pub last_call: AtomicU32,
+    pub last_rc: AtomicI32,
+    pub last_count: AtomicU64,
+    /// datatype | redop << 8 (each as NCCL's small enum value; 0xff: none).
+    pub last_dtype_op: AtomicU32,
+    /// Root or peer (-1: none).
+    pub last_peer: AtomicI32,
+    /// When the last operation was issued (record time base).
+    pub last_t: AtomicU64,
+}
+
+/// Values of `CommTableEntry::state`.
+pub mod comm_state {
+    pub const FREE: u32 = 0;
+    /// Created, not known to be ready (a non-blocking init in progress).
+    pub const PENDING: u32 = 1;
+    pub const LIVE: u32 = 2;
+    pub const DESTROYED: u32 = 3;
+    pub const ABORTED: u32 = 4;
+}
+
+pub const COMM_ENTRY_SIZE: usize = 128;
+/// Default keep-ring slots: 1,024 x 128 B = 128 KiB.
+pub const DEFAULT_KEEP_SLOTS: u32 = 1024;
+/// Default communicator-table entries: 256 x 128 B = 32 KiB.
+pub const DEFAULT_COMM_ENTRIES: u32 = 256;
 
 /// Anchor slots in the header.
 pub const CLOCK_ANCHORS: usize = 32;
@@ -245,6 +359,11 @@ pub struct Geometry {
     pub rings_offset: u64,
     pub arena_offset: u64,
     pub arena_size: u64,
+    /// Minor 1: the keep ring and the communicator table after the arena (0 slots/entries: none).
+    pub keep_slots: u32,
+    pub keep_offset: u64,
+    pub comm_entries: u32,
+    pub comm_offset: u64,
     pub file_size: u64,
 }
 
@@ -273,8 +392,41 @@ impl Geometry {
             rings_offset,
             arena_offset,
             arena_size,
+            keep_slots: 0,
+            keep_offset: file_size,
+            comm_entries: 0,
+            comm_offset: file_size,
             file_size,
         })
+    }
+
+    /// As [`new`](Self::new), plus (format minor 1) a keep ring of `keep_slots` slots and a
+    /// communicator table of `comm_entries` entries after the arena.
+    pub fn with_extras(
+        ring_count: u32,
+        slots_per_ring: u32,
+        arena_size: u64,
+        keep_slots: u32,
+        comm_entries: u32,
+    ) -> Option<Self> {
+        let mut g = Self::new(ring_count, slots_per_ring, arena_size)?;
+        let page = 4096u64;
+        g.keep_slots = keep_slots;
+        g.keep_offset = g.file_size;
+        let keep_bytes = u64::from(keep_slots).checked_mul(SLOT_SIZE as u64)?;
+        g.comm_entries = comm_entries;
+        g.comm_offset = round_up(g.keep_offset.checked_add(keep_bytes)?, page)?;
+        let comm_bytes = u64::from(comm_entries).checked_mul(COMM_ENTRY_SIZE as u64)?;
+        g.file_size = round_up(g.comm_offset.checked_add(comm_bytes)?, page)?;
+        Some(g)
+    }
+
+    pub fn keep_slot_offset(&self, index: u32) -> u64 {
+        self.keep_offset + u64::from(index) * SLOT_SIZE as u64
+    }
+
+    pub fn comm_entry_offset(&self, index: u32) -> u64 {
+        self.comm_offset + u64::from(index) * COMM_ENTRY_SIZE as u64
     }
 
     /// Number of rings including the overflow ring.
@@ -329,6 +481,65 @@ mod tests {
         assert_eq!(size_of::<RingDirEntry>(), RING_DIR_ENTRY_SIZE);
         assert_eq!(size_of::<BlobHeader>(), BLOB_HEADER_SIZE);
         assert_eq!(size_of::<ClockPair>(), 32);
+        assert_eq!(size_of::<HeaderExt>(), HEADER_EXT_SIZE);
+        assert_eq!(size_of::<SignalRecord>(), 40);
+        assert_eq!(size_of::<CommTableEntry>(), COMM_ENTRY_SIZE);
+    }
+
+    #[test]
+    fn extension_offsets_are_pinned() {
+        assert_eq!(offset_of!(FileHeader, ext), HEADER_EXT_OFFSET);
+        assert_eq!(HEADER_EXT_OFFSET, 1144);
+        assert_eq!(offset_of!(HeaderExt, keep_slots), 0);
+        assert_eq!(offset_of!(HeaderExt, comm_entries), 4);
+        assert_eq!(offset_of!(HeaderExt, keep_offset), 8);
+        assert_eq!(offset_of!(HeaderExt, comm_offset), 16);
+        assert_eq!(offset_of!(HeaderExt, last_alive), 24);
+        assert_eq!(offset_of!(HeaderExt, comm_next), 32);
+        assert_eq!(offset_of!(HeaderExt, keep_written), 36);
+        assert_eq!(offset_of!(HeaderExt, signal), 40);
+        assert_eq!(offset_of!(HeaderExt, keep_dir), 80);
+        assert_eq!(offset_of!(SignalRecord, signo), 0);
+        assert_eq!(offset_of!(SignalRecord, code), 4);
+        assert_eq!(offset_of!(SignalRecord, tid), 8);
+        assert_eq!(offset_of!(SignalRecord, sender_pid), 12);
+        assert_eq!(offset_of!(SignalRecord, addr), 16);
+        assert_eq!(offset_of!(SignalRecord, time), 24);
+        assert_eq!(offset_of!(SignalRecord, count), 32);
+        assert_eq!(offset_of!(CommTableEntry, state), 0);
+        assert_eq!(offset_of!(CommTableEntry, created_by), 4);
+        assert_eq!(offset_of!(CommTableEntry, comm), 8);
+        assert_eq!(offset_of!(CommTableEntry, comm_hash), 16);
+        assert_eq!(offset_of!(CommTableEntry, uid_hash), 24);
+        assert_eq!(offset_of!(CommTableEntry, nranks), 32);
+        assert_eq!(offset_of!(CommTableEntry, rank), 36);
+        assert_eq!(offset_of!(CommTableEntry, cuda_dev), 40);
+        assert_eq!(offset_of!(CommTableEntry, nccl_version), 44);
+        assert_eq!(offset_of!(CommTableEntry, parent_hash), 48);
+        assert_eq!(offset_of!(CommTableEntry, split_color), 56);
+        assert_eq!(offset_of!(CommTableEntry, split_key), 60);
+        assert_eq!(offset_of!(CommTableEntry, created_t), 64);
+        assert_eq!(offset_of!(CommTableEntry, ended_t), 72);
+        assert_eq!(offset_of!(CommTableEntry, issued), 80);
+        assert_eq!(offset_of!(CommTableEntry, completed), 88);
+        assert_eq!(offset_of!(CommTableEntry, last_call), 96);
+        assert_eq!(offset_of!(CommTableEntry, last_rc), 100);
+        assert_eq!(offset_of!(CommTableEntry, last_count), 104);
+        assert_eq!(offset_of!(CommTableEntry, last_dtype_op), 112);
+        assert_eq!(offset_of!(CommTableEntry, last_peer), 116);
+        assert_eq!(offset_of!(CommTableEntry, last_t), 120);
+    }
+
+    #[test]
+    fn extras_follow_the_arena() {
+        let g = Geometry::with_extras(4, 16, 100, 8, 3).unwrap();
+        let plain = Geometry::new(4, 16, 100).unwrap();
+        assert_eq!(g.arena_offset, plain.arena_offset);
+        assert_eq!(g.keep_offset, plain.file_size);
+        assert_eq!(g.comm_offset % 4096, 0);
+        assert!(g.comm_offset >= g.keep_slot_offset(8));
+        assert_eq!(g.file_size, g.comm_offset + 4096);
+        assert_eq!(plain.keep_slots, 0);
     }
 
     #[test]

@@ -91,6 +91,81 @@ pub struct HeaderInfo {
     pub clock_anchors: usize,
     /// The writing process may still be running (same boot, pid and start time, no clean exit).
     pub writer_alive: bool,
+    /// Latest sign of life that left no record (CLOCK_MONOTONIC ns; minor >= 1).
+    pub last_alive_ns: Option<u64>,
+    /// The first fatal signal the process received, when the shim's handler caught one.
+    pub signal: Option<SignalInfo>,
+    /// Communicators created beyond the table's capacity (not in `Dump::comms`).
+    pub comms_not_kept: u32,
+}
+
+/// A fatal signal recorded in the header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct SignalInfo {
+    pub signo: u32,
+    /// `si_code`: > 0 raised by the kernel (a fault), <= 0 sent by a process (`kill`, `raise`).
+    pub code: i32,
+    pub tid: u32,
+    pub sender_pid: u32,
+    pub addr: u64,
+    /// CLOCK_MONOTONIC ns.
+    pub t_ns: u64,
+    /// Fatal-class signals received in all.
+    pub count: u32,
+}
+
+/// One entry of the communicator table: a communicator this process created, and its progress.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CommInfo {
+    pub index: u32,
+    /// `layout::comm_state` value.
+    pub state: u32,
+    #[serde(serialize_with = "call_name")]
+    pub created_by: Option<CallId>,
+    pub comm: u64,
+    pub comm_hash: u64,
+    pub uid_hash: u64,
+    pub nranks: i32,
+    pub rank: i32,
+    pub cuda_dev: i32,
+    pub nccl_version: i32,
+    pub parent_hash: u64,
+    pub split_color: i32,
+    pub split_key: i32,
+    /// CLOCK_MONOTONIC ns.
+    pub created_ns: u64,
+    pub ended_ns: Option<u64>,
+    /// Operations issued (the last one's `seq` + 1).
+    pub issued: u64,
+    /// Operations whose call returned.
+    pub completed: u64,
+    #[serde(serialize_with = "call_name")]
+    pub last_call: Option<CallId>,
+    pub last_rc: i32,
+    pub last_count: u64,
+    pub last_datatype: Option<u8>,
+    pub last_redop: Option<u8>,
+    pub last_peer: i32,
+    pub last_issued_ns: Option<u64>,
+}
+
+fn call_name<S: serde::Serializer>(c: &Option<CallId>, s: S) -> Result<S::Ok, S::Error> {
+    match c {
+        Some(c) => s.serialize_str(c.name()),
+        None => s.serialize_none(),
+    }
+}
+
+impl CommInfo {
+    pub fn state_name(&self) -> &'static str {
+        match self.state {
+            comm_state::PENDING => "pending",
+            comm_state::LIVE => "live",
+            comm_state::DESTROYED => "destroyed",
+            comm_state::ABORTED => "aborted",
+            _ => "unknown",
+        }
+    }
 }
 
 /// One thread's ring.
@@ -226,9 +301,16 @@ pub struct Dump {
     pub blobs: BTreeMap<u64, Blob>,
     pub summary: Summary,
     pub warnings: Vec<Warning>,
+    /// The communicator table (format minor >= 1): identity and progress that never wrap.
+    pub comms: Vec<CommInfo>,
 }
 
 impl Dump {
+    /// Records lost to ring wrap per thread ring, for "raise NCCLSHIM_RING_SLOTS" notes.
+    pub fn lost_by_ring(&self) -> impl Iterator<Item = &RingInfo> {
+        self.rings.iter().filter(|r| r.lost > 0)
+    }
+
     pub fn blob(&self, offset: u64) -> Option<&Blob> {
         self.blobs.get(&offset)
     }
@@ -313,6 +395,13 @@ struct Geo {
     rings_offset: u64,
     arena_offset: u64,
     arena_size: u64,
+    keep_offset: u64,
+    keep_slots: u32,
+    comm_offset: u64,
+    /// Entries handed out and present (at most the table's size).
+    comm_entries: u32,
+    /// The keep ring's directory entry, copied from the header.
+    keep_dir: Vec<u8>,
 }
 
 /// Decodes any `Source`.
@@ -372,12 +461,28 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
         u64_at(&h, 248),
     );
     let file_size = u64_at(&h, 256);
+    let x = HEADER_EXT_OFFSET;
+    // Minor 0 files have zeros in the extension (it was reserved space).
+    let (keep_slots, comm_entries) = if minor >= 1 {
+        (u32_at(&h, x), u32_at(&h, x + 4))
+    } else {
+        (0, 0)
+    };
+    let (keep_offset, comm_offset) = (u64_at(&h, x + 8), u64_at(&h, x + 16));
     // The geometry is recomputed from the counts, never taken on trust.
-    let geo = Geometry::new(ring_count, slots_per_ring, claimed.3)
-        .filter(|g| {
-            (g.ring_dir_offset, g.rings_offset, g.arena_offset, g.arena_size, g.file_size)
-                == (claimed.0, claimed.1, claimed.2, claimed.3, file_size)
-        })
+    let geo = Geometry::with_extras(
+        ring_count,
+        slots_per_ring,
+        claimed.3,
+        keep_slots,
+        comm_entries,
+    )
+    .filter(|g| {
+        (g.ring_dir_offset, g.rings_offset, g.arena_offset, g.arena_size, g.file_size)
+            == (claimed.0, claimed.1, claimed.2, claimed.3, file_size)
+            && (minor == 0 || (g.keep_offset, g.comm_offset) == (keep_offset, comm_offset))
+            && (keep_slots == 0 || keep_slots.is_power_of_two())
+    })
         .ok_or_else(|| DumpError::BadHeader {
             path: p(),
             offset: 216,
@@ -417,7 +522,26 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
             ),
         });
     }
+    let tb = time_base
+        .clone()
+        .unwrap_or(crate::clock::TimeBase::Monotonic);
+    let last_alive = u64_at(&h, x + 24);
+    let sig = x + 40;
+    let signo = u32_at(&h, sig);
+    let signal = (minor >= 1 && signo != 0 && signo < 65).then(|| SignalInfo {
+        signo,
+        code: i32_at(&h, sig + 4),
+        tid: u32_at(&h, sig + 8),
+        sender_pid: u32_at(&h, sig + 12),
+        addr: u64_at(&h, sig + 16),
+        t_ns: tb.to_monotonic_ns(u64_at(&h, sig + 24)),
+        count: u32_at(&h, sig + 32),
+    });
+    let comm_next = if minor >= 1 { u32_at(&h, x + 32) } else { 0 };
     let header = HeaderInfo {
+        last_alive_ns: (minor >= 1 && last_alive != 0).then(|| tb.to_monotonic_ns(last_alive)),
+        signal,
+        comms_not_kept: comm_next.saturating_sub(geo.comm_entries),
         major,
         minor,
         writer_kind: WriterKind::from_u32(writer_kind_raw),
@@ -464,8 +588,14 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
         rings_offset: geo.rings_offset,
         arena_offset: geo.arena_offset,
         arena_size: geo.arena_size,
+        keep_offset: geo.keep_offset,
+        keep_slots: geo.keep_slots,
+        comm_offset: geo.comm_offset,
+        comm_entries: geo.comm_entries.min(comm_next),
+        keep_dir: h[x + 80..x + 144].to_vec(),
     };
     let mut dump = Dump {
+        comms: Vec::new(),
         path: p(),
         header,
         rings: Vec::new(),
@@ -476,6 +606,7 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
     };
     read_rings(src, &g, &mut dump);
     read_blobs(src, &g, &mut dump);
+    read_comm_table(src, &g, &mut dump);
     Ok(dump)
 }
 
@@ -509,12 +640,76 @@ fn read_rings<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
     }
     for ring in 0..=ring_count {
         let e = &dir[ring as usize * RING_DIR_ENTRY_SIZE..][..RING_DIR_ENTRY_SIZE];
-        let shared = ring == ring_count;
+        let ring_offset = g.rings_offset + u64::from(ring) * cap * SLOT_SIZE as u64;
+        read_ring(
+            src,
+            g,
+            dump,
+            ring,
+            e,
+            ring_offset,
+            cap,
+            ring == ring_count,
+            live,
+        );
+    }
+    if g.keep_slots > 0 && g.keep_dir.len() == RING_DIR_ENTRY_SIZE {
+        let e = g.keep_dir.clone();
+        let keep = ring_count + 1;
+        read_ring(
+            src,
+            g,
+            dump,
+            keep,
+            &e,
+            g.keep_offset,
+            u64::from(g.keep_slots),
+            true,
+            live,
+        );
+        drop_kept_copies(dump);
+    }
+}
+
+/// A keep-ring copy of a failed call (`KEEP_COPY`) stands in for its original only once the
+/// thread's ring overwrote the original: while both are there, readers see the original alone.
+fn drop_kept_copies(dump: &mut Dump) {
+    use crate::schema::slot_flags::KEEP_COPY;
+    if !dump.records.iter().any(|r| r.flags & KEEP_COPY != 0) {
+        return;
+    }
+    let originals: std::collections::HashSet<(u32, u64, u16)> = dump
+        .records
+        .iter()
+        .filter(|r| r.flags & KEEP_COPY == 0)
+        .map(|r| (r.tid, r.t_enter_ns, r.call_raw))
+        .collect();
+    let before = dump.records.len();
+    dump.records.retain(|r| {
+        r.flags & KEEP_COPY == 0 || !originals.contains(&(r.tid, r.t_enter_ns, r.call_raw))
+    });
+    let dropped = (before - dump.records.len()) as u64;
+    dump.summary.records = dump.summary.records.saturating_sub(dropped);
+}
+
+/// Reads one ring whose directory entry is `e` and whose slots start at `ring_offset`.
+#[allow(clippy::too_many_arguments)] // one ring's coordinates, all needed
+fn read_ring<S: Source + ?Sized>(
+    src: &S,
+    g: &Geo,
+    dump: &mut Dump,
+    ring: u32,
+    e: &[u8],
+    ring_offset: u64,
+    cap: u64,
+    shared: bool,
+    live: bool,
+) {
+    {
         let (tid, state, head) = (u32_at(e, 0), u32_at(e, 4), u64_at(e, 8));
         if state == 0 && head == 0 {
-            continue;
+            return;
         }
-        let ring_offset = g.rings_offset + u64::from(ring) * cap * SLOT_SIZE as u64;
         // A slot one past the published head may hold a committed record whose head store was
         // cut off, or a torn one: read it too. The overflow ring's head is a reservation count.
         let mut used = head.saturating_add(1).min(cap);
@@ -534,7 +729,7 @@ fn read_rings<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
                 offset: ring_offset,
                 message: format!("ring {ring} unreadable: {err}"),
             });
-            continue;
+            return;
         }
         let recheck = if live {
             let mut again = vec![0u8; buf.len()];
@@ -610,6 +805,65 @@ fn read_rings<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
         dump.summary.in_flight = dump.summary.in_flight.saturating_add(in_flight);
         dump.records.extend(kept);
         dump.rings.push(info);
+    }
+}
+
+/// Reads the communicator table's claimed entries (format minor >= 1).
+fn read_comm_table<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
+    if g.comm_entries == 0 {
+        return;
+    }
+    let bytes = u64::from(g.comm_entries) * COMM_ENTRY_SIZE as u64;
+    if g.comm_offset.saturating_add(bytes) > g.len {
+        dump.warnings.push(Warning {
+            offset: g.comm_offset,
+            message: "communicator table cut off by truncation".into(),
+        });
+        return;
+    }
+    let mut buf = vec![0u8; bytes as usize];
+    if let Err(e) = src.read_at(g.comm_offset, &mut buf) {
+        dump.warnings.push(Warning {
+            offset: g.comm_offset,
+            message: format!("communicator table unreadable: {e}"),
+        });
+        return;
+    }
+    let tb = &g.time_base;
+    let t = |v: u64| (v != 0).then(|| tb.to_monotonic_ns(v));
+    for (i, e) in buf.chunks_exact(COMM_ENTRY_SIZE).enumerate() {
+        let state = u32_at(e, 0);
+        if state == comm_state::FREE || state > comm_state::ABORTED {
+            continue;
+        }
+        let dtype_op = u32_at(e, 112);
+        let small = |v: u32| (v & 0xff != 0xff).then_some((v & 0xff) as u8);
+        dump.comms.push(CommInfo {
+            index: i as u32,
+            state,
+            created_by: CallId::from_u16(u32_at(e, 4) as u16),
+            comm: u64_at(e, 8),
+            comm_hash: u64_at(e, 16),
+            uid_hash: u64_at(e, 24),
+            nranks: i32_at(e, 32),
+            rank: i32_at(e, 36),
+            cuda_dev: i32_at(e, 40),
+            nccl_version: i32_at(e, 44),
+            parent_hash: u64_at(e, 48),
+            split_color: i32_at(e, 56),
+            split_key: i32_at(e, 60),
+            created_ns: t(u64_at(e, 64)).unwrap_or(0),
+            ended_ns: t(u64_at(e, 72)),
+            issued: u64_at(e, 80),
+            completed: u64_at(e, 88),
+            last_call: CallId::from_u16(u32_at(e, 96) as u16).filter(|_| u32_at(e, 96) != 0),
+            last_rc: i32_at(e, 100),
+            last_count: u64_at(e, 104),
+            last_datatype: small(dtype_op),
+            last_redop: small(dtype_op >> 8),
+            last_peer: i32_at(e, 116),
+            last_issued_ns: t(u64_at(e, 120)),
+        });
     }
 }
 

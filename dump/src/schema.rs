@@ -86,6 +86,9 @@ pub mod slot_flags {
     ///
     /// [`PROF_STATE_GPU_DONE`]: super::PROF_STATE_GPU_DONE
     pub const TIME_OF_NAMED: u32 = 1 << 7;
+    /// A copy, in the keep ring, of a failed call recorded in a thread's ring (same entry time,
+    /// thread and arguments): readers use the original while it is still there.
+    pub const KEEP_COPY: u32 = 1 << 8;
 }
 
 /// A `prof_state` value of ncclshim's own (NCCL's states are below 64): the Coll/P2p named by
@@ -376,6 +379,16 @@ impl CallId {
     /// Whether the id is an NCCL collective or point-to-point call (it carries `seq`).
     pub fn is_nccl_operation(self) -> bool {
         (CallId::NcclAllReduce as u16..=CallId::NcclRecv as u16).contains(&(self as u16))
+    }
+
+    /// Whether the shim records this NCCL call in the calling thread's wrapping ring: the
+    /// operations and group brackets a training loop makes millions of. Every other NCCL call
+    /// (communicator lifecycle, errors, registration, version) is rare and goes to the keep
+    /// ring, which no number of hot calls can overwrite.
+    pub fn is_hot(self) -> bool {
+        self.is_nccl_operation()
+            || matches!(self, CallId::NcclGroupStart | CallId::NcclGroupEnd)
+            || self.is_cuda()
     }
 
     /// The profiler event type bit (`1 << n`) for a profiler event id.

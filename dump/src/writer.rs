@@ -163,8 +163,14 @@ impl Recorder {
             path: path.to_path_buf(),
             errno,
         };
-        let geometry = Geometry::new(cfg.rings, cfg.slots_per_ring, cfg.arena_bytes)
-            .ok_or_else(|| fail("sizing", &cfg.dir, libc::EOVERFLOW))?;
+        let geometry = Geometry::with_extras(
+            cfg.rings,
+            cfg.slots_per_ring,
+            cfg.arena_bytes,
+            DEFAULT_KEEP_SLOTS,
+            DEFAULT_COMM_ENTRIES,
+        )
+        .ok_or_else(|| fail("sizing", &cfg.dir, libc::EOVERFLOW))?;
         if let Err(e) = std::fs::create_dir_all(&cfg.dir) {
             return Err(fail(
                 "mkdir",
@@ -258,6 +264,11 @@ impl Recorder {
         h.arena_offset = g.arena_offset;
         h.arena_size = g.arena_size;
         h.file_size = g.file_size;
+        h.ext.keep_slots = g.keep_slots;
+        h.ext.comm_entries = g.comm_entries;
+        h.ext.keep_offset = g.keep_offset;
+        h.ext.comm_offset = g.comm_offset;
+        h.ext.keep_dir.state.store(1, Ordering::Relaxed);
         let overflow = self.dir_entry(g.overflow_ring());
         overflow.state.store(1, Ordering::Relaxed);
         // The magic goes last: a reader that sees it sees a complete header.
@@ -328,6 +339,67 @@ impl Recorder {
         let writer = self.ring_writer(idx, tid, false);
         writer.refresh_thread_name();
         writer
+    }
+
+    /// The ring index the reader gives the keep ring's records (one past the overflow ring).
+    pub fn keep_ring_index(&self) -> u32 {
+        self.geometry.total_rings()
+    }
+
+    /// A writer on the keep ring for the thread `tid`: rare records (communicator lifecycle,
+    /// snapshots, errors) go there so that no number of hot records can overwrite them. Shared
+    /// by every thread (sequence numbers reserved with `fetch_add`, like the overflow ring).
+    /// `None` for a file without one.
+    pub fn keep_writer(&self, tid: u32) -> Option<RingWriter> {
+        let g = &self.geometry;
+        if g.keep_slots == 0 || !g.keep_slots.is_power_of_two() {
+            return None;
+        }
+        let h = self.header();
+        Some(RingWriter {
+            header: h,
+            dir: &h.ext.keep_dir,
+            // SAFETY: the keep ring lies inside the mapping (Geometry checked its size).
+            slots: unsafe { self.base.add(g.keep_offset as usize).cast::<Slot>() },
+            mask: u64::from(g.keep_slots) - 1,
+            ring: self.keep_ring_index(),
+            tid,
+            shared: true,
+        })
+    }
+
+    /// Claims the next communicator-table entry (zeroed, state FREE) for a new communicator;
+    /// `None` once the table is full (the count of misses stays visible in `comm_next`).
+    pub fn claim_comm_entry(&self) -> Option<&'static CommTableEntry> {
+        let g = &self.geometry;
+        let idx = self.header().ext.comm_next.fetch_add(1, Ordering::Relaxed);
+        if idx >= g.comm_entries {
+            return None;
+        }
+        // SAFETY: idx < comm_entries, so the entry lies inside the mapping (page-aligned table
+        // of 128-byte entries); the fetch_add gave it to this caller alone, and the mapping is
+        // never unmapped, so the reference may be 'static.
+        Some(unsafe {
+            &*self
+                .base
+                .add(g.comm_entry_offset(idx) as usize)
+                .cast::<CommTableEntry>()
+        })
+    }
+
+    /// Notes a sign of life that writes no record (a deduplicated poll): raises `last_alive`.
+    #[inline]
+    pub fn note_alive(&self) {
+        let t = clock::now();
+        let alive = &self.header().ext.last_alive;
+        if alive.load(Ordering::Relaxed) < t {
+            alive.store(t, Ordering::Relaxed);
+        }
+    }
+
+    /// The header's fatal-signal record (written by the shim's signal handler).
+    pub fn signal_record(&self) -> &SignalRecord {
+        &self.header().ext.signal
     }
 
     /// Appends a blob to the arena; returns its file offset, or 0 when the arena is full (the
@@ -495,6 +567,18 @@ impl RingWriter {
         self.write(e, false).2
     }
 
+    /// As [`begin`](Self::begin) at time `t` (this process's record time base) instead of a
+    /// clock read: a copy of a call made earlier, completed with [`PendingCall::complete`].
+    #[inline]
+    pub fn begin_at(&self, e: &Entry, t: u64) -> PendingCall {
+        let (slot, commit, slot_ref, _) = self.write_at(e, true, Some(t));
+        PendingCall {
+            slot,
+            commit,
+            slot_ref,
+        }
+    }
+
     /// Records something at a time taken earlier (a value of [`clock::now`] or a record's
     /// `t_enter`), without reading the clock. The caller flags the record to say whose time
     /// it carries.
@@ -553,6 +637,22 @@ impl PendingCall {
         (commit == self.commit).then_some(self.slot)
     }
 
+    /// The record as written so far (to copy it elsewhere); `None` if the slot was lapped.
+    pub fn entry(&self) -> Option<Entry> {
+        let s = self.owned()?;
+        // SAFETY: the slot is ours (checked by `owned`) and only this thread writes it.
+        let s = unsafe { &*s };
+        Some(Entry {
+            kind: RecordKind::from_u16(s.kind)?,
+            call: CallId::from_u16(s.call)?,
+            comm: s.comm,
+            flags: s.flags,
+            rc: s.rc,
+            blob: s.blob,
+            args: s.args,
+        })
+    }
+
     /// Fills in a result argument (an output pointer's value, say) before completion.
     #[inline]
     pub fn set_arg(&self, index: usize, value: u64) {
@@ -592,6 +692,114 @@ impl PendingCall {
                 (*s).t_exit_ns.store(clock::now(), Ordering::Release);
             }
         }
+    }
+}
+
+/// The writer's side of the communicator table: identity once, progress on every operation.
+/// Plain atomic stores (no read-modify-write): one thread issues a communicator's operations.
+impl CommTableEntry {
+    /// Fills the identity of a newly claimed entry and publishes it (`state` last).
+    #[allow(clippy::too_many_arguments)] // the communicator's identity, field by field
+    pub fn publish(
+        &self,
+        created_by: CallId,
+        comm: u64,
+        comm_hash: u64,
+        uid_hash: u64,
+        nranks: i32,
+        rank: i32,
+        parent: (u64, i32, i32),
+        ready: bool,
+    ) {
+        let me = (self as *const Self).cast_mut();
+        // SAFETY: the entry was claimed by this caller alone (`Recorder::claim_comm_entry`) and
+        // is not yet published (state FREE), so no one else writes its plain fields; readers
+        // ignore it until `state` is stored below with Release.
+        unsafe {
+            (*me).created_by = created_by as u32;
+            (*me).comm = comm;
+            (*me).comm_hash = comm_hash;
+            (*me).uid_hash = uid_hash;
+            (*me).nranks = nranks;
+            (*me).rank = rank;
+            (*me).cuda_dev = -1;
+            (*me).nccl_version = 0;
+            (*me).parent_hash = parent.0;
+            (*me).split_color = parent.1;
+            (*me).split_key = parent.2;
+            (*me).created_t = clock::now();
+        }
+        self.last_peer.store(-1, Ordering::Relaxed);
+        self.last_dtype_op.store(0xffff, Ordering::Relaxed);
+        let state = if ready {
+            comm_state::LIVE
+        } else {
+            comm_state::PENDING
+        };
+        self.state.store(state, Ordering::Release);
+    }
+
+    /// The communicator is ready: its size, rank (when they were unknown), device and NCCL
+    /// version. Called by the thread that created it, before it issues any operation.
+    pub fn ready(&self, nranks: i32, rank: i32, cuda_dev: i32, nccl_version: i32) {
+        let me = (self as *const Self).cast_mut();
+        // SAFETY: identity fields are written only by the creating thread (here, once the
+        // communicator is ready); a concurrent reader may see the old or the new value of each
+        // plain 4-byte field, both of which are meaningful.
+        unsafe {
+            (*me).nranks = nranks;
+            (*me).rank = rank;
+            (*me).cuda_dev = cuda_dev;
+            (*me).nccl_version = nccl_version;
+        }
+        self.state.store(comm_state::LIVE, Ordering::Release);
+    }
+
+    /// An operation was issued: its arguments first, then the count that publishes them.
+    #[inline]
+    #[allow(clippy::too_many_arguments)] // the operation's own arguments
+    pub fn issue(
+        &self,
+        seq: u64,
+        call: CallId,
+        count: u64,
+        datatype: i32,
+        redop: i32,
+        peer: i32,
+        t: u64,
+    ) {
+        let small = |v: i32| {
+            if (0..0xff).contains(&v) {
+                v as u32
+            } else {
+                0xff
+            }
+        };
+        self.last_call.store(call as u32, Ordering::Relaxed);
+        self.last_count.store(count, Ordering::Relaxed);
+        self.last_dtype_op
+            .store(small(datatype) | small(redop) << 8, Ordering::Relaxed);
+        self.last_peer.store(peer, Ordering::Relaxed);
+        self.last_t.store(t, Ordering::Relaxed);
+        self.issued.store(seq.wrapping_add(1), Ordering::Release);
+    }
+
+    /// The call of operation `seq` returned `rc`.
+    #[inline]
+    pub fn complete(&self, seq: u64, rc: i32) {
+        self.last_rc.store(rc, Ordering::Relaxed);
+        self.completed.store(seq.wrapping_add(1), Ordering::Release);
+    }
+
+    /// The communicator was destroyed (or aborted).
+    pub fn end(&self, aborted: bool) {
+        self.ended_t.store(clock::now(), Ordering::Relaxed);
+        let state = if aborted {
+            comm_state::ABORTED
+        } else {
+            comm_state::DESTROYED
+        };
+        self.state.store(state, Ordering::Release);
     }
 }
 

@@ -3,8 +3,9 @@
 //! records every call into a crash-safe dump ([`recorder`]).
 //!
 //! The shim is inert until the first NCCL (or watched driver) event: no file, no thread, no
-//! signal handler. It never changes what NCCL or the driver return.
+//! signal handler (the fatal-signal handlers of [`signals`] are chained in at that event). It never changes what NCCL or the driver return.
 
 pub mod driver;
 pub mod nccl;
 pub mod recorder;
+pub mod signals;

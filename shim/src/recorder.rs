@@ -16,6 +16,7 @@ thread_local! {
 }
 
 fn on_create(recorder: &'static Recorder) {
+    crate::signals::install(recorder);
     crate::nccl::on_recorder_created(recorder);
     crate::driver::on_recorder_created(recorder);
 }
@@ -52,6 +53,16 @@ impl Drop for DepthGuard {
     fn drop(&mut self) {
         let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
     }
+}
+
+/// As [`record`], with the keep ring instead of the thread's own ring (where a file has one):
+/// for rare records that must survive any number of hot calls.
+#[inline]
+pub fn record_keep<R>(f: impl FnOnce(&'static Recorder, &RingWriter) -> R) -> Option<R> {
+    record(|r, w| match r.keep_writer(w.tid()) {
+        Some(keep) => f(r, &keep),
+        None => f(r, w),
+    })
 }
 
 /// Runs recording work `f` with this thread's ring: not at all when nested or not recording,

@@ -173,12 +173,72 @@ pub struct ProcessModel {
     pub prof_ops: Vec<ProfOp>,
     /// (signal number, time).
     pub signals: Vec<(u64, u64)>,
+    /// The fatal signal the shim's handler recorded in the dump header, with its details.
+    pub signal: Option<SignalFact>,
+    /// Clean-exit time (wall clock), when the process exited normally.
+    pub exit_t: Option<u64>,
+    /// Latest sign of life that left no record (a deduplicated async-error poll), wall clock.
+    pub last_alive: Option<u64>,
+    /// Records lost to ring wrap, per thread: (tid, thread name, lost).
+    pub lost_by_thread: Vec<(u32, String, u64)>,
+    /// Per-communicator progress from the dump's communicator table (never lost to wrap).
+    pub progress: Vec<CommProgress>,
+    /// Communicators created beyond the communicator table's capacity.
+    pub comms_not_kept: u32,
     pub notes: Vec<String>,
     pub nccl_version: Option<u64>,
     /// CLOCK_REALTIME − CLOCK_MONOTONIC used for this process's times (from its dump header).
     pub clock_offset: i128,
     /// How precisely that offset was measured (the calibration window).
     pub clock_uncertainty: u64,
+}
+
+/// A fatal signal as the shim's handler recorded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignalFact {
+    pub signo: u64,
+    /// `si_code`: > 0 a fault the kernel raised, <= 0 sent by a process.
+    pub code: i32,
+    pub sender_pid: u32,
+    pub addr: u64,
+    pub tid: u32,
+    /// Wall clock.
+    pub t: u64,
+    /// Fatal-class signals received in all.
+    pub count: u32,
+}
+
+impl SignalFact {
+    /// A signal that means "stop" (sent by a launcher, a user or a scheduler) rather than a
+    /// crash of the process itself.
+    pub fn is_termination_request(&self) -> bool {
+        is_termination_signal(self.signo)
+    }
+}
+
+/// SIGTERM, SIGINT, SIGHUP: a request to stop, not a crash.
+pub fn is_termination_signal(signo: u64) -> bool {
+    matches!(signo, 1 | 2 | 15)
+}
+
+/// One communicator's progress as the communicator table kept it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommProgress {
+    pub comm_hash: u64,
+    pub comm_ptr: u64,
+    pub nranks: i32,
+    pub rank: i32,
+    /// Operations issued on it (the last `seq` + 1).
+    pub issued: u64,
+    /// Operations whose call returned.
+    pub completed: u64,
+    pub last_call: Option<CallId>,
+    pub last_count: u64,
+    /// Wall clock of the last operation issued.
+    pub last_t: Option<u64>,
+    /// `live`, `pending`, `destroyed`, `aborted`.
+    pub state: &'static str,
+    pub parent_hash: u64,
 }
 
 fn shift_t(t: u64, delta: i128) -> u64 {
@@ -282,6 +342,14 @@ impl ProcessModel {
         for s in &mut self.signals {
             s.1 = shift_t(s.1, delta);
         }
+        if let Some(s) = &mut self.signal {
+            s.t = shift_t(s.t, delta);
+        }
+        self.exit_t = self.exit_t.map(|t| shift_t(t, delta));
+        self.last_alive = self.last_alive.map(|t| shift_t(t, delta));
+        for c in &mut self.progress {
+            c.last_t = c.last_t.map(|t| shift_t(t, delta));
+        }
         if self.first_t != 0 {
             self.first_t = shift_t(self.first_t, delta);
         }
@@ -345,6 +413,12 @@ impl ProcessModel {
         }
         self.prof_ops.extend(o.prof_ops);
         self.signals.extend(o.signals);
+        self.signal = self.signal.or(o.signal);
+        self.exit_t = self.exit_t.max(o.exit_t);
+        self.last_alive = self.last_alive.max(o.last_alive);
+        self.lost_by_thread.extend(o.lost_by_thread);
+        self.progress.extend(o.progress);
+        self.comms_not_kept += o.comms_not_kept;
         self.notes.extend(o.notes);
         self.nccl_version = self.nccl_version.or(o.nccl_version);
     }
@@ -360,6 +434,66 @@ impl ProcessModel {
         self.disabled |= h.disabled;
         self.lost += d.summary.lost;
         self.torn += d.summary.torn;
+        for r in d.lost_by_ring() {
+            self.lost_by_thread
+                .push((r.tid, r.thread_name.clone(), r.lost));
+        }
+        if let Some(x) = h.exit_monotonic_ns {
+            self.exit_t = Some(to_wall(d, x));
+        }
+        if let Some(a) = h.last_alive_ns {
+            let t = to_wall(d, a);
+            self.last_alive = Some(self.last_alive.map_or(t, |v| v.max(t)));
+            self.last_t = self.last_t.max(t);
+        }
+        if let Some(sg) = h.signal {
+            let t = to_wall(d, sg.t_ns);
+            self.signal = Some(SignalFact {
+                signo: u64::from(sg.signo),
+                code: sg.code,
+                sender_pid: sg.sender_pid,
+                addr: sg.addr,
+                tid: sg.tid,
+                t,
+                count: sg.count,
+            });
+            self.signals.push((u64::from(sg.signo), t));
+            self.last_t = self.last_t.max(t);
+        }
+        self.comms_not_kept += h.comms_not_kept;
+        // Identity that never wraps: every communicator of the table is a membership, even
+        // when the records of its creation were overwritten long ago.
+        for c in &d.comms {
+            if c.comm_hash != 0 && c.nranks > 0 && c.rank >= 0 {
+                let v = u64::try_from(c.nccl_version).unwrap_or(0);
+                if v != 0 {
+                    self.nccl_version.get_or_insert(v);
+                }
+                self.merge_membership(Membership {
+                    comm_hash: c.comm_hash,
+                    nranks: c.nranks as u32,
+                    rank: c.rank as u32,
+                    cuda_dev: (c.cuda_dev >= 0).then_some(i64::from(c.cuda_dev)),
+                    comm_ptr: c.comm,
+                    established: c.state != ncclshim_dump::layout::comm_state::PENDING,
+                    init_call: None,
+                    nccl_version: (v != 0).then_some(v),
+                });
+            }
+            self.progress.push(CommProgress {
+                comm_hash: c.comm_hash,
+                comm_ptr: c.comm,
+                nranks: c.nranks,
+                rank: c.rank,
+                issued: c.issued,
+                completed: c.completed,
+                last_call: c.last_call,
+                last_count: c.last_count,
+                last_t: c.last_issued_ns.map(|t| to_wall(d, t)),
+                state: c.state_name(),
+                parent_hash: c.parent_hash,
+            });
+        }
 
         // Latest snapshot of each kind wins (later ones are taken at communicator init).
         for b in d.blobs.values() {
@@ -672,11 +806,15 @@ impl ProcessModel {
                 }
             }
         }
+        // A crash is a failure at once; a request to stop (SIGTERM, SIGINT) is one only when
+        // the job went on without this process (decided across the job, like `Died`).
         for &(signo, t) in &self.signals {
-            out.push(FailureEvent {
-                t,
-                what: FailureWhat::Signal(signo),
-            });
+            if !is_termination_signal(signo) {
+                out.push(FailureEvent {
+                    t,
+                    what: FailureWhat::Signal(signo),
+                });
+            }
         }
         out.sort_by_key(|f| f.t);
         out
@@ -831,23 +969,44 @@ impl JobModel {
         // bound, so only when its peers outlived it: a whole job killed at once is a hang, and a
         // rank blocked in communicator init was waiting, not failing.
         for (i, p) in processes.iter().enumerate() {
-            if !p.died() || !p.signals.is_empty() || failures.iter().any(|f| f.process == i) {
+            let stop_signal = p
+                .signals
+                .iter()
+                .find(|(signo, _)| is_termination_signal(*signo))
+                .copied();
+            let crashed = p.signals.iter().any(|(s, _)| !is_termination_signal(*s));
+            let vanished = p.died() && p.signals.is_empty();
+            if crashed
+                || !(vanished || stop_signal.is_some())
+                || failures.iter().any(|f| f.process == i)
+            {
                 continue;
             }
+            // A rank blocked in communicator init was waiting for its peers, not failing.
             if p.in_flight_calls().any(|(_, c)| c.is_init()) {
                 continue;
             }
-            let outlived = processes.iter().enumerate().any(|(j, q)| {
+            let end = stop_signal.map_or(p.last_t, |(_, t)| t);
+            // Peers that exited cleanly or failed after this process's end went on without it.
+            let outlived_by_events = processes.iter().enumerate().any(|(j, q)| {
                 j != i
-                    && (q.clean_exit
-                        || q.alive
-                        || failures.iter().any(|f| f.process == j && f.t >= p.last_t))
+                    && ((q.clean_exit && q.exit_t.is_none_or(|x| x > end))
+                        || failures.iter().any(|f| f.process == j && f.t >= end))
             });
+            // Blocked in a call when it ended (init, a collective's enqueue, a group end) while
+            // the rest of the job merely lives on: it was waiting on its peers, not failing; the
+            // stuck-rank checks say on what.
+            let blocked = p.in_flight_calls().next().is_some();
+            let outlived = outlived_by_events
+                || (!blocked && processes.iter().enumerate().any(|(j, q)| j != i && q.alive));
             if outlived {
                 failures.push(JobFailure {
                     process: i,
-                    t: p.last_t,
-                    what: FailureWhat::Died,
+                    t: end,
+                    what: match stop_signal {
+                        Some((signo, _)) => FailureWhat::Signal(signo),
+                        None => FailureWhat::Died,
+                    },
                 });
             }
         }

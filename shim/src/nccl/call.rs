@@ -5,7 +5,7 @@
 
 use crate::nccl::ffi::{is_failure, NcclComm, NcclResult, NCCL_INTERNAL_ERROR};
 use crate::nccl::resolve::real;
-use crate::recorder::{record, SHIM};
+use crate::recorder::{record, record_keep, SHIM};
 use ncclshim_dump::layout::SLOT_ARGS;
 use ncclshim_dump::schema::slot_flags;
 use ncclshim_dump::{BlobKind, CallId, Entry, PendingCall, RecordKind};
@@ -71,24 +71,47 @@ pub fn context_flags() -> u32 {
 /// A call recorded at entry (or not, when recording is off or we are inside our own code).
 pub struct Active(Option<PendingCall>);
 
-/// Records the entry of `call` on `comm` with `args`.
+/// Records the entry of `call` on `comm` with `args`: a hot call (`CallId::is_hot`) in the
+/// thread's ring, any other in the keep ring.
 #[inline]
 pub fn enter(call: CallId, comm: NcclComm, args: [u64; SLOT_ARGS]) -> Active {
-    let flags = context_flags();
-    Active(record(|_, w| {
-        w.begin(&Entry {
-            kind: RecordKind::Call,
-            call,
-            comm: comm as u64,
-            flags,
-            rc: 0,
-            blob: 0,
-            args,
-        })
-    }))
+    let entry = Entry {
+        kind: RecordKind::Call,
+        call,
+        comm: comm as u64,
+        flags: context_flags(),
+        rc: 0,
+        blob: 0,
+        args,
+    };
+    Active(if call.is_hot() {
+        record(|_, w| w.begin(&entry))
+    } else {
+        record_keep(|_, w| w.begin(&entry))
+    })
+}
+
+/// A failed hot call is copied into the keep ring (flagged `KEEP_COPY`, same entry time and
+/// arguments, NCCL's text), so the failure survives the thread's ring wrapping later.
+fn keep_copy(r: &'static ncclshim_dump::Recorder, tid: u32, p: &PendingCall, rc: NcclResult) {
+    let Some(keep) = r.keep_writer(tid) else {
+        return;
+    };
+    if p.slot_ref().ring == r.keep_ring_index() {
+        return;
+    }
+    let Some(mut e) = p.entry() else { return };
+    e.flags |= slot_flags::KEEP_COPY;
+    keep.begin_at(&e, p.t_enter()).complete(rc);
 }
 
 impl Active {
+    /// Entry time of the record (record time base; 0 when nothing was recorded).
+    #[inline]
+    pub fn t_enter(&self) -> u64 {
+        self.0.as_ref().map_or(0, PendingCall::t_enter)
+    }
+
     /// Completes the record: `extra` fills result arguments, then the error text (on failure)
     /// and the return code are written.
     #[inline]
@@ -105,7 +128,7 @@ impl Active {
             p.complete(rc);
             return;
         }
-        record(|r, _| {
+        record(|r, w| {
             extra(&p);
             // SAFETY: last_error returns NCCL's NUL-terminated static buffer or null.
             if let Some(text) = unsafe { last_error(comm) } {
@@ -114,6 +137,7 @@ impl Active {
                     p.set_blob(off, slot_flags::HAS_ERROR_TEXT);
                 }
             }
+            keep_copy(r, w.tid(), &p, rc);
             p.complete(rc);
         });
     }
@@ -141,7 +165,7 @@ static MISSING_NOTED: AtomicU64 = AtomicU64::new(0);
 pub fn missing(call: CallId) -> NcclResult {
     let bit = 1u64 << ((call as u16) & 63);
     if MISSING_NOTED.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
-        record(|r, w| {
+        record_keep(|r, w| {
             let msg = format!(
                 "{} was called but no loaded NCCL exports p{} or {}: returned ncclInternalError",
                 call.name(),

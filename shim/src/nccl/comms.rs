@@ -7,7 +7,8 @@
 //! is simply not counted (its `seq` args read 0 and the miss is visible as `seq == op_seq == 0`).
 
 use crate::nccl::ffi::NcclComm;
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use ncclshim_dump::layout::CommTableEntry;
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 const CAPACITY: usize = 1024;
 const EMPTY: u64 = 0;
@@ -30,6 +31,9 @@ pub struct CommEntry {
     pub children: AtomicU32,
     /// 1 while a non-blocking init has not yet reported success through GetAsyncError.
     pub pending_init: AtomicU32,
+    /// The comm's entry in the dump's communicator table (null: none, the table was full or
+    /// recording is off).
+    table: AtomicPtr<CommTableEntry>,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -44,6 +48,7 @@ const ENTRY: CommEntry = CommEntry {
     rank: AtomicI32::new(-1),
     children: AtomicU32::new(0),
     pending_init: AtomicU32::new(0),
+    table: AtomicPtr::new(std::ptr::null_mut()),
 };
 
 static TABLE: [CommEntry; CAPACITY] = [ENTRY; CAPACITY];
@@ -121,6 +126,19 @@ impl CommEntry {
         self.rank.store(-1, Ordering::Relaxed);
         self.children.store(0, Ordering::Relaxed);
         self.pending_init.store(0, Ordering::Relaxed);
+        self.table.store(std::ptr::null_mut(), Ordering::Relaxed);
+    }
+
+    /// The comm's entry in the dump's communicator table.
+    #[inline]
+    pub fn table(&self) -> Option<&'static CommTableEntry> {
+        // SAFETY: only pointers into the never-unmapped dump mapping are stored (`set_table`).
+        unsafe { self.table.load(Ordering::Acquire).as_ref() }
+    }
+
+    pub fn set_table(&self, t: &'static CommTableEntry) {
+        self.table
+            .store((t as *const CommTableEntry).cast_mut(), Ordering::Release);
     }
 
     /// Takes the next (seq, op_seq) pair for operation `op` (both count from 0).

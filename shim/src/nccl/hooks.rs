@@ -22,7 +22,7 @@ use crate::nccl::ffi::*;
 use crate::nccl::hash::{get_hash, split_hash, uid_words};
 use crate::nccl::resolve::real;
 use crate::nccl::snapshot;
-use crate::recorder::{record, SHIM};
+use crate::recorder::{record_keep, SHIM};
 use ncclshim_dump::layout::{counters, SLOT_ARGS};
 use ncclshim_dump::{BlobKind, CallId, Entry, PendingCall, RecordKind};
 use std::cell::Cell;
@@ -94,7 +94,7 @@ unsafe fn count_and_rank(comm: NcclComm) -> (c_int, c_int) {
 
 /// Refreshes the environment and library snapshots as a communicator is being created.
 fn snapshot_at_init() {
-    record(|r, w| snapshot::take(r, w, snapshot::Reason::CommInit, false));
+    record_keep(|r, w| snapshot::take(r, w, snapshot::Reason::CommInit, false));
 }
 
 /// Stores the ncclConfig_t as an `event` record of `call` ahead of the call itself (the call's
@@ -104,7 +104,7 @@ unsafe fn record_config(call: CallId, comm: NcclComm, cfg: *const c_void) {
         return;
     }
     let flags = call::context_flags();
-    record(|r, w| {
+    record_keep(|r, w| {
         // SAFETY: NCCL reads the same struct within its declared size; so do we.
         let v = unsafe { config::read_config(cfg) };
         let json = serde_json::to_vec(&v).unwrap_or_default();
@@ -119,6 +119,8 @@ unsafe fn record_config(call: CallId, comm: NcclComm, cfg: *const c_void) {
 /// A communicator came up: remember its join facts and, once it is ready, write `commCreated`.
 /// `ready` is false for a non-blocking init still in progress (querying it then has side
 /// effects); the record is written when ncclCommGetAsyncError first reports success.
+/// `origin` is the call that made it and, for a split, the parent's hash, color and key.
+#[allow(clippy::too_many_arguments)] // the communicator's identity, as the init call knew it
 unsafe fn comm_created(
     comm: NcclComm,
     nranks: c_int,
@@ -126,6 +128,8 @@ unsafe fn comm_created(
     uid_hash: u64,
     comm_hash: u64,
     ready: bool,
+    origin: CallId,
+    parent: (u64, i32, i32),
 ) {
     if comm.is_null() {
         return;
@@ -138,6 +142,20 @@ unsafe fn comm_created(
     e.rank.store(rank, Ordering::Relaxed);
     e.uid_hash.store(uid_hash, Ordering::Relaxed);
     e.comm_hash.store(comm_hash, Ordering::Relaxed);
+    // Identity outside the rings: the table entry survives any number of hot records.
+    if let Some(t) = SHIM.existing().and_then(|r| r.claim_comm_entry()) {
+        t.publish(
+            origin,
+            comm as u64,
+            comm_hash,
+            uid_hash,
+            nranks,
+            rank,
+            parent,
+            false,
+        );
+        e.set_table(t);
+    }
     if ready {
         write_comm_created(comm, e);
     } else {
@@ -157,8 +175,11 @@ unsafe fn write_comm_created(comm: NcclComm, e: &comms::CommEntry) {
         e.nranks.store(n, Ordering::Relaxed);
         e.rank.store(rank, Ordering::Relaxed);
     }
+    if let Some(t) = e.table() {
+        t.ready(n, rank, dev as i32, version);
+    }
     let flags = call::context_flags();
-    record(|_, w| {
+    record_keep(|_, w| {
         let mut r = Entry::new(RecordKind::CommInfo, CallId::CommCreated);
         r.comm = comm as u64;
         r.flags = flags;
@@ -311,7 +332,16 @@ unsafe fn init_rank_common(
         }
     });
     if created {
-        comm_created(comm, nranks, rank, uid_hash, uid_hash, ready);
+        comm_created(
+            comm,
+            nranks,
+            rank,
+            uid_hash,
+            uid_hash,
+            ready,
+            call,
+            (0, -1, -1),
+        );
     }
 }
 
@@ -483,7 +513,8 @@ pub unsafe extern "C" fn ncclCommInitAll(
         if rc == NCCL_SUCCESS && !comms_out.is_null() {
             let uid = LAST_UID.try_with(Cell::get).unwrap_or(0);
             for i in 0..ndev.max(0) as usize {
-                comm_created(*comms_out.add(i), ndev, i as c_int, uid, uid, true);
+                let c = *comms_out.add(i);
+                comm_created(c, ndev, i as c_int, uid, uid, true, call, (0, -1, -1));
             }
         }
     })
@@ -536,7 +567,8 @@ pub unsafe extern "C" fn ncclCommSplit(
         });
         if (ready || rc == NCCL_IN_PROGRESS) && !child.is_null() {
             let uid = parent.map_or(0, |e| e.uid_hash.load(Ordering::Relaxed));
-            comm_created(child, n, r, uid, hash, ready);
+            let origin = (parent_hash, color, key);
+            comm_created(child, n, r, uid, hash, ready, call, origin);
         }
     })
 }
@@ -583,7 +615,9 @@ pub unsafe extern "C" fn ncclCommShrink(
         if (rc == NCCL_SUCCESS || rc == NCCL_IN_PROGRESS) && !child.is_null() {
             // The shrunk comm's commHash formula needs NCCL's internal child count; 0 = unknown.
             let uid = comms::find(comm).map_or(0, |e| e.uid_hash.load(Ordering::Relaxed));
-            comm_created(child, 0, -1, uid, 0, rc == NCCL_SUCCESS);
+            let parent_hash = comms::find(comm).map_or(0, |e| e.comm_hash.load(Ordering::Relaxed));
+            let origin = (parent_hash, -1, -1);
+            comm_created(child, 0, -1, uid, 0, rc == NCCL_SUCCESS, call, origin);
         }
     })
 }
@@ -625,7 +659,9 @@ pub unsafe extern "C" fn ncclCommGrow(
         let child = out_comm(newcomm, rc);
         a.finish(rc, comm, |pc| pc.set_arg(3, p(child)));
         if (rc == NCCL_SUCCESS || rc == NCCL_IN_PROGRESS) && !child.is_null() {
-            comm_created(child, nranks, rank, h, 0, rc == NCCL_SUCCESS);
+            let parent_hash = comms::find(comm).map_or(0, |e| e.comm_hash.load(Ordering::Relaxed));
+            let origin = (parent_hash, -1, -1);
+            comm_created(child, nranks, rank, h, 0, rc == NCCL_SUCCESS, call, origin);
         }
     })
 }
@@ -642,6 +678,9 @@ macro_rules! comm_only {
                 let real = real!($name, F);
                 let rc = recorded(out, real, $call, comm, || args([]), |f| f(comm), |_| {});
                 if $forget && rc == NCCL_SUCCESS {
+                    if let Some(t) = comms::find(comm).and_then(|e| e.table()) {
+                        t.end($call == CallId::NcclCommAbort);
+                    }
                     comms::remove(comm);
                 }
             })
@@ -701,11 +740,13 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(
             None if rc == NCCL_SUCCESS => {
                 if let Some(r) = SHIM.existing() {
                     r.add_counter(counters::SHIM_ASYNC_POLLS, 1);
+                    // A watchdog polling a hung comm is alive: say so without a record.
+                    r.note_alive();
                 }
             }
             prev => {
                 let flags = call::context_flags();
-                record(|r, w| {
+                record_keep(|r, w| {
                     let mut e = Entry::new(RecordKind::Call, CallId::NcclCommGetAsyncError);
                     e.comm = comm as u64;
                     e.flags = flags;
@@ -808,25 +849,44 @@ unsafe fn operation<F>(
         call
     } as usize
         - CallId::NcclAllReduce as usize;
-    let entry = || {
-        let (seq, op_seq) = if call::nested() {
-            (u64::MAX, u64::MAX)
-        } else {
-            comms::get_or_insert(comm).map_or((u64::MAX, u64::MAX), |e| e.next_seq(idx))
-        };
-        [
-            count as u64,
-            s(datatype),
-            s(op),
-            s(root),
-            p(send),
-            p(recv),
-            p(stream),
-            seq,
-            op_seq,
-        ]
+    let Some(f) = real else {
+        *out = Some(missing(call));
+        return;
     };
-    recorded(out, real, call, comm, entry, fwd, |_| {});
+    let mut table = None;
+    let (seq, op_seq) = if call::nested() {
+        (u64::MAX, u64::MAX)
+    } else {
+        match comms::get_or_insert(comm) {
+            Some(e) => {
+                table = e.table();
+                e.next_seq(idx)
+            }
+            None => (u64::MAX, u64::MAX),
+        }
+    };
+    let entry = [
+        count as u64,
+        s(datatype),
+        s(op),
+        s(root),
+        p(send),
+        p(recv),
+        p(stream),
+        seq,
+        op_seq,
+    ];
+    let a = enter(call, comm, entry);
+    // Progress outside the rings: the last operation issued on this comm, with its arguments.
+    if let Some(t) = table {
+        t.issue(seq, call, count as u64, datatype, op, root, a.t_enter());
+    }
+    let rc = forward(|| fwd(f));
+    *out = Some(rc);
+    a.finish(rc, comm, |_| {});
+    if let Some(t) = table {
+        t.complete(seq, rc);
+    }
 }
 
 /// Defines a collective or p2p export: its C signature (`args`), forwarded as it is, and which

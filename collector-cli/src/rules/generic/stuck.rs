@@ -87,12 +87,24 @@ fn state(pm: &ProcessModel, p: usize, rank: u32, comm: u64) -> RankState {
             ));
         }
     }
+    // The communicator table keeps the last operation issued even when the thread's ring
+    // wrapped over every record of it.
+    let table = pm
+        .progress
+        .iter()
+        .filter(|c| c.comm_hash == comm && c.issued > 0)
+        .max_by_key(|c| c.issued);
+    let table_seq = table.map(|c| c.issued - 1);
+    let shim_seq = shim_seq.max(table_seq);
     let last_call = pm
         .ops
         .iter()
         .filter(|o| o.comm_hash == Some(comm))
         .max_by_key(|o| o.seq)
-        .map(|o| format!("{} seq {}", o.call.name(), o.seq));
+        .map(|o| (o.call.name(), o.seq))
+        .filter(|(_, s)| table_seq.is_none_or(|t| *s >= t))
+        .or_else(|| table.and_then(|c| Some((c.last_call?.name(), c.issued - 1))))
+        .map(|(name, seq)| format!("{name} seq {seq}"));
     RankState {
         rank,
         process: p,

@@ -1,0 +1,201 @@
+//! Fatal-signal capture: when a process that uses NCCL dies of SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+//! SIGABRT, SIGTERM or SIGINT, the dump's header records the signal, its code, the faulting
+//! address or sender and the thread, so the report can tell "crashed" and "killed by the
+//! launcher" from "hung" and from "vanished" (SIGKILL, which no one can catch).
+//!
+//! Transparency is the whole design: the host must see no difference.
+//! - Installed lazily, at the first NCCL event (never at load time), once per process image,
+//!   only over a disposition that is not SIG_IGN (an ignored signal stays ignored, and exec'd
+//!   children still inherit it).
+//! - Chained: our handler carries the previous handler's mask and flags (SA_RESTART, SA_ONSTACK,
+//!   SA_NODEFER, SA_RESETHAND), so interrupted system calls, the alternate stack and one-shot
+//!   handlers behave as before; after recording it calls the previous handler exactly as the
+//!   kernel would have (with or without SA_SIGINFO), or, for the default action, restores it and
+//!   lets the signal take effect: a fault re-executes and faults again (same core dump, same
+//!   exit status), a sent signal is sent again to the same thread.
+//! - A handler installed later replaces ours and is never touched (Python's `faulthandler`,
+//!   PyTorch's, the program's own); one installed earlier is what we chain to.
+//! - The handler is async-signal-safe: atomics and stores into the never-unmapped mapping, a
+//!   vDSO clock read, `gettid`, `sigaction` and `tgkill`. It preserves errno.
+//! - `NCCLSHIM_SIGNALS=0` (or `false`/`no`/`off`) turns it off.
+
+use ncclshim_dump::Recorder;
+use std::cell::UnsafeCell;
+use std::ffi::{c_int, c_void};
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+
+/// The signals whose arrival ends (or may end) a rank.
+const WATCHED: [c_int; 7] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+    libc::SIGABRT,
+    libc::SIGTERM,
+    libc::SIGINT,
+];
+
+/// The recorder whose header the handler writes (the current one: a forked child's own).
+static RECORDER: AtomicPtr<Recorder> = AtomicPtr::new(std::ptr::null_mut());
+/// Set once the handlers are installed in this process image (a forked child inherits both the
+/// handlers and this flag, so it never chains to itself).
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// The dispositions we replaced, one per watched signal. Written once, before our handler is
+/// installed for that signal; read only by the handler afterwards.
+struct Previous([UnsafeCell<MaybeUninit<libc::sigaction>>; WATCHED.len()]);
+// SAFETY: each cell is written once by `install` before the sigaction call that makes the
+// handler able to read it (a system call, so a full barrier), and only read afterwards.
+unsafe impl Sync for Previous {}
+static PREVIOUS: Previous = Previous([const { UnsafeCell::new(MaybeUninit::zeroed()) }; 7]);
+/// Which entries of PREVIOUS are valid (our handler is installed for that signal).
+static CHAINED: [AtomicBool; WATCHED.len()] = [const { AtomicBool::new(false) }; 7];
+
+/// Whether `NCCLSHIM_SIGNALS` leaves capture on (default on).
+fn enabled() -> bool {
+    match std::env::var("NCCLSHIM_SIGNALS") {
+        Ok(v) => !matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "0" | "false" | "no" | "off"
+        ),
+        Err(_) => true,
+    }
+}
+
+/// Points the handlers at `recorder` and installs them the first time (called when the dump is
+/// created: the first NCCL event of this process image).
+pub fn install(recorder: &'static Recorder) {
+    if !enabled() {
+        return;
+    }
+    RECORDER.store((recorder as *const Recorder).cast_mut(), Ordering::Release);
+    if INSTALLED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    for (i, &sig) in WATCHED.iter().enumerate() {
+        // SAFETY: plain sigaction calls with valid, zero-initialised structs; the cell for
+        // `i` is written before our handler can run for `sig` (it is installed afterwards).
+        unsafe {
+            let mut current: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut current) != 0
+                || current.sa_sigaction == libc::SIG_IGN
+            {
+                continue;
+            }
+            (*PREVIOUS.0[i].get()).write(current);
+            let mut ours: libc::sigaction = std::mem::zeroed();
+            ours.sa_sigaction = on_signal as *const () as usize;
+            ours.sa_mask = current.sa_mask;
+            let kept = libc::SA_RESTART | libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESETHAND;
+            ours.sa_flags = libc::SA_SIGINFO | (current.sa_flags & kept);
+            let mut replaced: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, &ours, &mut replaced) != 0 {
+                continue;
+            }
+            if replaced.sa_sigaction != current.sa_sigaction {
+                // Someone installed a handler between our two calls: chain to that one.
+                (*PREVIOUS.0[i].get()).write(replaced);
+            }
+            CHAINED[i].store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Whether the kernel raised `sig` for a fault in the interrupted instruction (returning
+/// re-executes it, so it faults again under the restored disposition).
+fn is_fault(sig: c_int, code: c_int) -> bool {
+    code > 0
+        && matches!(
+            sig,
+            libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL
+        )
+}
+
+extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    // SAFETY: __errno_location is the calling thread's errno; restored before returning.
+    let errno = unsafe { *libc::__errno_location() };
+    // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler (or null, checked).
+    let code = unsafe { info.as_ref() }.map_or(0, |i| i.si_code);
+    note(sig, info, code);
+    if let Some(i) = WATCHED.iter().position(|&s| s == sig) {
+        if CHAINED[i].load(Ordering::Acquire) {
+            // SAFETY: CHAINED[i] says the cell was written before our handler was installed.
+            let prev = unsafe { (*PREVIOUS.0[i].get()).assume_init_ref() };
+            // SAFETY: forwards the kernel's own arguments to the handler it would have called.
+            unsafe { chain(sig, info, ctx, code, prev) };
+        }
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Does what the kernel would have done with `prev` as the disposition.
+unsafe fn chain(
+    sig: c_int,
+    info: *mut libc::siginfo_t,
+    ctx: *mut c_void,
+    code: c_int,
+    prev: &libc::sigaction,
+) {
+    match prev.sa_sigaction {
+        libc::SIG_DFL => {
+            // Default action (terminate, with a core for the fault signals): put it back and
+            // let the signal act again.
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            if !is_fault(sig, code) {
+                // Sent by a process (kill, raise, abort): send it again to this thread. It is
+                // blocked while we run (unless SA_NODEFER) and takes effect when we return.
+                libc::syscall(
+                    libc::SYS_tgkill,
+                    libc::getpid(),
+                    libc::syscall(libc::SYS_gettid),
+                    sig,
+                );
+            }
+        }
+        libc::SIG_IGN => {}
+        handler if prev.sa_flags & libc::SA_SIGINFO != 0 => {
+            let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
+                std::mem::transmute(handler);
+            f(sig, info, ctx);
+        }
+        handler => {
+            let f: extern "C" fn(c_int) = std::mem::transmute(handler);
+            f(sig);
+        }
+    }
+}
+
+/// Writes the first signal into the header (later ones only count).
+fn note(sig: c_int, info: *mut libc::siginfo_t, code: c_int) {
+    // SAFETY: the pointer is a leaked recorder whose mapping is never unmapped.
+    let Some(r) = (unsafe { RECORDER.load(Ordering::Acquire).as_ref() }) else {
+        return;
+    };
+    let s = r.signal_record();
+    s.count.fetch_add(1, Ordering::Relaxed);
+    if s.claimed
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+    // SAFETY: `info` comes from the kernel (null checked); si_addr is meaningful for faults,
+    // si_pid for signals a process sent; each accessor only reads the union.
+    let (addr, sender) = match unsafe { info.as_ref() } {
+        Some(i) if is_fault(sig, code) => (unsafe { i.si_addr() } as u64, 0),
+        Some(i) if code <= 0 => (0, unsafe { i.si_pid() } as u32),
+        _ => (0, 0),
+    };
+    s.code.store(code, Ordering::Relaxed);
+    s.tid.store(tid, Ordering::Relaxed);
+    s.sender_pid.store(sender, Ordering::Relaxed);
+    s.addr.store(addr, Ordering::Relaxed);
+    s.time.store(ncclshim_dump::clock::now(), Ordering::Relaxed);
+    s.signo.store(sig as u32, Ordering::Release);
+}
