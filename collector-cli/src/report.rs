@@ -66,6 +66,51 @@ pub struct Report {
     pub ordering_note: Option<String>,
     pub findings: Vec<Finding>,
     pub problems: Vec<Problem>,
+    /// What the dumps could not tell: records lost to ring wrap, communicators the table could not
+    /// hold, processes that ended without any mark. Empty when the evidence is complete.
+    pub evidence_gaps: Vec<String>,
+}
+
+/// The gaps in the evidence, one line per process and kind (records lost on threads are summed
+/// per process; the thread with the most losses is named).
+fn evidence_gaps(job: &JobModel) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in &job.processes {
+        if p.lost > 0 {
+            let worst = p
+                .lost_by_thread
+                .iter()
+                .max_by_key(|(_, _, n)| *n)
+                .map(|(tid, name, n)| {
+                    let name = if name.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({name})")
+                    };
+                    format!(", most on thread {tid}{name}: {n}")
+                })
+                .unwrap_or_default();
+            out.push(format!(
+                "{}: {} older records lost to ring wrap{worst}; communicator identity, progress and failures are kept apart, but older calls are not (raise NCCLSHIM_RING_SLOTS to keep more)",
+                p.label(),
+                p.lost
+            ));
+        }
+        if p.comms_not_kept > 0 {
+            out.push(format!(
+                "{}: {} communicator(s) beyond the communicator table's capacity are known only from ring records",
+                p.label(),
+                p.comms_not_kept
+            ));
+        }
+        if p.died() && p.signal.is_none() && p.signals.is_empty() {
+            out.push(format!(
+                "{}: ended without a clean exit and without a recorded signal (SIGKILL, the OOM killer, or a node loss); its end is known only as after its last sign of life",
+                p.label()
+            ));
+        }
+    }
+    out
 }
 
 /// How far apart two failures on different machines must be to trust their order (typical NTP
@@ -149,6 +194,7 @@ impl Report {
             ordering_note,
             findings,
             problems,
+            evidence_gaps: evidence_gaps(job),
         }
     }
 
@@ -227,8 +273,25 @@ impl Report {
             None => o.push_str("no call returned an error\n"),
         }
         o.push('\n');
+        if !self.evidence_gaps.is_empty() {
+            o.push_str(&bold("Evidence gaps"));
+            o.push('\n');
+            for g in self.evidence_gaps.iter().take(8) {
+                o.push_str(&format!("  {g}\n"));
+            }
+            if self.evidence_gaps.len() > 8 {
+                o.push_str(&format!("  ... {} more\n", self.evidence_gaps.len() - 8));
+            }
+            o.push('\n');
+        }
         if self.findings.is_empty() {
-            o.push_str(&bold("No problem found."));
+            if self.evidence_gaps.is_empty() {
+                o.push_str(&bold("No problem found."));
+            } else {
+                o.push_str(&bold(
+                    "No problem found in what was recorded (the evidence has gaps: see above).",
+                ));
+            }
             o.push('\n');
         }
         for f in &self.findings {

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int ncclResult_t;
 typedef struct { char internal[128]; } ncclUniqueId;
@@ -78,8 +79,14 @@ API(ncclGroupStart, void) { return 0; }
 API(ncclGroupEnd, void) { return 0; }
 
 #define CHECK_COMM if (!comm) { set_error("double: invalid comm"); return 4; } (void)stream; return 0;
+/* NCCL_DOUBLE_BLOCK_AT=N: the process's N-th all-reduce (from 0) never returns, as a real one
+ * blocks when a peer never joins (a test-double knob: real NCCL blocks on the GPU, not here). */
+static long block_at = -2, allreduces;
 API(ncclAllReduce, const void* s, void* r, size_t n, int dt, int op, ncclComm_t comm, void* stream) {
-    (void)s; (void)r; (void)n; (void)dt; (void)op; CHECK_COMM
+    (void)s; (void)r; (void)n; (void)dt; (void)op;
+    if (block_at == -2) { const char* b = getenv("NCCL_DOUBLE_BLOCK_AT"); block_at = b ? atol(b) : -1; }
+    if (comm && allreduces++ == block_at) for (;;) pause();
+    CHECK_COMM
 }
 API(ncclBroadcast, const void* s, void* r, size_t n, int dt, int root, ncclComm_t comm, void* stream) {
     (void)s; (void)r; (void)n; (void)dt; (void)root; CHECK_COMM

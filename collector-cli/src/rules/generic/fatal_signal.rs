@@ -1,14 +1,23 @@
 //! A fatal signal reached a rank: it crashed, and everything the other ranks report afterwards
-//! is a consequence.
+//! is a consequence. A request to stop (SIGTERM, SIGINT, SIGHUP) is a failure only when the job
+//! went on without the rank (the model decides, as for a rank that vanished); the launcher's
+//! timeout stopping ranks that waited is not one.
 
-use crate::model::JobModel;
+use crate::model::{is_termination_signal, FailureWhat, JobModel};
 use crate::names::signal_name;
 use crate::rules::{who, Confidence, Finding, Severity};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out = Vec::new();
     for (p, pm) in job.processes.iter().enumerate() {
-        let Some(&(signo, _)) = pm.signals.first() else {
+        let stopped_early = job.failures.iter().any(|f| {
+            f.process == p && matches!(f.what, FailureWhat::Signal(s) if is_termination_signal(s))
+        });
+        let Some(&(signo, _)) = pm
+            .signals
+            .iter()
+            .find(|(s, _)| !is_termination_signal(*s) || stopped_early)
+        else {
             continue;
         };
         let mut f = Finding::new(
