@@ -53,16 +53,17 @@ pub fn record_value(dump: &Dump, r: &Record) -> Value {
     let call = r.call();
     let is_cuda = r.flags & slot_flags::RC_IS_CUDA != 0 || call.is_some_and(CallId::is_cuda);
     let mut args = Map::new();
-    match call {
-        Some(c) => {
-            for (i, name) in c.arg_names().iter().enumerate() {
-                args.insert((*name).to_owned(), json!(r.args[i]));
+    let names = field_names(r);
+    for (i, v) in r.args.iter().enumerate() {
+        match names.get(i) {
+            Some(name) => {
+                args.insert((*name).to_owned(), json!(v));
             }
-        }
-        None => {
-            for (i, v) in r.args.iter().enumerate() {
+            // Past the named fields an argument is unused; one that is set anyway is shown.
+            None if *v != 0 || r.kind().is_none() || call.is_none() => {
                 args.insert(format!("a{i}"), json!(v));
             }
+            None => {}
         }
     }
     // Only calls carry a return code; for other kinds rc is whatever the writer left there.
@@ -104,6 +105,37 @@ pub fn record_value(dump: &Dump, r: &Record) -> Value {
         v["ref"] = json!(r.slot_ref().encode());
     }
     v
+}
+
+/// `args[0..]` of a `prof_stop` record: the start record it stops.
+pub const PROF_STOP_FIELDS: &[&str] = &["start_ref"];
+/// `args[0..]` of a `prof_state` record: NCCL's state and its values.
+pub const PROF_STATE_FIELDS: &[&str] = &["start_ref", "state", "value", "value2"];
+/// `args[0..]` of a `prof_state` record with state [`PROF_STATE_GPU_DONE`] (the operation's
+/// GPU span over its kernel channels).
+///
+/// [`PROF_STATE_GPU_DONE`]: ncclshim_dump::schema::PROF_STATE_GPU_DONE
+pub const GPU_DONE_FIELDS: &[&str] =
+    &["op_ref", "state", "gpu_start_ns", "gpu_stop_ns", "channels"];
+
+/// The names of a record's `args[0..]`, by record kind (`docs/format.md`, "Fields per record
+/// kind"): calls, start records, communicator facts, snapshots and recorder events are named by
+/// their call id; stop and state records by their own layout, whatever event type their call
+/// id names (a GPU-done record is a `Coll`/`P2p` state, not a collective's start); an `event`
+/// record of an API call (the `ncclConfig_t` written before an init) has no arguments. Empty
+/// for an unknown kind or call id.
+pub fn field_names(r: &Record) -> &'static [&'static str] {
+    let Some(call) = r.call() else {
+        return &[];
+    };
+    match r.kind() {
+        Some(RecordKind::ProfStop) => PROF_STOP_FIELDS,
+        Some(RecordKind::ProfState) if r.gpu_done().is_some() => GPU_DONE_FIELDS,
+        Some(RecordKind::ProfState) => PROF_STATE_FIELDS,
+        Some(RecordKind::Event) if (call as u16) < 0x0300 => &[],
+        Some(_) => call.arg_names(),
+        None => &[],
+    }
 }
 
 /// The profiler's string codes (function, datatype, algorithm, protocol) as NCCL's names.

@@ -47,7 +47,8 @@ enum Command {
     Trace {
         /// Directory holding the job's `*.ncclshim` files.
         dir: PathBuf,
-        /// Output file (open it in ui.perfetto.dev or chrome://tracing).
+        /// Output file (open it in ui.perfetto.dev or chrome://tracing): `-` for stdout, a name
+        /// ending in `.gz` for gzip-compressed JSON.
         #[arg(short, long, default_value = "trace.json")]
         output: PathBuf,
     },
@@ -124,14 +125,14 @@ fn cmd_trace(dir: &std::path::Path, output: &std::path::Path) -> anyhow::Result<
         collector_cli::load::display_path(dir, &d.path)
     });
     let trace = collector_cli::trace::build_trace(&loaded.dumps, &job);
-    let f = std::fs::File::create(output)
-        .map_err(|e| anyhow::anyhow!("{}: cannot create: {e}", output.display()))?;
-    let mut w = std::io::BufWriter::new(f);
-    serde_json::to_writer(&mut w, &trace)?;
-    w.flush()?;
+    collector_cli::trace::write_trace(&trace, output)?;
+    let to = if output == std::path::Path::new("-") {
+        "the trace to stdout".to_owned()
+    } else {
+        output.display().to_string()
+    };
     eprintln!(
-        "ncclshim: wrote {} ({} processes); open it in ui.perfetto.dev",
-        output.display(),
+        "ncclshim: wrote {to} ({} processes); open it in ui.perfetto.dev",
         job.processes.len()
     );
     Ok(ExitCode::SUCCESS)

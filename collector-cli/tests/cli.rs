@@ -179,7 +179,7 @@ fn dump_names_profiler_codes() {
     assert!(
         lines
             .iter()
-            .any(|l| l["kind"] == "prof_stop" && l["args"]["handle"] == r),
+            .any(|l| l["kind"] == "prof_stop" && l["args"]["start_ref"] == r),
         "a stop names its start"
     );
 }

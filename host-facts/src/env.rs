@@ -61,6 +61,88 @@ pub fn is_secret_name(name: &str) -> bool {
     !NOT_SECRET.contains(&upper.as_str()) && SECRET_MARKERS.iter().any(|m| upper.contains(m))
 }
 
+/// The command line with secret-looking values replaced by [`REDACTED`], by the same name rules
+/// as the environment ([`is_secret_name`], `-` read as `_`):
+/// - `--hf-token=VALUE`, `-password=VALUE`: the value after `=`;
+/// - `--password VALUE`: the next argument, unless it is itself a long option (`--x`); a flag
+///   that only looks secret (`--use-auth train.py`) costs its neighbour, never a secret;
+/// - `API_KEY=VALUE` (an identifier-like name before `=`): the value;
+/// - `scheme://user:password@host` anywhere in an argument: the password.
+///
+/// Argument 0 (the program) is only checked for a URL password.
+pub fn redact_args(args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut redact_next = false;
+    for (i, arg) in args.iter().enumerate() {
+        if std::mem::take(&mut redact_next) && !arg.starts_with("--") {
+            out.push(REDACTED.to_owned());
+            continue;
+        }
+        let arg = redact_url_password(arg);
+        if i == 0 {
+            out.push(arg);
+            continue;
+        }
+        let flag = arg.trim_start_matches('-');
+        let dashed = flag.len() < arg.len();
+        match flag.split_once('=') {
+            Some((name, _)) if (dashed || is_identifier(name)) && is_secret_arg_name(name) => {
+                out.push(format!(
+                    "{}={REDACTED}",
+                    &arg[..arg.len() - flag.len() + name.len()]
+                ));
+            }
+            None if dashed && is_secret_arg_name(flag) => {
+                redact_next = true;
+                out.push(arg);
+            }
+            _ => out.push(arg),
+        }
+    }
+    out
+}
+
+/// A command-line option or `KEY=VALUE` name read as a variable name.
+fn is_secret_arg_name(name: &str) -> bool {
+    !name.is_empty() && is_secret_name(&name.replace(['-', '.'], "_"))
+}
+
+fn is_identifier(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// `scheme://user:password@host...` with the password redacted (every URL in `arg`).
+fn redact_url_password(arg: &str) -> String {
+    let mut out = String::with_capacity(arg.len());
+    let mut rest = arg;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        // The authority ends at the first '/', '?', '#' or whitespace.
+        let end = tail
+            .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace())
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match authority
+            .rfind('@')
+            .and_then(|a| authority[..a].find(':').map(|c| (c, a)))
+        {
+            Some((colon, at)) => {
+                out.push_str(&authority[..=colon]);
+                out.push_str(REDACTED);
+                out.push_str(&authority[at..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 fn is_kept(name: &str, extra_prefixes: &[String]) -> bool {
     EXACT.contains(&name)
         || PREFIXES.iter().any(|p| name.starts_with(p))
@@ -162,5 +244,72 @@ mod tests {
         assert!(env.contains_key("MY_SETTING"));
         assert!(env.contains_key("JOBID"));
         assert!(!env.contains_key("OTHER"));
+    }
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn command_line_secrets_are_redacted() {
+        let got = redact_args(&args(&[
+            "python3",
+            "train.py",
+            "--hf-token=hf_abc",
+            "--password",
+            "hunter2",
+            "-api-key=k1",
+            "WANDB_API_KEY=w1",
+            "--lr",
+            "0.1",
+            "--data",
+            "s3://user:pw@bucket/path",
+            "--master=tcp://10.0.0.1:29500",
+            "-p",
+            "8080",
+            "--secret-file",
+            "--epochs=3",
+            "NCCL_IB_PKEY=0x8001",
+        ]));
+        assert_eq!(
+            got,
+            args(&[
+                "python3",
+                "train.py",
+                "--hf-token=<redacted>",
+                "--password",
+                "<redacted>",
+                "-api-key=<redacted>",
+                "WANDB_API_KEY=<redacted>",
+                "--lr",
+                "0.1",
+                "--data",
+                "s3://user:<redacted>@bucket/path",
+                "--master=tcp://10.0.0.1:29500",
+                "-p",
+                "8080",
+                "--secret-file",
+                "--epochs=3",
+                "NCCL_IB_PKEY=0x8001",
+            ])
+        );
+    }
+
+    #[test]
+    fn urls_keep_everything_but_the_password() {
+        assert_eq!(
+            redact_url_password("git+https://bob:tok@example.com:443/x?y=1 https://plain.org/a@b"),
+            "git+https://bob:<redacted>@example.com:443/x?y=1 https://plain.org/a@b"
+        );
+        assert_eq!(
+            redact_url_password("https://bob@host/"),
+            "https://bob@host/"
+        );
+        assert_eq!(redact_url_password("no url"), "no url");
+        // The program itself is kept, a trailing secret flag has nothing to redact.
+        assert_eq!(
+            redact_args(&args(&["--token-tool", "--token"])),
+            args(&["--token-tool", "--token"])
+        );
     }
 }

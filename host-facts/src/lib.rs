@@ -13,7 +13,7 @@ pub mod host;
 pub mod libs;
 pub mod process;
 
-pub use env::{environment, is_secret_name, Environment, REDACTED};
+pub use env::{environment, is_secret_name, redact_args, Environment, REDACTED};
 pub use host::{collect_host_facts, ContainerHints, HostFacts, NetIf, PathFact};
 pub use libs::{classify, collect_libraries, LibKind, Libraries, LoadedLibrary, VersionProbe};
 pub use process::{collect_process, ProcessFacts};

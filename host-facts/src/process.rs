@@ -1,5 +1,5 @@
 //! Per-process facts: who this process is and how it was started (the command line tells
-//! a report which script and launcher a rank ran).
+//! a report which script and launcher a rank ran; secret-looking arguments are redacted).
 
 use serde::{Deserialize, Serialize};
 
@@ -36,8 +36,9 @@ pub fn collect_process() -> ProcessFacts {
         uid: unsafe { libc::getuid() },
         exe: read_link("/proc/self/exe"),
         cwd: read_link("/proc/self/cwd"),
+        // Secrets passed as arguments (`--hf-token=...`) never leave the process.
         cmdline: std::fs::read("/proc/self/cmdline")
-            .map(|r| parse_cmdline(&r))
+            .map(|r| crate::env::redact_args(&parse_cmdline(&r)))
             .unwrap_or_default(),
     }
 }

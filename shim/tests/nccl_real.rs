@@ -13,7 +13,7 @@ fn version_and_snapshots(w: Wheel) {
     let prog = compile_driver(w, tmp.path(), false);
     let dir = tmp.path().join("dumps");
     let out = run(preloaded(&prog, &dir)
-        .arg("version")
+        .args(["version", "--hf-token=hf_s3cret", "--password", "hunter2"])
         .env("NCCL_DEBUG", "WARN")
         .env("MY_API_TOKEN_X", "s3cret"));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -59,6 +59,11 @@ fn version_and_snapshots(w: Wheel) {
     let proc_ = snapshots(&d, BlobKind::Process);
     assert_eq!(proc_[0]["pid"], d.header.pid);
     assert_eq!(proc_[0]["cmdline"][1], "version");
+    assert_eq!(
+        proc_[0]["cmdline"].as_array().unwrap()[2..],
+        ["--hf-token=<redacted>", "--password", "<redacted>"],
+        "command-line secrets are redacted like the environment's"
+    );
     assert!(d.header.clean_exit);
 }
 

@@ -1,0 +1,213 @@
+//! Every trace `ncclshim trace` writes is valid for Perfetto's JSON importer
+//! (`collector_cli::trace::validate`): over every committed fixture (real captures, synthetic
+//! scenarios, the profiler plugin's emulated 8-rank jobs) and every scenario generated afresh.
+//! Plus what a user must see in them: hangs drawn up to the end, failures as markers, and the
+//! `-o -` / `-o x.json.gz` outputs.
+
+use collector_cli::model::JobModel;
+use collector_cli::trace::{build_trace, validate::validate};
+use collector_cli::{load, scenarios};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn trace_of(dir: &Path) -> Value {
+    let files = load::find_dumps(dir).unwrap();
+    let loaded = load::load_files(dir, &files, None);
+    assert!(!loaded.dumps.is_empty(), "{}", dir.display());
+    let job = JobModel::build(&loaded.dumps, |d| load::display_path(dir, &d.path));
+    build_trace(&loaded.dumps, &job)
+}
+
+fn fixture_dirs() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut dirs = Vec::new();
+    for parent in [
+        "tests/fixtures/real",
+        "tests/fixtures/synthetic",
+        "profiler-plugin/tests/fixtures/synthetic",
+    ] {
+        if let Ok(entries) = std::fs::read_dir(root.join(parent)) {
+            dirs.extend(entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+        }
+    }
+    dirs.sort();
+    dirs
+}
+
+fn events(t: &Value) -> &Vec<Value> {
+    t["traceEvents"].as_array().unwrap()
+}
+
+fn fixture(name: &str) -> PathBuf {
+    fixture_dirs()
+        .into_iter()
+        .find(|d| d.file_name().is_some_and(|n| n == name))
+        .unwrap_or_else(|| panic!("fixture {name}"))
+}
+
+#[test]
+fn every_fixture_gives_a_valid_trace() {
+    let dirs = fixture_dirs();
+    assert!(dirs.len() >= 10, "{dirs:?}");
+    for dir in dirs {
+        let t = trace_of(&dir);
+        let s = validate(&t).unwrap_or_else(|e| panic!("{}:\n{}", dir.display(), e.join("\n")));
+        assert!(s.slices > 0, "{}: {s:?}", dir.display());
+    }
+}
+
+#[test]
+fn every_scenario_gives_a_valid_trace() {
+    for (name, build) in scenarios::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        build(dir.path()).unwrap();
+        let t = trace_of(dir.path());
+        validate(&t).unwrap_or_else(|e| panic!("{name}:\n{}", e.join("\n")));
+    }
+}
+
+/// The emulated 8-rank hang, both record shapes: seven ranks wait in seq 5's kernel. Their
+/// unfinished work is drawn up to the last sign of life of the rank, and marked.
+#[test]
+fn the_hang_is_visible_up_to_the_last_sign_of_life() {
+    for name in ["hang-8ranks", "hang-8ranks-summarized"] {
+        let t = trace_of(&fixture(name));
+        let ev = events(&t);
+        let unfinished: Vec<&Value> = ev
+            .iter()
+            .filter(|e| e["args"]["unfinished"] == true)
+            .collect();
+        assert!(!unfinished.is_empty(), "{name}");
+        for e in &unfinished {
+            assert!(e["name"].as_str().unwrap().ends_with("(unfinished)"), "{e}");
+            // Up to the process's latest event of any kind (its last record, or a GPU span
+            // placed by its GPU-measured duration).
+            let end = e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap();
+            let last = ev
+                .iter()
+                .filter(|o| o["pid"] == e["pid"] && o["ph"] != "M")
+                .map(|o| o["ts"].as_f64().unwrap() + o["dur"].as_f64().unwrap_or(0.0))
+                .fold(f64::MIN, f64::max);
+            assert!(
+                (end - last).abs() < 0.002,
+                "{name}: {e} ends {end}, last {last}"
+            );
+        }
+        let pids: std::collections::BTreeSet<u64> = unfinished
+            .iter()
+            .map(|e| e["pid"].as_u64().unwrap())
+            .collect();
+        assert!(pids.len() >= 7, "{name}: {pids:?}");
+        // Small synthetic tids, each track named.
+        for e in ev.iter().filter(|e| e["ph"] == "X") {
+            let tid = e["tid"].as_u64().unwrap();
+            assert!(tid < 1000, "{e}");
+            assert!(
+                ev.iter().any(|m| m["ph"] == "M"
+                    && m["name"] == "thread_name"
+                    && m["pid"] == e["pid"]
+                    && m["tid"] == tid),
+                "{e}"
+            );
+        }
+    }
+}
+
+/// A real failure (ncclCommInitRank without a GPU): an instant marker with the return code's
+/// name and NCCL's own error text.
+#[test]
+fn failures_are_instant_markers_with_nccls_error_text() {
+    let t = trace_of(&fixture("init-no-gpu-cu11"));
+    let failures: Vec<&Value> = events(&t)
+        .iter()
+        .filter(|e| e["ph"] == "i" && e["cat"] == "failure")
+        .collect();
+    let init = failures
+        .iter()
+        .find(|e| e["args"]["call"] == "ncclCommInitRank")
+        .unwrap_or_else(|| panic!("{failures:?}"));
+    assert_eq!(init["s"], "t");
+    assert!(init["name"]
+        .as_str()
+        .unwrap()
+        .starts_with("ncclCommInitRank failed: nccl"));
+    assert!(init["args"]["rc_name"]
+        .as_str()
+        .unwrap()
+        .starts_with("nccl"));
+    assert!(
+        !init["args"]["error_text"].as_str().unwrap_or("").is_empty(),
+        "{init}"
+    );
+}
+
+/// A process killed in the middle (the dead-peer scenario): a process-scoped marker at its
+/// last sign of life.
+#[test]
+fn a_process_that_died_gets_an_end_marker() {
+    let t = trace_of(&fixture("c20-dead-peer"));
+    let ends: Vec<&Value> = events(&t)
+        .iter()
+        .filter(|e| {
+            e["ph"] == "i"
+                && e["s"] == "p"
+                && e["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("process ended without a clean exit")
+        })
+        .collect();
+    assert!(!ends.is_empty());
+}
+
+fn ncclshim() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+}
+
+#[test]
+fn output_to_stdout_and_to_gzip() {
+    use std::io::Read;
+    let dir = fixture("c19-desync");
+    let out = ncclshim()
+        .args(["trace", "-o", "-"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let from_stdout: Value = serde_json::from_slice(&out.stdout).unwrap();
+    validate(&from_stdout).unwrap();
+    assert!(!Path::new("-").exists(), "no file named '-'");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let gz = tmp.path().join("t.json.gz");
+    let out = ncclshim()
+        .args(["trace", "-o"])
+        .arg(&gz)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let bytes = std::fs::read(&gz).unwrap();
+    assert_eq!(&bytes[..2], &[0x1f, 0x8b], "gzip magic");
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&bytes[..])
+        .read_to_string(&mut text)
+        .unwrap();
+    let from_gz: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        events(&from_gz).len(),
+        events(&from_stdout).len(),
+        "same trace either way"
+    );
+
+    let plain = tmp.path().join("t.json");
+    let out = ncclshim()
+        .args(["trace", "-o"])
+        .arg(&plain)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&std::fs::read(&plain).unwrap()).unwrap();
+    validate(&v).unwrap();
+}
