@@ -104,10 +104,17 @@ fn use_color(choice: ColorChoice) -> bool {
     match choice {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
-        ColorChoice::Auto => {
-            std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
-        }
+        ColorChoice::Auto => auto_color(
+            std::io::stdout().is_terminal(),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ),
     }
+}
+
+/// `--color auto`: colour on a terminal unless `NO_COLOR` is set to a non-empty value
+/// (no-color.org: an empty `NO_COLOR=` does not disable colour).
+fn auto_color(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 fn cmd_trace(dir: &std::path::Path, output: &std::path::Path) -> anyhow::Result<ExitCode> {
@@ -243,4 +250,24 @@ fn cmd_report(dir: &std::path::Path, json: bool, color: ColorChoice) -> anyhow::
         return Ok(ExitCode::from(TOOL_FAILED));
     }
     Ok(ExitCode::from(report.exit_code() as u8))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn only_a_non_empty_no_color_turns_colour_off() {
+        assert!(auto_color(true, None));
+        assert!(auto_color(true, Some(OsStr::new(""))));
+        assert!(!auto_color(true, Some(OsStr::new("1"))));
+        assert!(!auto_color(false, None));
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
 }
