@@ -52,9 +52,12 @@ enum Command {
         output: PathBuf,
     },
     /// Run a command with the recorder preloaded, the profiler plugin and the dump directory set;
-    /// print the report if the command fails. Exits with the command's exit code.
+    /// print the report if the command fails or is stopped. SIGINT, SIGTERM, SIGHUP and SIGQUIT
+    /// go to the command's whole process group; a second one kills it (SIGKILL). Exits with the
+    /// command's status (128 + signal when a signal ended it; 127 not found, 126 not executable).
     Run {
-        /// Dump directory (default: $NCCLSHIM_DIR, else ./ncclshim-dumps/run-<time>).
+        /// Dump directory, used as is (default: a fresh <time>-<pid> directory under
+        /// $NCCLSHIM_DIR, else under ./ncclshim-dumps).
         #[arg(long)]
         dir: Option<PathBuf>,
         /// Do not set NCCL_PROFILER_PLUGIN.
@@ -64,6 +67,9 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
     },
+    /// Internal: started by `run` under the planned LD_PRELOAD; exits 0 when the shim is loaded.
+    #[command(name = collector_cli::run::PROBE_SUBCOMMAND, hide = true)]
+    PreloadProbe { shim: PathBuf },
     /// Check this host before a job: libibverbs, peermem, /dev/shm, memlock, NCCL versions, NCCL_* settings.
     Doctor {
         /// Machine-readable JSON instead of text.
@@ -90,6 +96,13 @@ fn main() -> ExitCode {
             command,
         } => cmd_run(dir.as_deref(), !no_plugin, &command),
         Command::Doctor { json, color } => cmd_doctor(json, color),
+        Command::PreloadProbe { shim } => {
+            return ExitCode::from(if collector_cli::run::shim_is_loaded(&shim) {
+                0
+            } else {
+                3
+            })
+        }
     };
     match result {
         Ok(code) => code,
@@ -151,29 +164,53 @@ fn cmd_run(
 ) -> anyhow::Result<ExitCode> {
     use collector_cli::run;
     let plan = run::plan(dir, with_plugin, |k| std::env::var_os(k))?;
-    eprintln!("ncclshim: recording into {}", plan.dir.display());
-    let status = run::execute(&plan, command)?;
-    let code = run::exit_code(status);
-    if code != 0 {
-        let written = collector_cli::load::find_dumps(&plan.dir).unwrap_or_default();
-        if written.is_empty() {
-            eprintln!(
-                "ncclshim: the command failed ({status}) and wrote no dump in {}: it never reached NCCL \
-                 (or recording was disabled), so there is no report",
-                plan.dir.display()
-            );
-            return Ok(ExitCode::from(code.clamp(0, 255) as u8));
+    let preload = run::probe_preload(&plan);
+    if let run::Preload::Fails(why) = &preload {
+        eprintln!("ncclshim: warning: the recorder cannot be preloaded here, the job runs unrecorded: {why}");
+    }
+    let outcome = match run::execute(&plan, command)? {
+        run::RunEnd::NotStarted { code, message } => {
+            eprintln!("ncclshim: {message}");
+            return Ok(ExitCode::from(code));
         }
+        run::RunEnd::Finished(o) => o,
+    };
+    let code = outcome.code();
+    let exit = ExitCode::from(code.clamp(0, 255) as u8);
+    let how = match outcome.status {
+        Some(s) if !s.success() => format!("the command failed ({s})"),
+        Some(_) => "the command ended".to_owned(),
+        None => "the command did not end after SIGKILL".to_owned(),
+    };
+    // A stopped job is reported whatever its exit code: stopping a hung job is the point.
+    if code == 0 && outcome.forwarded.is_empty() {
+        return Ok(exit);
+    }
+    let written = collector_cli::load::find_dumps(&plan.dir).unwrap_or_default();
+    if written.is_empty() {
+        let why = match &preload {
+            run::Preload::Fails(why) => format!("the recorder was not loaded ({why})"),
+            run::Preload::Loads if ncclshim_dump::config::disabled_by_env() => {
+                "recording was turned off by NCCLSHIM_DISABLE".to_owned()
+            }
+            run::Preload::Loads => {
+                "the recorder loads here, but no process of the job called NCCL \
+                 (or NCCL is linked statically, or the job replaced LD_PRELOAD or NCCLSHIM_DIR)"
+                    .to_owned()
+            }
+        };
         eprintln!(
-            "ncclshim: the command failed ({status}); report of {}:",
+            "ncclshim: {how} and wrote no dump in {}: {why}; there is no report",
             plan.dir.display()
         );
-        match analyze_dir(&plan.dir, None) {
-            Ok(report) => print!("{}", report.to_text(use_color(ColorChoice::Auto))),
-            Err(e) => eprintln!("ncclshim: no report: {e:#}"),
-        }
+        return Ok(exit);
     }
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    eprintln!("ncclshim: {how}; report of {}:", plan.dir.display());
+    match analyze_dir(&plan.dir, None) {
+        Ok(report) => print!("{}", report.to_text(use_color(ColorChoice::Auto))),
+        Err(e) => eprintln!("ncclshim: no report: {e:#}"),
+    }
+    Ok(exit)
 }
 
 fn cmd_doctor(json: bool, color: ColorChoice) -> anyhow::Result<ExitCode> {
