@@ -70,7 +70,9 @@ enum Command {
     /// Internal: started by `run` under the planned LD_PRELOAD; exits 0 when the shim is loaded.
     #[command(name = collector_cli::run::PROBE_SUBCOMMAND, hide = true)]
     PreloadProbe { shim: PathBuf },
-    /// Check this host before a job: libibverbs, peermem, /dev/shm, memlock, NCCL versions, NCCL_* settings.
+    /// Check this host before a job: NVIDIA driver, NCCL versions, libibverbs, peermem, /dev/shm,
+    /// memlock, NCCL_* settings. Lists every check with its result; exits 1 when a job started on
+    /// this host would fail.
     Doctor {
         /// Machine-readable JSON instead of text.
         #[arg(long)]
@@ -219,16 +221,13 @@ fn cmd_doctor(json: bool, color: ColorChoice) -> anyhow::Result<ExitCode> {
     let checks = doctor::run_checks(&facts);
     let mut out = std::io::stdout().lock();
     if json {
-        serde_json::to_writer_pretty(
-            &mut out,
-            &serde_json::json!({"checks": checks, "facts": facts}),
-        )?;
+        serde_json::to_writer_pretty(&mut out, &doctor::DoctorReport::new(&checks, &facts))?;
         writeln!(out)?;
     } else {
         write!(out, "{}", doctor::render_text(&checks, use_color(color)))?;
     }
-    let failed = checks.iter().any(|c| c.status == doctor::Status::Error);
-    Ok(ExitCode::from(u8::from(failed)))
+    // 1 when a job started on this host would fail, as `report` exits 1 on a failure.
+    Ok(ExitCode::from(u8::from(doctor::job_would_fail(&checks))))
 }
 
 fn cmd_dump(file: &std::path::Path) -> anyhow::Result<ExitCode> {
