@@ -27,11 +27,15 @@ pub enum Status {
     Error,
 }
 
+/// One check and its result. `id` is stable (one per check, whatever its outcome), `message`
+/// says what was found, `values` holds what was measured, by name, for machines.
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
     pub id: &'static str,
     pub status: Status,
-    pub title: String,
+    pub message: String,
+    pub values: BTreeMap<&'static str, serde_json::Value>,
+    /// The same evidence, as lines for people.
     pub evidence: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remedy: Option<String>,
@@ -40,19 +44,32 @@ pub struct Check {
 }
 
 impl Check {
-    fn new(id: &'static str, status: Status, title: impl Into<String>) -> Self {
+    fn new(id: &'static str, status: Status, message: impl Into<String>) -> Self {
         Self {
             id,
             status,
-            title: title.into(),
+            message: message.into(),
+            values: BTreeMap::new(),
             evidence: Vec::new(),
             remedy: None,
             catalog: None,
         }
     }
 
+    fn ok(id: &'static str, message: impl Into<String>) -> Self {
+        Self::new(id, Status::Ok, message)
+    }
+
     fn evidence(mut self, e: impl Into<String>) -> Self {
         self.evidence.push(e.into());
+        self
+    }
+
+    fn value(mut self, k: &'static str, v: impl Serialize) -> Self {
+        self.values.insert(
+            k,
+            serde_json::to_value(v).unwrap_or(serde_json::Value::Null),
+        );
         self
     }
 
@@ -65,6 +82,38 @@ impl Check {
         self.catalog = Some(c);
         self
     }
+}
+
+/// `doctor --json`: a stable, versioned object.
+#[derive(Debug, Clone, Serialize)]
+pub struct DoctorReport<'a> {
+    /// Bumped when a field changes meaning or goes away (new fields and checks are additive).
+    pub format_version: u32,
+    pub tool_version: &'static str,
+    /// Whether a job started on this host would fail (some check is an error); the exit code is 1 then.
+    pub job_would_fail: bool,
+    pub checks: &'a [Check],
+    pub facts: &'a Facts,
+}
+
+/// The `--json` format version of [`DoctorReport`].
+pub const FORMAT_VERSION: u32 = 1;
+
+impl<'a> DoctorReport<'a> {
+    pub fn new(checks: &'a [Check], facts: &'a Facts) -> Self {
+        Self {
+            format_version: FORMAT_VERSION,
+            tool_version: env!("CARGO_PKG_VERSION"),
+            job_would_fail: job_would_fail(checks),
+            checks,
+            facts,
+        }
+    }
+}
+
+/// Whether some check says a job on this host would fail.
+pub fn job_would_fail(checks: &[Check]) -> bool {
+    checks.iter().any(|c| c.status == Status::Error)
 }
 
 /// An NCCL library found on this host.
@@ -98,15 +147,32 @@ fn peermem(h: &HostFacts, suffix: &str) -> Option<bool> {
         .map(|p| p.exists)
 }
 
-/// Runs every check on collected facts.
+/// Runs every check on collected facts: one result per check, in a fixed order, each with a
+/// stable id. Severities follow what happens to a job: `error` when every job on this host
+/// fails, `warn` when some jobs fail or silently lose performance, `info` for a deliberate
+/// setting worth knowing, `ok` otherwise.
 pub fn run_checks(f: &Facts) -> Vec<Check> {
     let (env, h) = (&f.env, &f.host);
     let mut out = Vec::new();
 
+    // The NVIDIA driver: without it every CUDA call, and so every NCCL communicator, fails.
+    out.push(match &f.nvidia_driver {
+        Some(v) => Check::ok("nvidia-driver", "NVIDIA driver loaded")
+            .evidence(v.clone())
+            .value("version_line", v),
+        None => Check::new(
+            "nvidia-driver",
+            Status::Error,
+            "no NVIDIA driver on this host (/proc/driver/nvidia/version absent): every NCCL communicator init will fail",
+        )
+        .value("version_line", serde_json::Value::Null)
+        .remedy("Run on a GPU node, or pass the GPUs into the container (docker --gpus all; Kubernetes: nvidia.com/gpu resources and the NVIDIA container runtime)."),
+    });
+
     // Installed NCCL libraries and their versions (C23 / C03 start here).
     let versions: BTreeSet<i64> = f.nccl.iter().filter_map(|n| n.version).collect();
     let mut c = match (f.nccl.is_empty(), versions.len()) {
-        (true, _) => Check::new("nccl-installed", Status::Warn, "no libnccl found on this host")
+        (true, _) => Check::new("nccl-installed", Status::Warn, "no libnccl found on this host (a framework may still bring its own)")
             .remedy("Install NCCL (pip install nvidia-nccl-cu12) or make the framework's copy findable; \
                      a framework that links NCCL statically cannot be observed with LD_PRELOAD.")
             .catalog("C35"),
@@ -118,7 +184,7 @@ pub fn run_checks(f: &Facts) -> Vec<Check> {
         .remedy("Keep one NCCL per environment, or make sure every node and every library loads the same \
                  one (LD_LIBRARY_PATH, import order).")
         .catalog("C23"),
-        _ => Check::new("nccl-installed", Status::Ok, "NCCL is installed"),
+        _ => Check::ok("nccl-installed", "NCCL is installed"),
     };
     for n in &f.nccl {
         let v = n
@@ -127,154 +193,197 @@ pub fn run_checks(f: &Facts) -> Vec<Check> {
             .unwrap_or_else(|| "version unknown".into());
         c = c.evidence(format!("{} ({v})", n.path));
     }
-    out.push(c);
+    out.push(c.value("libraries", &f.nccl));
 
     // NCCL_NET=IB without a usable IB stack (C01).
-    if let Some(net) = env.get("NCCL_NET") {
-        let wants_ib = net.trim().eq_ignore_ascii_case("ib");
-        if wants_ib && (!h.libibverbs_dlopen || !has_ib(h)) {
-            let mut c = Check::new(
-                "net-ib-unavailable",
-                Status::Error,
-                "NCCL_NET=IB is set but this host cannot run NCCL's IB transport: communicator init will fail with ncclInvalidUsage",
-            )
-            .evidence(format!("NCCL_NET={net}"))
-            .evidence(format!(
-                "libibverbs.so.1 {}",
-                if h.libibverbs_dlopen { "found" } else { "not found on the loader path" }
-            ))
-            .evidence(format!(
-                "InfiniBand devices: {}",
-                if h.infiniband.is_empty() { "none in /sys/class/infiniband".to_string() } else { h.infiniband.join(", ") }
-            ))
-            .remedy("Unset NCCL_NET (NCCL then picks IB or sockets itself) or set NCCL_NET=Socket; for IB, \
-                     install rdma-core/libibverbs1 and pass /dev/infiniband into the container.")
-            .catalog("C01");
-            if let Some(p) = &h.libibverbs_path {
-                c = c.evidence(format!("libibverbs path: {p}"));
-            }
-            out.push(c);
+    let net = env.get("NCCL_NET");
+    let wants_ib = net.is_some_and(|n| n.trim().eq_ignore_ascii_case("ib"));
+    let c = if wants_ib && (!h.libibverbs_dlopen || !has_ib(h)) {
+        let mut c = Check::new(
+            "nccl-net",
+            Status::Error,
+            "NCCL_NET=IB is set but this host cannot run NCCL's IB transport: communicator init will fail with ncclInvalidUsage",
+        )
+        .evidence(format!("NCCL_NET={}", net.map(String::as_str).unwrap_or_default()))
+        .evidence(format!(
+            "libibverbs.so.1 {}",
+            if h.libibverbs_dlopen { "found" } else { "not found on the loader path" }
+        ))
+        .evidence(format!(
+            "InfiniBand devices: {}",
+            if h.infiniband.is_empty() { "none in /sys/class/infiniband".to_string() } else { h.infiniband.join(", ") }
+        ))
+        .remedy("Unset NCCL_NET (NCCL then picks IB or sockets itself) or set NCCL_NET=Socket; for IB, \
+                 install rdma-core/libibverbs1 and pass /dev/infiniband into the container.")
+        .catalog("C01");
+        if let Some(p) = &h.libibverbs_path {
+            c = c.evidence(format!("libibverbs path: {p}"));
         }
-    }
-    if has_ib(h) && !h.libibverbs_dlopen {
-        out.push(
-            Check::new(
-                "ibverbs-missing",
-                Status::Warn,
-                "InfiniBand devices exist but libibverbs.so.1 cannot be found: NCCL silently falls back to TCP sockets",
-            )
-            .evidence(format!("InfiniBand devices: {}", h.infiniband.join(", ")))
-            .remedy("Install rdma-core / libibverbs1 (inside the container image too).")
-            .catalog("C01"),
-        );
-    }
+        c
+    } else {
+        match net {
+            Some(n) => Check::ok("nccl-net", format!("NCCL_NET={n} can be used here")),
+            None => Check::ok(
+                "nccl-net",
+                "NCCL_NET is unset: NCCL picks the network itself",
+            ),
+        }
+    };
+    out.push(
+        c.value("NCCL_NET", net)
+            .value("libibverbs", h.libibverbs_dlopen)
+            .value("infiniband_devices", &h.infiniband),
+    );
 
-    // GPUDirect RDMA detection (C05).
-    if has_ib(h) {
-        let module = peermem(h, "/sys/module/nvidia_peermem/version") == Some(true);
-        let legacy = peermem(h, "memory_peers/nv_mem/version") == Some(true)
-            || peermem(h, "memory_peers/nv_mem_nc/version") == Some(true);
-        let old: Vec<&InstalledNccl> = f
-            .nccl
-            .iter()
-            .filter(|n| n.version.is_some_and(|v| v < PEERMEM_FIXED_IN))
-            .collect();
-        if module && !legacy && !old.is_empty() {
-            let mut c = Check::new(
-                "gdr-peermem-undetected",
-                Status::Warn,
-                "nvidia_peermem is loaded, but NCCL older than 2.23.4 looks only under /sys/kernel/mm/memory_peers and will run without GPUDirect RDMA",
-            )
-            .evidence("/sys/module/nvidia_peermem/version exists; /sys/kernel/mm/memory_peers/nv_mem/version does not")
-            .remedy("Upgrade NCCL to 2.23.4 or newer, or use DMA-BUF (NCCL_DMABUF_ENABLE=1).")
-            .catalog("C05");
-            for n in old {
-                c = c.evidence(format!(
-                    "{} is NCCL {}",
-                    n.path,
-                    nccl_version_string(n.version.unwrap_or(0) as u64)
-                ));
-            }
-            out.push(c);
-        } else if !module && !legacy {
-            out.push(
-                Check::new(
-                    "gdr-no-peermem",
-                    Status::Info,
-                    "InfiniBand is present but nvidia_peermem is not loaded: GPUDirect RDMA only through DMA-BUF",
-                )
-                .remedy("modprobe nvidia_peermem, or rely on DMA-BUF (kernel >= 5.12, recent driver).")
-                .catalog("C05"),
-            );
-        }
-        // Locked memory for QP creation (C11).
-        if !h.memlock_unlimited {
-            if let Some(soft) = h.memlock_soft_bytes {
-                out.push(
-                    Check::new(
-                        "memlock-limit",
-                        Status::Warn,
-                        "the locked-memory limit is finite: ibv_create_qp / memory registration can fail under load",
-                    )
-                    .evidence(format!("RLIMIT_MEMLOCK soft limit: {soft} bytes"))
-                    .remedy("Run with `ulimit -l unlimited` (docker: --ulimit memlock=-1:-1; systemd: LimitMEMLOCK=infinity).")
-                    .catalog("C11"),
-                );
-            }
-        }
+    // InfiniBand without libibverbs (C01, silently).
+    out.push(if has_ib(h) && !h.libibverbs_dlopen {
+        Check::new(
+            "ibverbs",
+            Status::Warn,
+            "InfiniBand devices exist but libibverbs.so.1 cannot be found: NCCL silently falls back to TCP sockets",
+        )
+        .evidence(format!("InfiniBand devices: {}", h.infiniband.join(", ")))
+        .remedy("Install rdma-core / libibverbs1 (inside the container image too).")
+        .catalog("C01")
+    } else if has_ib(h) {
+        Check::ok("ibverbs", "InfiniBand devices and libibverbs.so.1 are present")
+    } else {
+        Check::ok("ibverbs", "no InfiniBand devices: NCCL uses TCP sockets between nodes")
     }
+    .value("libibverbs", h.libibverbs_dlopen)
+    .value("infiniband_devices", &h.infiniband));
+
+    // GPUDirect RDMA detection (C05) and locked memory for QP creation (C11): IB only.
+    let module = peermem(h, "/sys/module/nvidia_peermem/version") == Some(true);
+    let legacy = peermem(h, "memory_peers/nv_mem/version") == Some(true)
+        || peermem(h, "memory_peers/nv_mem_nc/version") == Some(true);
+    let old: Vec<&InstalledNccl> = f
+        .nccl
+        .iter()
+        .filter(|n| n.version.is_some_and(|v| v < PEERMEM_FIXED_IN))
+        .collect();
+    let c = if !has_ib(h) {
+        Check::ok(
+            "gdr-peermem",
+            "no InfiniBand: GPUDirect RDMA does not apply",
+        )
+    } else if module && !legacy && !old.is_empty() {
+        let mut c = Check::new(
+            "gdr-peermem",
+            Status::Warn,
+            "nvidia_peermem is loaded, but NCCL older than 2.23.4 looks only under /sys/kernel/mm/memory_peers and will run without GPUDirect RDMA",
+        )
+        .evidence("/sys/module/nvidia_peermem/version exists; /sys/kernel/mm/memory_peers/nv_mem/version does not")
+        .remedy("Upgrade NCCL to 2.23.4 or newer, or use DMA-BUF (NCCL_DMABUF_ENABLE=1).")
+        .catalog("C05");
+        for n in old {
+            c = c.evidence(format!(
+                "{} is NCCL {}",
+                n.path,
+                nccl_version_string(n.version.unwrap_or(0) as u64)
+            ));
+        }
+        c
+    } else if !module && !legacy {
+        Check::new(
+            "gdr-peermem",
+            Status::Info,
+            "InfiniBand is present but nvidia_peermem is not loaded: GPUDirect RDMA only through DMA-BUF",
+        )
+        .remedy("modprobe nvidia_peermem, or rely on DMA-BUF (kernel >= 5.12, recent driver).")
+        .catalog("C05")
+    } else {
+        Check::ok(
+            "gdr-peermem",
+            "nvidia_peermem is loaded where this NCCL looks for it",
+        )
+    };
+    out.push(
+        c.value("nvidia_peermem_module", module)
+            .value("memory_peers", legacy),
+    );
+    let c = match (has_ib(h), h.memlock_unlimited, h.memlock_soft_bytes) {
+        (true, false, Some(soft)) => Check::new(
+            "memlock",
+            Status::Warn,
+            "the locked-memory limit is finite: ibv_create_qp / memory registration can fail under load",
+        )
+        .evidence(format!("RLIMIT_MEMLOCK soft limit: {soft} bytes"))
+        .remedy("Run with `ulimit -l unlimited` (docker: --ulimit memlock=-1:-1; systemd: LimitMEMLOCK=infinity).")
+        .catalog("C11"),
+        (_, true, _) => Check::ok("memlock", "the locked-memory limit is unlimited"),
+        _ => Check::ok("memlock", "no InfiniBand: the locked-memory limit does not matter to NCCL"),
+    };
+    out.push(
+        c.value("unlimited", h.memlock_unlimited)
+            .value("soft_bytes", h.memlock_soft_bytes),
+    );
 
     // /dev/shm (C07).
-    match h.dev_shm_bytes {
-        Some(b) if b < MIN_DEV_SHM => out.push(
-            Check::new(
-                "dev-shm-small",
+    out.push(
+        match h.dev_shm_bytes {
+            Some(b) if b < MIN_DEV_SHM => Check::new(
+                "dev-shm",
                 Status::Warn,
                 "/dev/shm is small: NCCL's shared-memory transport fails to create or extend its segments",
             )
             .evidence(format!("/dev/shm size: {} MiB", b >> 20))
             .remedy("Give the container more shared memory (docker --shm-size=16g or --ipc=host; Kubernetes: an emptyDir with medium Memory at /dev/shm).")
             .catalog("C07"),
-        ),
-        None => out.push(Check::new("dev-shm-small", Status::Warn, "/dev/shm is missing").catalog("C07")),
-        _ => {}
-    }
+            Some(b) => Check::ok("dev-shm", format!("/dev/shm has {} MiB", b >> 20)),
+            None => Check::new("dev-shm", Status::Warn, "/dev/shm is missing").catalog("C07"),
+        }
+        .value("bytes", h.dev_shm_bytes),
+    );
 
     // NCCL_SOCKET_IFNAME (C08).
-    if let Some(v) = env.get("NCCL_SOCKET_IFNAME") {
-        let ifs: Vec<crate::model::facts::NetIf> = h
-            .netifs
-            .iter()
-            .map(|i| crate::model::facts::NetIf {
-                name: i.name.clone(),
-                up: i.up,
-                loopback: i.loopback,
-                addrs: i.addrs.clone(),
-            })
-            .collect();
-        if !filter_matches(v, &ifs) {
-            let names: Vec<&str> = h
+    let up: Vec<&str> = h
+        .netifs
+        .iter()
+        .filter(|i| i.up)
+        .map(|i| i.name.as_str())
+        .collect();
+    let c = match env.get("NCCL_SOCKET_IFNAME") {
+        Some(v) => {
+            let ifs: Vec<crate::model::facts::NetIf> = h
                 .netifs
                 .iter()
-                .filter(|i| i.up)
-                .map(|i| i.name.as_str())
+                .map(|i| crate::model::facts::NetIf {
+                    name: i.name.clone(),
+                    up: i.up,
+                    loopback: i.loopback,
+                    addrs: i.addrs.clone(),
+                })
                 .collect();
-            out.push(
+            if filter_matches(v, &ifs) {
+                Check::ok(
+                    "socket-ifname",
+                    format!("NCCL_SOCKET_IFNAME={v} selects an interface that is up"),
+                )
+            } else {
                 Check::new(
-                    "socket-ifname-no-match",
+                    "socket-ifname",
                     Status::Error,
                     "NCCL_SOCKET_IFNAME selects no interface that is up: bootstrap will fail with \"no socket interface found\"",
                 )
                 .evidence(format!("NCCL_SOCKET_IFNAME={v}"))
-                .evidence(format!("interfaces up: {}", names.join(", ")))
+                .evidence(format!("interfaces up: {}", up.join(", ")))
                 .remedy("Set NCCL_SOCKET_IFNAME to a prefix of an interface above (e.g. eth or ens), `=name` for an exact name, or unset it.")
-                .catalog("C08"),
-            );
+                .catalog("C08")
+            }
         }
-    }
+        None => Check::ok(
+            "socket-ifname",
+            "NCCL_SOCKET_IFNAME is unset: NCCL picks an interface itself",
+        ),
+    };
+    out.push(
+        c.value("NCCL_SOCKET_IFNAME", env.get("NCCL_SOCKET_IFNAME"))
+            .value("interfaces_up", &up),
+    );
 
-    // Settings that are legal but often the cause of a slow or failing job.
-    for (k, why) in [
+    // Transports turned off: legal, but often the cause of a slow job.
+    let off: Vec<(&str, &str)> = [
         (
             "NCCL_P2P_DISABLE",
             "GPU peer-to-peer is off: intra-node traffic goes through host memory",
@@ -284,16 +393,34 @@ pub fn run_checks(f: &Facts) -> Vec<Check> {
             "NCCL_IB_DISABLE",
             "NCCL's InfiniBand transport is off: inter-node traffic uses TCP sockets",
         ),
-    ] {
-        if env_is_true(env, k) && (k != "NCCL_IB_DISABLE" || has_ib(h)) {
-            out.push(
-                Check::new("nccl-setting", Status::Info, format!("{k}=1: {why}")).remedy(format!(
-                    "Keep {k}=1 only as a deliberate workaround; it costs bandwidth."
-                )),
-            );
+    ]
+    .into_iter()
+    .filter(|(k, _)| env_is_true(env, k) && (*k != "NCCL_IB_DISABLE" || has_ib(h)))
+    .collect();
+    let c = if off.is_empty() {
+        Check::ok("nccl-transports", "no NCCL transport is turned off")
+    } else {
+        let mut c = Check::new(
+            "nccl-transports",
+            Status::Info,
+            format!(
+                "{} set: {}",
+                off.iter()
+                    .map(|(k, _)| format!("{k}=1"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                off.iter().map(|(_, w)| *w).collect::<Vec<_>>().join("; ")
+            ),
+        )
+        .remedy("Keep these only as a deliberate workaround; they cost bandwidth.");
+        for (k, _) in &off {
+            c = c.evidence(format!("{k}=1"));
         }
-    }
-    let tuning: Vec<String> = [
+        c
+    };
+    out.push(c.value("disabled", off.iter().map(|(k, _)| *k).collect::<Vec<_>>()));
+
+    let tuning: BTreeMap<&str, &String> = [
         "NCCL_ALGO",
         "NCCL_PROTO",
         "NCCL_BUFFSIZE",
@@ -302,50 +429,52 @@ pub fn run_checks(f: &Facts) -> Vec<Check> {
         "NCCL_MIN_NCHANNELS",
     ]
     .iter()
-    .filter_map(|k| env.get(*k).map(|v| format!("{k}={v}")))
+    .filter_map(|k| env.get(*k).map(|v| (*k, v)))
     .collect();
-    if !tuning.is_empty() {
-        let mut c = Check::new(
+    let mut c = if tuning.is_empty() {
+        Check::ok("nccl-tuning", "no NCCL tuning overrides are set")
+    } else {
+        Check::new(
             "nccl-tuning",
             Status::Info,
             "NCCL tuning overrides are set: they must be identical on every rank, or ranks disagree on buffer sizes",
         )
         .remedy("Set them in the launcher for all ranks alike (a mismatch shows as \"message truncated\").")
-        .catalog("C26");
-        for t in tuning {
-            c = c.evidence(t);
+        .catalog("C26")
+    };
+    for (k, v) in &tuning {
+        c = c.evidence(format!("{k}={v}"));
+    }
+    out.push(c.value("overrides", &tuning));
+
+    let plugin = env.get("NCCL_PROFILER_PLUGIN");
+    out.push(
+        match plugin {
+            Some(p) if p.contains('/') && !Path::new(p).exists() => Check::new(
+                "profiler-plugin",
+                Status::Warn,
+                "NCCL_PROFILER_PLUGIN names a file that does not exist: NCCL runs without a profiler",
+            )
+            .evidence(format!("NCCL_PROFILER_PLUGIN={p}"))
+            .remedy("Point it at libnccl-profiler-ncclshim.so (absolute path) or unset it."),
+            Some(p) => Check::ok("profiler-plugin", format!("NCCL_PROFILER_PLUGIN={p}")),
+            None => Check::ok("profiler-plugin", "NCCL_PROFILER_PLUGIN is unset (ncclshim run sets it)"),
         }
-        out.push(c);
-    }
-    if let Some(p) = env.get("NCCL_PROFILER_PLUGIN") {
-        if p.contains('/') && !Path::new(p).exists() {
-            out.push(
-                Check::new(
-                    "profiler-plugin-missing",
-                    Status::Warn,
-                    "NCCL_PROFILER_PLUGIN names a file that does not exist",
-                )
-                .evidence(format!("NCCL_PROFILER_PLUGIN={p}"))
-                .remedy("Point it at libnccl-profiler-ncclshim.so (absolute path) or unset it."),
-            );
+        .value("NCCL_PROFILER_PLUGIN", plugin),
+    );
+
+    out.push(
+        match env.get("NCCL_DEBUG") {
+            None => Check::new(
+                "nccl-debug",
+                Status::Info,
+                "NCCL_DEBUG is unset: NCCL's own log will not show why it failed",
+            )
+            .remedy("NCCL_DEBUG=WARN costs nothing; the ncclshim recorder captures the error text either way."),
+            Some(v) => Check::ok("nccl-debug", format!("NCCL_DEBUG={v}")),
         }
-    }
-    if !env.contains_key("NCCL_DEBUG") {
-        out.push(
-            Check::new("nccl-debug", Status::Info, "NCCL_DEBUG is unset: NCCL's own log will not show why it failed")
-                .remedy("NCCL_DEBUG=WARN costs nothing; the ncclshim recorder captures the error text either way."),
-        );
-    }
-    match &f.nvidia_driver {
-        Some(v) => out.push(
-            Check::new("nvidia-driver", Status::Ok, "NVIDIA driver loaded").evidence(v.clone()),
-        ),
-        None => out.push(Check::new(
-            "nvidia-driver",
-            Status::Info,
-            "no NVIDIA driver on this host (/proc/driver/nvidia/version absent)",
-        )),
-    }
+        .value("NCCL_DEBUG", env.get("NCCL_DEBUG")),
+    );
     out
 }
 
@@ -439,7 +568,8 @@ pub fn collect() -> Facts {
     }
 }
 
-/// Text rendering, one block per check, worst first.
+/// Text rendering: every check with its result, worst first (the order of the checks within
+/// one status), then a one-line verdict.
 pub fn render_text(checks: &[Check], color: bool) -> String {
     use owo_colors::OwoColorize;
     let mut sorted: Vec<&Check> = checks.iter().collect();
@@ -463,9 +593,11 @@ pub fn render_text(checks: &[Check], color: bool) -> String {
             }
         };
         let cat = c.catalog.map(|k| format!(" ({k})")).unwrap_or_default();
-        s.push_str(&format!("{tag} {}{cat}\n", c.title));
-        for e in &c.evidence {
-            s.push_str(&format!("        {e}\n"));
+        s.push_str(&format!("{tag} {}: {}{cat}\n", c.id, c.message));
+        if c.status > Status::Ok {
+            for e in &c.evidence {
+                s.push_str(&format!("        {e}\n"));
+            }
         }
         if let Some(r) = &c.remedy {
             if c.status >= Status::Warn {
@@ -473,6 +605,20 @@ pub fn render_text(checks: &[Check], color: bool) -> String {
             }
         }
     }
+    let count = |st: Status| checks.iter().filter(|c| c.status == st).count();
+    s.push_str(&format!(
+        "{} checks: {} ok, {} info, {} warning(s), {} error(s); {}\n",
+        checks.len(),
+        count(Status::Ok),
+        count(Status::Info),
+        count(Status::Warn),
+        count(Status::Error),
+        if job_would_fail(checks) {
+            "a job started on this host would fail"
+        } else {
+            "nothing here stops a job"
+        }
+    ));
     s
 }
 
@@ -531,16 +677,58 @@ mod tests {
     }
 
     #[test]
-    fn a_healthy_host_has_no_warnings_or_errors() {
-        let c = run_checks(&facts(
+    fn a_healthy_host_has_no_warnings_or_errors_and_lists_every_check() {
+        let mut f = facts(
             &[("NCCL_DEBUG", "WARN")],
             host(),
             &[("/usr/lib/libnccl.so.2", 22703)],
-        ));
+        );
+        f.nvidia_driver = Some("NVRM version: 550.54.15".into());
+        let c = run_checks(&f);
         assert!(
             ids(&c, Status::Error).is_empty() && ids(&c, Status::Warn).is_empty(),
             "{c:#?}"
         );
+        assert_eq!(ids(&c, Status::Ok).len(), c.len(), "{c:#?}");
+        let all: Vec<&str> = c.iter().map(|c| c.id).collect();
+        assert_eq!(
+            all,
+            [
+                "nvidia-driver",
+                "nccl-installed",
+                "nccl-net",
+                "ibverbs",
+                "gdr-peermem",
+                "memlock",
+                "dev-shm",
+                "socket-ifname",
+                "nccl-transports",
+                "nccl-tuning",
+                "profiler-plugin",
+                "nccl-debug"
+            ]
+        );
+        assert!(!job_would_fail(&c));
+        let text = render_text(&c, false);
+        assert!(
+            text.contains("[   ok] dev-shm: /dev/shm has 65536 MiB"),
+            "{text}"
+        );
+        assert!(text.ends_with("nothing here stops a job\n"), "{text}");
+    }
+
+    #[test]
+    fn no_driver_is_an_error_because_every_job_fails() {
+        let c = run_checks(&facts(&[("NCCL_DEBUG", "WARN")], host(), &[]));
+        assert_eq!(ids(&c, Status::Error), vec!["nvidia-driver"]);
+        assert!(job_would_fail(&c));
+        let f = facts(&[], host(), &[]);
+        let v = serde_json::to_value(DoctorReport::new(&c, &f)).unwrap();
+        assert_eq!(v["format_version"], FORMAT_VERSION);
+        assert_eq!(v["job_would_fail"], true);
+        assert_eq!(v["checks"][0]["id"], "nvidia-driver");
+        assert_eq!(v["checks"][0]["status"], "error");
+        assert!(v["checks"][0]["values"].is_object());
     }
 
     #[test]
@@ -550,10 +738,7 @@ mod tests {
             host(),
             &[("/x/libnccl.so.2", 23203)],
         ));
-        let e = c
-            .iter()
-            .find(|c| c.id == "net-ib-unavailable")
-            .expect("C01 check");
+        let e = c.iter().find(|c| c.id == "nccl-net").expect("C01 check");
         assert_eq!(e.status, Status::Error);
         assert!(e.evidence.iter().any(|l| l.contains("not found")));
     }
@@ -567,14 +752,17 @@ mod tests {
             h,
             &[("/a/libnccl.so.2", 21805), ("/b/libnccl.so.2", 22703)],
         ));
-        assert_eq!(ids(&c, Status::Error), vec!["socket-ifname-no-match"]);
+        assert_eq!(
+            ids(&c, Status::Error),
+            vec!["nvidia-driver", "socket-ifname"]
+        );
         let warns = ids(&c, Status::Warn);
         assert!(
-            warns.contains(&"dev-shm-small") && warns.contains(&"nccl-installed"),
+            warns.contains(&"dev-shm") && warns.contains(&"nccl-installed"),
             "{warns:?}"
         );
         let ok = run_checks(&facts(&[("NCCL_SOCKET_IFNAME", "=eth0")], host(), &[]));
-        assert!(ids(&ok, Status::Error).is_empty());
+        assert_eq!(ids(&ok, Status::Error), vec!["nvidia-driver"]);
     }
 
     #[test]
@@ -595,8 +783,8 @@ mod tests {
             },
         ];
         let c = run_checks(&facts(&[], h.clone(), &[("/x/libnccl.so.2", 21903)]));
-        assert!(ids(&c, Status::Warn).contains(&"gdr-peermem-undetected"));
+        assert!(ids(&c, Status::Warn).contains(&"gdr-peermem"));
         let fixed = run_checks(&facts(&[], h, &[("/x/libnccl.so.2", 22304)]));
-        assert!(!ids(&fixed, Status::Warn).contains(&"gdr-peermem-undetected"));
+        assert!(!ids(&fixed, Status::Warn).contains(&"gdr-peermem"));
     }
 }

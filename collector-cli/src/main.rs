@@ -53,9 +53,12 @@ enum Command {
         output: PathBuf,
     },
     /// Run a command with the recorder preloaded, the profiler plugin and the dump directory set;
-    /// print the report if the command fails. Exits with the command's exit code.
+    /// print the report if the command fails or is stopped. SIGINT, SIGTERM, SIGHUP and SIGQUIT
+    /// go to the command's whole process group; a second one kills it (SIGKILL). Exits with the
+    /// command's status (128 + signal when a signal ended it; 127 not found, 126 not executable).
     Run {
-        /// Dump directory (default: $NCCLSHIM_DIR, else ./ncclshim-dumps/run-<time>).
+        /// Dump directory, used as is (default: a fresh <time>-<pid> directory under
+        /// $NCCLSHIM_DIR, else under ./ncclshim-dumps).
         #[arg(long)]
         dir: Option<PathBuf>,
         /// Do not set NCCL_PROFILER_PLUGIN.
@@ -65,7 +68,12 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
     },
-    /// Check this host before a job: libibverbs, peermem, /dev/shm, memlock, NCCL versions, NCCL_* settings.
+    /// Internal: started by `run` under the planned LD_PRELOAD; exits 0 when the shim is loaded.
+    #[command(name = collector_cli::run::PROBE_SUBCOMMAND, hide = true)]
+    PreloadProbe { shim: PathBuf },
+    /// Check this host before a job: NVIDIA driver, NCCL versions, libibverbs, peermem, /dev/shm,
+    /// memlock, NCCL_* settings. Lists every check with its result; exits 1 when a job started on
+    /// this host would fail.
     Doctor {
         /// Machine-readable JSON instead of text.
         #[arg(long)]
@@ -91,6 +99,13 @@ fn main() -> ExitCode {
             command,
         } => cmd_run(dir.as_deref(), !no_plugin, &command),
         Command::Doctor { json, color } => cmd_doctor(json, color),
+        Command::PreloadProbe { shim } => {
+            return ExitCode::from(if collector_cli::run::shim_is_loaded(&shim) {
+                0
+            } else {
+                3
+            })
+        }
     };
     match result {
         Ok(code) => code,
@@ -105,10 +120,17 @@ fn use_color(choice: ColorChoice) -> bool {
     match choice {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
-        ColorChoice::Auto => {
-            std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
-        }
+        ColorChoice::Auto => auto_color(
+            std::io::stdout().is_terminal(),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ),
     }
+}
+
+/// `--color auto`: colour on a terminal unless `NO_COLOR` is set to a non-empty value
+/// (no-color.org: an empty `NO_COLOR=` does not disable colour).
+fn auto_color(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 fn cmd_trace(dir: &std::path::Path, output: &std::path::Path) -> anyhow::Result<ExitCode> {
@@ -145,29 +167,53 @@ fn cmd_run(
 ) -> anyhow::Result<ExitCode> {
     use collector_cli::run;
     let plan = run::plan(dir, with_plugin, |k| std::env::var_os(k))?;
-    eprintln!("ncclshim: recording into {}", plan.dir.display());
-    let status = run::execute(&plan, command)?;
-    let code = run::exit_code(status);
-    if code != 0 {
-        let written = collector_cli::load::find_dumps(&plan.dir).unwrap_or_default();
-        if written.is_empty() {
-            eprintln!(
-                "ncclshim: the command failed ({status}) and wrote no dump in {}: it never reached NCCL \
-                 (or recording was disabled), so there is no report",
-                plan.dir.display()
-            );
-            return Ok(ExitCode::from(code.clamp(0, 255) as u8));
+    let preload = run::probe_preload(&plan);
+    if let run::Preload::Fails(why) = &preload {
+        eprintln!("ncclshim: warning: the recorder cannot be preloaded here, the job runs unrecorded: {why}");
+    }
+    let outcome = match run::execute(&plan, command)? {
+        run::RunEnd::NotStarted { code, message } => {
+            eprintln!("ncclshim: {message}");
+            return Ok(ExitCode::from(code));
         }
+        run::RunEnd::Finished(o) => o,
+    };
+    let code = outcome.code();
+    let exit = ExitCode::from(code.clamp(0, 255) as u8);
+    let how = match outcome.status {
+        Some(s) if !s.success() => format!("the command failed ({s})"),
+        Some(_) => "the command ended".to_owned(),
+        None => "the command did not end after SIGKILL".to_owned(),
+    };
+    // A stopped job is reported whatever its exit code: stopping a hung job is the point.
+    if code == 0 && outcome.forwarded.is_empty() {
+        return Ok(exit);
+    }
+    let written = collector_cli::load::find_dumps(&plan.dir).unwrap_or_default();
+    if written.is_empty() {
+        let why = match &preload {
+            run::Preload::Fails(why) => format!("the recorder was not loaded ({why})"),
+            run::Preload::Loads if ncclshim_dump::config::disabled_by_env() => {
+                "recording was turned off by NCCLSHIM_DISABLE".to_owned()
+            }
+            run::Preload::Loads => {
+                "the recorder loads here, but no process of the job called NCCL \
+                 (or NCCL is linked statically, or the job replaced LD_PRELOAD or NCCLSHIM_DIR)"
+                    .to_owned()
+            }
+        };
         eprintln!(
-            "ncclshim: the command failed ({status}); report of {}:",
+            "ncclshim: {how} and wrote no dump in {}: {why}; there is no report",
             plan.dir.display()
         );
-        match analyze_dir(&plan.dir, None) {
-            Ok(report) => print!("{}", report.to_text(use_color(ColorChoice::Auto))),
-            Err(e) => eprintln!("ncclshim: no report: {e:#}"),
-        }
+        return Ok(exit);
     }
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    eprintln!("ncclshim: {how}; report of {}:", plan.dir.display());
+    match analyze_dir(&plan.dir, None) {
+        Ok(report) => print!("{}", report.to_text(use_color(ColorChoice::Auto))),
+        Err(e) => eprintln!("ncclshim: no report: {e:#}"),
+    }
+    Ok(exit)
 }
 
 fn cmd_doctor(json: bool, color: ColorChoice) -> anyhow::Result<ExitCode> {
@@ -176,16 +222,13 @@ fn cmd_doctor(json: bool, color: ColorChoice) -> anyhow::Result<ExitCode> {
     let checks = doctor::run_checks(&facts);
     let mut out = std::io::stdout().lock();
     if json {
-        serde_json::to_writer_pretty(
-            &mut out,
-            &serde_json::json!({"checks": checks, "facts": facts}),
-        )?;
+        serde_json::to_writer_pretty(&mut out, &doctor::DoctorReport::new(&checks, &facts))?;
         writeln!(out)?;
     } else {
         write!(out, "{}", doctor::render_text(&checks, use_color(color)))?;
     }
-    let failed = checks.iter().any(|c| c.status == doctor::Status::Error);
-    Ok(ExitCode::from(u8::from(failed)))
+    // 1 when a job started on this host would fail, as `report` exits 1 on a failure.
+    Ok(ExitCode::from(u8::from(doctor::job_would_fail(&checks))))
 }
 
 fn cmd_dump(file: &std::path::Path) -> anyhow::Result<ExitCode> {
@@ -244,4 +287,24 @@ fn cmd_report(dir: &std::path::Path, json: bool, color: ColorChoice) -> anyhow::
         return Ok(ExitCode::from(TOOL_FAILED));
     }
     Ok(ExitCode::from(report.exit_code() as u8))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn only_a_non_empty_no_color_turns_colour_off() {
+        assert!(auto_color(true, None));
+        assert!(auto_color(true, Some(OsStr::new(""))));
+        assert!(!auto_color(true, Some(OsStr::new("1"))));
+        assert!(!auto_color(false, None));
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
 }

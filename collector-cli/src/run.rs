@@ -1,14 +1,34 @@
 //! `ncclshim run -- CMD…`: runs a command with the recorder preloaded, the profiler plugin
 //! selected and the dump directory set, all by absolute path (children `chdir`, and `torchrun`
-//! or `srun` pass the environment on to every rank), then reports if the command failed.
+//! or `srun` pass the environment on to every rank), waits for it, and reports.
 //!
 //! The libraries are looked for next to the `ncclshim` binary (an install puts them side by
 //! side, cargo builds them into the same `target/<profile>/`), then in `../lib`.
+//!
+//! How the wrapper treats the job:
+//! - **Its own process group.** The job (and everything it starts) is one process group, so a
+//!   signal can reach all of it, and the wrapper is a child subreaper, so processes orphaned
+//!   inside the job are reaped here rather than by whatever PID 1 a container has.
+//! - **Signals are passed on.** SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the wrapper (Ctrl-C
+//!   on a terminal, `scancel`, a Kubernetes pod deletion) go to the job's whole process group, and
+//!   the wrapper keeps waiting. When the job's main process has ended, what is left of its group
+//!   (e.g. `cmd &` of a shell script, which ignores SIGINT) gets SIGTERM, then SIGKILL after
+//!   [`LEFTOVER_GRACE`]. A **second** signal stops waiting: the group gets SIGKILL at once. The
+//!   report follows in every case (the dumps survive SIGKILL).
+//! - **The job's status is the wrapper's**: its exit code, or 128 + the signal that ended it, as
+//!   a shell does; 127 when the command is not found, 126 when it cannot be executed (then no
+//!   dump directory is left behind).
+//!
+//! The signals are blocked in the wrapper and taken synchronously with `sigtimedwait`: no
+//! handler runs, so nothing here has to be async-signal-safe. The child gets the wrapper's
+//! original signal mask back before it executes the job (`pre_exec`). One consequence of the separate
+//! process group: a job that reads from the terminal is stopped (SIGTTIN) like any background job.
 
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
+use std::time::{Duration, Instant};
 
 pub const SHIM_NAME: &str = "libncclshim.so";
 /// The name NCCL derives from `NCCL_PROFILER_PLUGIN=ncclshim`; cargo's own name is the fallback.
@@ -16,12 +36,24 @@ pub const PLUGIN_NAMES: [&str; 2] = [
     "libnccl-profiler-ncclshim.so",
     "libnccl_profiler_ncclshim.so",
 ];
+/// The hidden subcommand that checks, in a process started under the planned `LD_PRELOAD`,
+/// whether the loader really loaded the shim.
+pub const PROBE_SUBCOMMAND: &str = "__preload-probe";
+/// After the job's main process has ended on a passed-on signal: how long the rest of its
+/// process group gets between SIGTERM and SIGKILL.
+pub const LEFTOVER_GRACE: Duration = Duration::from_secs(5);
+/// After SIGKILL: how long to wait for the processes to disappear before reporting anyway
+/// (a process in uninterruptible sleep, e.g. stuck in a driver, outlives SIGKILL for a while).
+const AFTER_KILL_WAIT: Duration = Duration::from_secs(5);
+/// The signals passed on to the job.
+const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
 /// What `run` sets up.
 #[derive(Debug, Clone)]
 pub struct RunPlan {
     pub shim: Option<PathBuf>,
     pub plugin: Option<PathBuf>,
+    /// The dump directory (absolute); created by [`execute`] just before the job starts.
     pub dir: PathBuf,
     pub env: Vec<(String, OsString)>,
 }
@@ -48,8 +80,48 @@ pub fn find_in(dirs: &[PathBuf], names: &[&str]) -> Option<PathBuf> {
         .and_then(|p| p.canonicalize().ok())
 }
 
-/// Works out the environment for the command. `dir` defaults to `$NCCLSHIM_DIR`, else a new
-/// `ncclshim-dumps/<time>` under the current directory.
+/// `20250131-142501`: local time, for directory names that sort by time.
+fn timestamp() -> String {
+    // SAFETY: time(NULL) has no preconditions; localtime_r writes only the tm we own and
+    // returns NULL on failure, which is checked.
+    unsafe {
+        let now = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&now, &mut tm).is_null() {
+            return now.to_string();
+        }
+        format!(
+            "{:04}{:02}{:02}-{:02}{:02}{:02}",
+            tm.tm_year + 1900,
+            tm.tm_mon + 1,
+            tm.tm_mday,
+            tm.tm_hour,
+            tm.tm_min,
+            tm.tm_sec
+        )
+    }
+}
+
+/// The dump directory of this run: `dir` as given (`--dir`, shared by every wrapper that names
+/// it, e.g. one per node under `srun`); otherwise a fresh `<base>/<time>-<pid>`, where the base
+/// is `$NCCLSHIM_DIR` when set, else `./ncclshim-dumps`, so that a report never mixes runs.
+pub fn run_dir(dir: Option<&Path>, current: &impl Fn(&str) -> Option<OsString>) -> PathBuf {
+    let d = match dir {
+        Some(d) => d.to_path_buf(),
+        None => current("NCCLSHIM_DIR")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("ncclshim-dumps"))
+            .join(format!("{}-{}", timestamp(), std::process::id())),
+    };
+    if d.is_absolute() {
+        d
+    } else {
+        std::env::current_dir().map(|c| c.join(&d)).unwrap_or(d)
+    }
+}
+
+/// Works out the environment for the command (see [`run_dir`] for the directory).
 pub fn plan(
     dir: Option<&Path>,
     with_plugin: bool,
@@ -57,38 +129,20 @@ pub fn plan(
 ) -> Result<RunPlan> {
     let dirs = library_dirs();
     let shim = find_in(&dirs, &[SHIM_NAME]);
-    if shim.is_none() {
+    let Some(shim_path) = shim.clone() else {
         bail!(
             "{SHIM_NAME} not found next to the ncclshim binary (looked in {}); build it with `cargo build --release --workspace`",
             dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
         );
-    }
+    };
     let plugin = if with_plugin {
         find_in(&dirs, &PLUGIN_NAMES)
     } else {
         None
     };
-    let dir = match dir {
-        Some(d) => d.to_path_buf(),
-        None => match current("NCCLSHIM_DIR").filter(|v| !v.is_empty()) {
-            Some(v) => PathBuf::from(v),
-            None => {
-                let secs = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs())
-                    .unwrap_or(0);
-                PathBuf::from("ncclshim-dumps").join(format!("run-{secs}"))
-            }
-        },
-    };
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("creating dump directory {}", dir.display()))?;
-    let dir = dir
-        .canonicalize()
-        .with_context(|| format!("resolving {}", dir.display()))?;
+    let dir = run_dir(dir, &current);
 
     let mut env = Vec::new();
-    let shim_path = shim.clone().expect("checked above");
     // Keep whatever the user preloads; ours goes first so it sees NCCL before anyone else wraps it.
     let mut preload = OsString::from(&shim_path);
     if let Some(prev) = current("LD_PRELOAD").filter(|v| !v.is_empty()) {
@@ -118,18 +172,335 @@ pub fn plan(
     })
 }
 
-/// Runs `cmd` under `plan` and waits for it.
-pub fn execute(plan: &RunPlan, cmd: &[OsString]) -> Result<ExitStatus> {
-    let Some((prog, args)) = cmd.split_first() else {
-        bail!("nothing to run: use `ncclshim run -- COMMAND [ARGS...]`");
+/// Whether the planned preload loads on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Preload {
+    Loads,
+    /// It does not; with the loader's own words when it gave any.
+    Fails(String),
+}
+
+/// Starts this very binary under the planned environment, running [`PROBE_SUBCOMMAND`], which
+/// asks the loader whether the shim is in its process ([`shim_is_loaded`]).
+///
+/// Why a probe and not the job's own output: the loader says why a preload failed only on the
+/// job's stderr ("ERROR: ld.so: object … cannot be preloaded (…): ignored"), and reading it
+/// would mean putting a pipe between the job and its stderr: programs then see no terminal, and
+/// a wrapper that dies would leave them writing into a closed pipe. A dump file proves the
+/// shim loaded but its absence proves nothing (the job may never call NCCL). The probe is a
+/// dynamically linked program under the same `LD_PRELOAD`, `LD_LIBRARY_PATH` and C library as
+/// the job, so it fails for the same reasons (missing file, wrong architecture, a glibc older
+/// than the shim was built for), and its stderr carries the loader's message.
+pub fn probe_preload(plan: &RunPlan) -> Preload {
+    let (Ok(exe), Some(shim)) = (std::env::current_exe(), &plan.shim) else {
+        return Preload::Loads;
     };
-    let mut c = Command::new(prog);
-    c.args(args);
+    let mut c = Command::new(exe);
+    c.arg(PROBE_SUBCOMMAND).arg(shim);
     for (k, v) in &plan.env {
         c.env(k, v);
     }
-    c.status()
-        .with_context(|| format!("starting {}", prog.to_string_lossy()))
+    // Nothing in the probe may write a dump, even if something in it touched NCCL.
+    c.env("NCCLSHIM_DISABLE", "1")
+        .stdin(std::process::Stdio::null());
+    let out = match c.output() {
+        Ok(o) => o,
+        // The probe itself could not start: say nothing rather than guess.
+        Err(_) => return Preload::Loads,
+    };
+    if out.status.success() {
+        return Preload::Loads;
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let why = stderr
+        .lines()
+        .find(|l| l.contains("LD_PRELOAD") || l.contains("ld.so"))
+        .map(|l| l.trim().to_owned())
+        .unwrap_or_else(|| {
+            format!(
+                "the loader did not load it (probe {}, no message)",
+                out.status
+            )
+        });
+    Preload::Fails(why)
+}
+
+/// In the probe process: whether `shim` is loaded (the loader preloaded it), without loading it.
+pub fn shim_is_loaded(shim: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(shim.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: RTLD_NOLOAD never loads anything: it returns a handle only to an object already
+    // in the process (matched by the same path `LD_PRELOAD` named), or NULL.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    !h.is_null()
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub enum RunEnd {
+    /// The command could not be started: exit with `code` (127 not found, 126 not executable).
+    NotStarted {
+        code: u8,
+        message: String,
+    },
+    Finished(Outcome),
+}
+
+/// A job that ran.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The main process's wait status; `None` if it never went away (after SIGKILL and
+    /// [`AFTER_KILL_WAIT`]).
+    pub status: Option<ExitStatus>,
+    /// The signals passed on to the job, in order.
+    pub forwarded: Vec<libc::c_int>,
+    /// Whether the wrapper sent SIGKILL to the job's group.
+    pub killed: bool,
+}
+
+impl Outcome {
+    /// The shell-style exit code: the job's own, or 128 + the signal that ended it.
+    pub fn code(&self) -> i32 {
+        match self.status {
+            Some(s) => exit_code(s),
+            None => 128 + libc::SIGKILL,
+        }
+    }
+}
+
+/// Creates `dir` and the missing directories above it; returns those it created, deepest last.
+fn create_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut missing = Vec::new();
+    let mut p = Some(dir);
+    while let Some(d) = p {
+        if d.exists() {
+            break;
+        }
+        missing.push(d.to_path_buf());
+        p = d.parent();
+    }
+    missing.reverse();
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating dump directory {}", dir.display()))?;
+    Ok(missing)
+}
+
+/// Removes what [`create_dirs`] created, if still empty (never anything with a file in it).
+fn remove_created(created: &[PathBuf]) {
+    for d in created.iter().rev() {
+        let _ = std::fs::remove_dir(d);
+    }
+}
+
+/// Runs `cmd` under `plan` in its own process group and waits for it, passing signals on.
+pub fn execute(plan: &RunPlan, cmd: &[OsString]) -> Result<RunEnd> {
+    use std::os::unix::process::CommandExt;
+    let Some((prog, args)) = cmd.split_first() else {
+        bail!("nothing to run: use `ncclshim run -- COMMAND [ARGS...]`");
+    };
+    let created = create_dirs(&plan.dir)?;
+    let mut c = Command::new(prog);
+    c.args(args).process_group(0);
+    for (k, v) in &plan.env {
+        c.env(k, v);
+    }
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) only changes who reaps orphans of our descendants;
+    // a kernel without it (< 3.4) returns an error, which changes nothing and is ignored.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    let blocked = BlockedSignals::new();
+    let unblocked = blocked.old;
+    // SAFETY: runs in the forked child before exec; pthread_sigmask is async-signal-safe and
+    // touches only the child's own mask (a copy of the set lives in the closure). The job must
+    // start with the mask the wrapper was given, not with the signals the wrapper blocks.
+    unsafe {
+        c.pre_exec(move || {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &unblocked, std::ptr::null_mut());
+            Ok(())
+        })
+    };
+    let child = match c.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            drop(blocked);
+            remove_created(&created);
+            let name = prog.to_string_lossy();
+            let not_found = e.kind() == std::io::ErrorKind::NotFound;
+            let cannot_exec = e.kind() == std::io::ErrorKind::PermissionDenied
+                || matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOEXEC | libc::EISDIR | libc::ETXTBSY | libc::ENOTDIR)
+                );
+            return match (not_found, cannot_exec) {
+                (true, _) => Ok(RunEnd::NotStarted {
+                    code: 127,
+                    message: format!("{name}: command not found"),
+                }),
+                (_, true) => Ok(RunEnd::NotStarted {
+                    code: 126,
+                    message: format!("{name}: cannot execute: {e}"),
+                }),
+                _ => Err(e).with_context(|| format!("starting {name}")),
+            };
+        }
+    };
+    // With `process_group(0)` the job's process group id is its main process's pid.
+    let pid = child.id() as libc::pid_t;
+    // The Child is not waited through std: `reap` collects every child (orphans included)
+    // with waitpid(-1), which would leave std's own wait without a process.
+    drop(child);
+    Ok(RunEnd::Finished(supervise(pid, &blocked)))
+}
+
+/// Waits for the job whose main process (and process group) is `pid`; see the module docs.
+fn supervise(pid: libc::pid_t, blocked: &BlockedSignals) -> Outcome {
+    let mut out = Outcome {
+        status: None,
+        forwarded: Vec::new(),
+        killed: false,
+    };
+    // Set once the main process has ended after a passed-on signal: when the rest of the group
+    // gets SIGKILL (before `killed`), or when waiting stops (after).
+    let mut deadline: Option<Instant> = None;
+    let mut killed_at: Option<Instant> = None;
+    loop {
+        reap(pid, &mut out.status);
+        let now = Instant::now();
+        if out.status.is_some() {
+            if out.forwarded.is_empty() || !group_alive(pid) {
+                break;
+            }
+            match deadline {
+                None if !out.killed => {
+                    eprintln!(
+                        "ncclshim: the job's main process ended; its other processes get SIGTERM \
+                         (SIGKILL in {} s)",
+                        LEFTOVER_GRACE.as_secs()
+                    );
+                    signal_group(pid, libc::SIGTERM);
+                    deadline = Some(now + LEFTOVER_GRACE);
+                }
+                Some(t) if now >= t && !out.killed => {
+                    signal_group(pid, libc::SIGKILL);
+                    out.killed = true;
+                    killed_at = Some(now);
+                }
+                _ => {}
+            }
+        }
+        if killed_at.is_some_and(|t| now >= t + AFTER_KILL_WAIT) {
+            eprintln!("ncclshim: processes of the job outlived SIGKILL; reporting without them");
+            break;
+        }
+        match blocked.wait(Duration::from_millis(200)) {
+            Some(sig) if sig != libc::SIGCHLD => {
+                if out.forwarded.is_empty() {
+                    eprintln!(
+                        "ncclshim: passed {} on to the job (process group {pid}); waiting for it \
+                         to end; send it again (Ctrl-C) to kill the job",
+                        signal_name(sig)
+                    );
+                    signal_group(pid, sig);
+                } else if !out.killed {
+                    eprintln!(
+                        "ncclshim: {} again: killing the job (SIGKILL to process group {pid})",
+                        signal_name(sig)
+                    );
+                    signal_group(pid, libc::SIGKILL);
+                    out.killed = true;
+                    killed_at = Some(Instant::now());
+                }
+                out.forwarded.push(sig);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Collects every ended child (the main process and orphans reparented to this subreaper),
+/// keeping the main process's status.
+fn reap(pid: libc::pid_t, status: &mut Option<ExitStatus>) {
+    use std::os::unix::process::ExitStatusExt;
+    loop {
+        let mut raw: libc::c_int = 0;
+        // SAFETY: waitpid writes only `raw`; WNOHANG never blocks.
+        let got = unsafe { libc::waitpid(-1, &mut raw, libc::WNOHANG) };
+        if got <= 0 {
+            return;
+        }
+        if got == pid {
+            *status = Some(ExitStatus::from_raw(raw));
+        }
+    }
+}
+
+/// Whether any process of the job's group still exists.
+fn group_alive(pgid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks for existence and permission.
+    let r = unsafe { libc::kill(-pgid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+fn signal_group(pgid: libc::pid_t, sig: libc::c_int) {
+    // SAFETY: sends a signal to the job's process group, which this wrapper created; an
+    // already-empty group returns ESRCH, which is fine.
+    unsafe { libc::kill(-pgid, sig) };
+}
+
+fn signal_name(sig: libc::c_int) -> String {
+    match sig {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        libc::SIGQUIT => "SIGQUIT".into(),
+        n => format!("signal {n}"),
+    }
+}
+
+/// The forwarded signals and SIGCHLD, blocked in this thread while the job runs (the wrapper
+/// has no other thread then) and taken with `sigtimedwait`. On drop, pending ones are taken
+/// first, so unblocking does not deliver a stale Ctrl-C that would kill the wrapper.
+struct BlockedSignals {
+    set: libc::sigset_t,
+    old: libc::sigset_t,
+}
+
+impl BlockedSignals {
+    fn new() -> Self {
+        // SAFETY: sigemptyset/sigaddset initialize and fill a set we own; pthread_sigmask only
+        // changes this thread's mask and writes the previous one into `old`.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in FORWARDED.iter().chain([&libc::SIGCHLD]) {
+                libc::sigaddset(&mut set, *s);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            Self { set, old }
+        }
+    }
+
+    /// The next blocked signal, or `None` after `timeout`.
+    fn wait(&self, timeout: Duration) -> Option<libc::c_int> {
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `set` is initialized; a NULL siginfo is allowed; `ts` is a valid timespec.
+        let s = unsafe { libc::sigtimedwait(&self.set, std::ptr::null_mut(), &ts) };
+        (s > 0).then_some(s)
+    }
+}
+
+impl Drop for BlockedSignals {
+    fn drop(&mut self) {
+        while self.wait(Duration::ZERO).is_some() {}
+        // SAFETY: restores the mask saved in `new`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
 }
 
 /// The shell-style exit code of a finished command (128 + signal when killed).
@@ -168,5 +539,37 @@ mod tests {
             .status()
             .unwrap();
         assert_eq!(exit_code(killed), 137);
+    }
+
+    #[test]
+    fn each_run_gets_a_fresh_directory_unless_one_is_named() {
+        let none = |_: &str| None;
+        let a = run_dir(None, &none);
+        assert!(a.is_absolute());
+        assert!(a.parent().unwrap().ends_with("ncclshim-dumps"), "{a:?}");
+        let name = a.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.ends_with(&format!("-{}", std::process::id())),
+            "{name}"
+        );
+        let base = |k: &str| (k == "NCCLSHIM_DIR").then(|| OsString::from("/shared/dumps"));
+        let b = run_dir(None, &base);
+        assert_eq!(b.parent(), Some(Path::new("/shared/dumps")));
+        assert_eq!(
+            run_dir(Some(Path::new("/x/y")), &base),
+            PathBuf::from("/x/y")
+        );
+    }
+
+    #[test]
+    fn directories_created_for_a_run_that_never_started_are_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("a/b/c");
+        let created = create_dirs(&d).unwrap();
+        assert_eq!(created.len(), 3);
+        assert!(d.is_dir());
+        remove_created(&created);
+        assert!(!tmp.path().join("a").exists());
+        assert!(tmp.path().exists());
     }
 }

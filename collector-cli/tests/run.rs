@@ -1,9 +1,12 @@
 //! `ncclshim run` end to end: the real `libncclshim.so` preloaded into a real NCCL program (the
 //! PyPI wheel's libnccl, fetched by `scripts/fetch-nccl.sh`), the dump directory set, the
-//! command's exit code passed through, and the report printed when the command fails.
+//! command's exit code passed through, and the report printed when the command fails or is
+//! stopped: Ctrl-C (once and twice) and SIGTERM on a hung two-rank job, whose processes must all
+//! be gone afterwards; a missing command; a preload that cannot load.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -100,4 +103,306 @@ fn a_failing_nccl_job_is_recorded_and_reported() {
     assert!(stdout.contains("no socket interface found"), "{stdout}");
     let n = std::fs::read_dir(&dumps).unwrap().count();
     assert!(n >= 1, "the shim wrote its dump into --dir");
+}
+
+/// A process as `/proc/<pid>/stat` shows it.
+struct Proc {
+    pid: i32,
+    ppid: i32,
+    pgrp: i32,
+    state: char,
+    comm: String,
+}
+
+fn processes() -> Vec<Proc> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let rest: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        if rest.len() < 3 {
+            continue;
+        }
+        v.push(Proc {
+            pid,
+            comm: stat[open + 1..close].to_owned(),
+            state: rest[0].chars().next().unwrap_or('?'),
+            ppid: rest[1].parse().unwrap_or(0),
+            pgrp: rest[2].parse().unwrap_or(0),
+        });
+    }
+    v
+}
+
+/// Live (non-zombie) members of a process group.
+fn group_members(pgrp: i32) -> Vec<Proc> {
+    processes()
+        .into_iter()
+        .filter(|p| p.pgrp == pgrp && p.state != 'Z')
+        .collect()
+}
+
+fn poll<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `ncclshim run` on a job of two ranks that call real NCCL and then hang (sleep), with the
+/// wrapper's output in files. Dropping it kills whatever is left (the job's group first).
+struct HungJob {
+    wrapper: std::process::Child,
+    job_group: i32,
+    dumps: PathBuf,
+    out: PathBuf,
+    err: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl HungJob {
+    /// `prelude` runs in the job's shell before the two ranks start (e.g. a trap).
+    fn start(prelude: &str) -> Self {
+        ensure_shim();
+        let tmp = tempfile::tempdir().unwrap();
+        let prog = nccl_program(tmp.path());
+        let dumps = tmp.path().join("dumps");
+        let (out, err) = (tmp.path().join("stdout"), tmp.path().join("stderr"));
+        let rank = format!("({} version; exec sleep 600)", prog.display());
+        let script = format!("{prelude} {rank} & {rank} & wait");
+        let wrapper = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+            .args(["run", "--dir"])
+            .arg(&dumps)
+            .args(["--", "sh", "-c", &script])
+            .env_remove("NCCLSHIM_DIR")
+            .env_remove("NO_COLOR")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap();
+        let wpid = wrapper.id() as i32;
+        let mut job = HungJob {
+            wrapper,
+            job_group: 0,
+            dumps,
+            out,
+            err,
+            _tmp: tmp,
+        };
+        // The job's shell is the wrapper's child and leads its own process group.
+        job.job_group = poll("the job's shell", Duration::from_secs(60), || {
+            processes()
+                .into_iter()
+                .find(|p| p.ppid == wpid && p.pgrp == p.pid)
+                .map(|p| p.pid)
+        });
+        // Both ranks have called NCCL (each wrote its dump) and hang in sleep.
+        poll("two hung ranks", Duration::from_secs(60), || {
+            let dumps = collector_cli::load::find_dumps(&job.dumps).unwrap_or_default();
+            let sleeping = group_members(job.job_group)
+                .iter()
+                .filter(|p| p.comm == "sleep")
+                .count();
+            (dumps.len() >= 2 && sleeping == 2).then_some(())
+        });
+        job
+    }
+
+    fn signal_wrapper(&self, sig: libc::c_int) {
+        // SAFETY: signals the wrapper this test started (still our unreaped child).
+        assert_eq!(unsafe { libc::kill(self.wrapper.id() as i32, sig) }, 0);
+    }
+
+    /// Waits (with a generous deadline) for the wrapper to exit; its code, stdout and stderr.
+    fn finish(&mut self) -> (i32, String, String) {
+        let status = poll("the wrapper to exit", Duration::from_secs(60), || {
+            self.wrapper.try_wait().unwrap()
+        });
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+        (
+            status.code().expect("the wrapper exits, it is not killed"),
+            read(&self.out),
+            read(&self.err),
+        )
+    }
+
+    fn assert_job_gone(&self) {
+        let left = group_members(self.job_group);
+        assert!(
+            left.is_empty(),
+            "job processes left: {:?}",
+            left.iter().map(|p| (p.pid, &p.comm)).collect::<Vec<_>>()
+        );
+    }
+}
+
+impl Drop for HungJob {
+    fn drop(&mut self) {
+        if self.job_group > 0 {
+            // SAFETY: the group this test's wrapper created; ESRCH when already gone.
+            unsafe { libc::kill(-self.job_group, libc::SIGKILL) };
+        }
+        let _ = self.wrapper.kill();
+        let _ = self.wrapper.wait();
+    }
+}
+
+#[test]
+fn ctrl_c_on_a_hung_job_stops_every_rank_then_reports() {
+    // The shell dies of SIGINT; its background ranks ignore SIGINT (POSIX, for `cmd &` in a
+    // script), so the wrapper stops them (SIGTERM to what is left of the group).
+    let mut job = HungJob::start("");
+    job.signal_wrapper(libc::SIGINT);
+    let (code, stdout, stderr) = job.finish();
+    assert_eq!(code, 128 + libc::SIGINT, "the job's status: {stderr}");
+    assert!(
+        stderr.contains("its other processes get SIGTERM"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("passed SIGINT on to the job"), "{stderr}");
+    assert!(
+        stdout.contains("ncclshim report: ") && stdout.contains("2 process(es)"),
+        "the report follows: {stdout}\n{stderr}"
+    );
+    job.assert_job_gone();
+}
+
+#[test]
+fn a_second_ctrl_c_kills_a_job_that_ignores_the_first() {
+    // A job that ignores SIGINT (as a rank blocked inside a C call effectively does).
+    let mut job = HungJob::start("trap '' INT;");
+    job.signal_wrapper(libc::SIGINT);
+    poll(
+        "the first SIGINT to be passed on",
+        Duration::from_secs(30),
+        || {
+            std::fs::read_to_string(&job.err)
+                .ok()
+                .filter(|e| e.contains("passed SIGINT"))
+        },
+    );
+    job.signal_wrapper(libc::SIGINT);
+    let (code, stdout, stderr) = job.finish();
+    assert_eq!(code, 128 + libc::SIGKILL, "{stderr}");
+    assert!(stderr.contains("killing the job"), "{stderr}");
+    assert!(stdout.contains("ncclshim report: "), "{stdout}\n{stderr}");
+    job.assert_job_gone();
+}
+
+#[test]
+fn sigterm_to_the_wrapper_stops_the_job_instead_of_orphaning_it() {
+    let mut job = HungJob::start("");
+    job.signal_wrapper(libc::SIGTERM);
+    let (code, stdout, stderr) = job.finish();
+    assert_eq!(code, 128 + libc::SIGTERM, "{stderr}");
+    assert!(stderr.contains("passed SIGTERM on to the job"), "{stderr}");
+    assert!(stdout.contains("ncclshim report: "), "{stdout}\n{stderr}");
+    job.assert_job_gone();
+}
+
+#[test]
+fn a_missing_command_exits_127_and_leaves_no_directory() {
+    ensure_shim();
+    let tmp = tempfile::tempdir().unwrap();
+    let dumps = tmp.path().join("new/dumps");
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .args(["run", "--dir"])
+        .arg(&dumps)
+        .args(["--", "ncclshim-no-such-command-xyz", "arg"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        vec!["ncclshim: ncclshim-no-such-command-xyz: command not found"]
+    );
+    assert!(!tmp.path().join("new").exists(), "no empty dump directory");
+
+    let not_exec = tmp.path().join("script.txt");
+    std::fs::write(&not_exec, "not a program").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .args(["run", "--dir"])
+        .arg(&dumps)
+        .arg("--")
+        .arg(&not_exec)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(126));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot execute"));
+    assert!(!tmp.path().join("new").exists());
+}
+
+#[test]
+fn a_preload_that_cannot_load_is_told_apart_from_a_job_without_nccl() {
+    // A copy of the binary next to a broken libncclshim.so: the loader refuses it.
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tmp.path().join("ncclshim");
+    std::fs::copy(env!("CARGO_BIN_EXE_ncclshim"), &bin).unwrap();
+    std::fs::write(tmp.path().join("libncclshim.so"), b"").unwrap();
+    let out = Command::new(&bin)
+        .args(["run", "--no-plugin", "--dir"])
+        .arg(tmp.path().join("dumps"))
+        .args(["--", "sh", "-c", "exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: the recorder cannot be preloaded here")
+            && stderr.contains("cannot be preloaded"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the recorder was not loaded"), "{stderr}");
+
+    // The real shim loads; the job just never called NCCL.
+    ensure_shim();
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .args(["run", "--dir"])
+        .arg(tmp.path().join("dumps2"))
+        .args(["--", "sh", "-c", "exit 3"])
+        .env_remove("NCCLSHIM_DISABLE")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the recorder loads here, but no process of the job called NCCL"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("warning"), "{stderr}");
+}
+
+#[test]
+fn the_job_starts_with_the_signal_mask_the_wrapper_was_given() {
+    ensure_shim();
+    let tmp = tempfile::tempdir().unwrap();
+    let blocked = |status: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with("SigBlk:"))
+            .map(str::to_owned)
+    };
+    let mine = blocked(&std::fs::read_to_string("/proc/thread-self/status").unwrap());
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .args(["run", "--dir"])
+        .arg(tmp.path().join("d"))
+        .args(["--", "cat", "/proc/self/status"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(blocked(&String::from_utf8_lossy(&out.stdout)), mine);
 }

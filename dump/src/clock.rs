@@ -96,6 +96,39 @@ fn tsc_is_trustworthy() -> bool {
     has("constant_tsc") && has("nonstop_tsc")
 }
 
+/// What `NCCLSHIM_CLOCK` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    Auto,
+    Tsc,
+    Monotonic,
+}
+
+/// Reads `NCCLSHIM_CLOCK` (`tsc`, `monotonic`, `auto`; unset or blank is `auto`), with the one
+/// line to print when the value cannot be followed.
+fn parse_choice(raw: Option<&str>) -> (Choice, Option<String>) {
+    let Some(raw) = raw.filter(|v| !v.trim().is_empty()) else {
+        return (Choice::Auto, None);
+    };
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "auto" => (Choice::Auto, None),
+        "monotonic" => (Choice::Monotonic, None),
+        "tsc" if cfg!(target_arch = "x86_64") => (Choice::Tsc, None),
+        "tsc" => (
+            Choice::Monotonic,
+            Some(format!(
+                "ncclshim: NCCLSHIM_CLOCK={raw}: this CPU has no TSC; using monotonic\n"
+            )),
+        ),
+        _ => (
+            Choice::Auto,
+            Some(format!(
+                "ncclshim: NCCLSHIM_CLOCK={raw} is not one of tsc, monotonic, auto; using auto\n"
+            )),
+        ),
+    }
+}
+
 /// Decides the time base once per process (`NCCLSHIM_CLOCK=tsc|monotonic` overrides the
 /// automatic choice); every later call returns the same answer.
 pub fn select() -> ClockKind {
@@ -104,15 +137,21 @@ pub fn select() -> ClockKind {
         MONOTONIC => return ClockKind::Monotonic,
         _ => {}
     }
-    let want = std::env::var("NCCLSHIM_CLOCK").unwrap_or_default();
-    let use_tsc = match want.trim().to_ascii_lowercase().as_str() {
-        "monotonic" => false,
-        "tsc" => cfg!(target_arch = "x86_64"),
-        _ => tsc_is_trustworthy(),
+    let raw = std::env::var_os("NCCLSHIM_CLOCK").map(|v| v.to_string_lossy().into_owned());
+    let (choice, why) = parse_choice(raw.as_deref());
+    let use_tsc = match choice {
+        Choice::Monotonic => false,
+        Choice::Tsc => true,
+        Choice::Auto => tsc_is_trustworthy(),
     };
     let v = if use_tsc { TSC } else { MONOTONIC };
-    // The first decision wins if two threads race here.
-    let _ = SELECTED.compare_exchange(UNDECIDED, v, Ordering::AcqRel, Ordering::Acquire);
+    // The first decision wins if two threads race here; only its complaint is printed.
+    if SELECTED
+        .compare_exchange(UNDECIDED, v, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        crate::config::warn(why);
+    }
     if SELECTED.load(Ordering::Acquire) == TSC {
         ClockKind::Tsc
     } else {
@@ -260,6 +299,26 @@ pub const ANCHORS: usize = CLOCK_ANCHORS;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clock_choices_and_the_line_for_a_bad_one() {
+        assert_eq!(parse_choice(None), (Choice::Auto, None));
+        assert_eq!(parse_choice(Some("")), (Choice::Auto, None));
+        assert_eq!(parse_choice(Some(" Monotonic ")), (Choice::Monotonic, None));
+        assert_eq!(
+            parse_choice(Some("rdtsc")),
+            (
+                Choice::Auto,
+                Some(
+                    "ncclshim: NCCLSHIM_CLOCK=rdtsc is not one of tsc, monotonic, auto; using auto\n"
+                        .into()
+                )
+            )
+        );
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(parse_choice(Some("tsc")), (Choice::Tsc, None));
+        }
+    }
 
     #[test]
     fn monotonic_does_not_go_back_and_calibration_is_tight() {

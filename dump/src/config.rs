@@ -47,11 +47,6 @@ pub fn disabled_by_env() -> bool {
     }
 }
 
-fn env_number(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    parse_size(&v)
-}
-
 /// Parses `4096`, `64k`, `16M`, `1G` (binary units).
 pub fn parse_size(v: &str) -> Option<u64> {
     let v = v.trim();
@@ -62,6 +57,94 @@ pub fn parse_size(v: &str) -> Option<u64> {
         _ => (v, 1),
     };
     digits.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// The bounds of one numeric `NCCLSHIM_*` setting (the README's configuration table lists them).
+#[derive(Debug, Clone, Copy)]
+pub struct Limit {
+    pub var: &'static str,
+    /// What the number counts, for the message ("rings", "slots", "bytes").
+    pub unit: &'static str,
+    pub min: u64,
+    pub max: u64,
+}
+
+impl Limit {
+    pub const RINGS: Limit = Limit {
+        var: "NCCLSHIM_RINGS",
+        unit: "rings",
+        min: 1,
+        max: 4096,
+    };
+    pub const ARENA: Limit = Limit {
+        var: "NCCLSHIM_ARENA_BYTES",
+        unit: "bytes",
+        min: 4096,
+        max: 1 << 40,
+    };
+
+    /// `NCCLSHIM_RING_SLOTS` or `NCCLSHIM_PROFILER_RING_SLOTS`.
+    pub const fn slots(var: &'static str) -> Limit {
+        Limit {
+            var,
+            unit: "slots",
+            min: 16,
+            max: 1 << 24,
+        }
+    }
+
+    /// The value to use for `raw` (the variable's value; `None` or blank: unset), and the one
+    /// line to print when `raw` could not be used as given: not a number → `default`; out of
+    /// range → the nearest bound.
+    pub fn apply(&self, raw: Option<&str>, default: u64) -> (u64, Option<String>) {
+        let Some(raw) = raw.filter(|v| !v.trim().is_empty()) else {
+            return (default, None);
+        };
+        let (lo, hi) = (show_size(self.min), show_size(self.max));
+        match parse_size(raw) {
+            None => (
+                default,
+                Some(format!(
+                    "ncclshim: {}={raw} is not a number of {} ({lo}..={hi}); using {}\n",
+                    self.var,
+                    self.unit,
+                    show_size(default)
+                )),
+            ),
+            Some(n) if n < self.min || n > self.max => {
+                let used = n.clamp(self.min, self.max);
+                (
+                    used,
+                    Some(format!(
+                        "ncclshim: {}={raw} is out of range ({lo}..={hi} {}); using {}\n",
+                        self.var,
+                        self.unit,
+                        show_size(used)
+                    )),
+                )
+            }
+            Some(n) => (n, None),
+        }
+    }
+}
+
+/// `4096`, `64k`, `16M`, `1G`, `1024G`: the shortest exact form `parse_size` reads back.
+pub fn show_size(n: u64) -> String {
+    for (shift, unit) in [(30, "G"), (20, "M"), (10, "k")] {
+        if n >= 1 << 20 && n.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", n >> shift);
+        }
+    }
+    n.to_string()
+}
+
+/// Writes one configuration complaint to stderr with a raw `write(2)`: this runs inside the
+/// job's processes, where std's stderr lock or a panic on a closed descriptor are not ours to take.
+pub fn warn(line: Option<String>) {
+    if let Some(line) = line {
+        // SAFETY: writing a valid buffer to fd 2; a short or failed write is acceptable.
+        unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+    }
 }
 
 impl RecorderConfig {
@@ -89,19 +172,21 @@ impl RecorderConfig {
             .map(PathBuf::from)
             .unwrap_or_else(default_dir);
         let mut cfg = Self::defaults(writer_kind, dir);
-        if let Some(n) = env_number("NCCLSHIM_RINGS") {
-            cfg.rings = n.clamp(1, 4096) as u32;
-        }
         let slots_var = match writer_kind {
             WriterKind::Profiler => "NCCLSHIM_PROFILER_RING_SLOTS",
             _ => "NCCLSHIM_RING_SLOTS",
         };
-        if let Some(n) = env_number(slots_var) {
-            cfg.slots_per_ring = n.clamp(16, 1 << 24) as u32;
-        }
-        if let Some(n) = env_number("NCCLSHIM_ARENA_BYTES") {
-            cfg.arena_bytes = n.clamp(4096, 1 << 40);
-        }
+        let env = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
+        let (rings, why) = Limit::RINGS.apply(env(Limit::RINGS.var).as_deref(), cfg.rings.into());
+        cfg.rings = rings as u32;
+        warn(why);
+        let slots = Limit::slots(slots_var);
+        let (n, why) = slots.apply(env(slots_var).as_deref(), cfg.slots_per_ring.into());
+        cfg.slots_per_ring = n as u32;
+        warn(why);
+        let (n, why) = Limit::ARENA.apply(env(Limit::ARENA.var).as_deref(), cfg.arena_bytes);
+        cfg.arena_bytes = n;
+        warn(why);
         cfg.normalized()
     }
 
@@ -141,6 +226,45 @@ mod tests {
         assert_eq!(parse_size("lots"), None);
         assert_eq!(parse_size(""), None);
         assert_eq!(parse_size("99999999999999999999G"), None);
+    }
+
+    #[test]
+    fn invalid_values_name_the_variable_the_value_and_what_is_used() {
+        let slots = Limit::slots("NCCLSHIM_RING_SLOTS");
+        assert_eq!(slots.apply(None, 2048), (2048, None));
+        assert_eq!(slots.apply(Some("  "), 2048), (2048, None));
+        assert_eq!(slots.apply(Some("4096"), 2048), (4096, None));
+        assert_eq!(
+            slots.apply(Some("-5"), 2048),
+            (
+                2048,
+                Some(
+                    "ncclshim: NCCLSHIM_RING_SLOTS=-5 is not a number of slots (16..=16M); using 2048\n"
+                        .into()
+                )
+            )
+        );
+        assert_eq!(
+            Limit::RINGS.apply(Some("lots"), 64).1.as_deref(),
+            Some("ncclshim: NCCLSHIM_RINGS=lots is not a number of rings (1..=4096); using 64\n")
+        );
+        assert_eq!(
+            Limit::RINGS.apply(Some("0"), 64),
+            (
+                1,
+                Some(
+                    "ncclshim: NCCLSHIM_RINGS=0 is out of range (1..=4096 rings); using 1\n".into()
+                )
+            )
+        );
+        assert_eq!(
+            Limit::ARENA.apply(Some("huge"), DEFAULT_ARENA_BYTES).1.as_deref(),
+            Some("ncclshim: NCCLSHIM_ARENA_BYTES=huge is not a number of bytes (4096..=1024G); using 4M\n")
+        );
+        assert_eq!(Limit::ARENA.apply(Some("2T"), 4 << 20).0, 4 << 20);
+        assert_eq!(Limit::ARENA.apply(Some("2048G"), 4 << 20).0, 1 << 40);
+        assert_eq!(show_size(3 << 20), "3M");
+        assert_eq!(show_size(1536), "1536");
     }
 
     #[test]
