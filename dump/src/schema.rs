@@ -363,7 +363,9 @@ call_ids! {
     FatalSignal = 0x0304, "fatalSignal", ["signo", "code", "addr"];
     /// A snapshot of environment / libraries / host facts (`blob`). `reason`: 0 = the dump was
     /// created (first NCCL event), 1 = a communicator init (only changed snapshots are stored),
-    /// 2 = the shim's driver hooks first saw a device (a `gpu` blob: ordinal, pci_bus_id, uuid, name);
+    /// 2 = the shim's driver hooks first saw a device (a `gpu` blob: ordinal, pci_bus_id, uuid, name),
+    /// 3 = the first call through a handle lookup (`dlsym(handle, "ncclX")`) of a libnccl not seen
+    /// before (only a changed `libraries` snapshot is stored);
     /// `blob_kind` repeats the blob's `BlobKind`.
     SnapshotTaken = 0x0305, "snapshot", ["reason", "blob_kind"];
     /// A test or benchmark record with no meaning of its own.

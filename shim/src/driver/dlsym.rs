@@ -8,6 +8,9 @@
 //! the export is a naked trampoline: it asks [`decide`] (plain Rust, non-exported) whether the
 //! lookup is one of ours and, if not, *jumps* to the real `dlsym` with the caller's arguments
 //! and return address untouched.
+//!
+//! Two name families are ours: `cu*` (the driver lookups, here) and `nc*` (NCCL's API looked up
+//! through a library handle, `crate::nccl::handles`). Every other name costs a two-byte test.
 
 use super::watch;
 use std::ffi::{c_char, c_void, CStr};
@@ -89,8 +92,8 @@ pub fn real_dlsym() -> DlsymFn {
     unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(REAL_DLSYM.load(Ordering::Acquire)) }
 }
 
-/// Returns our wrapper for a watched name, or NULL to let the trampoline jump to the real
-/// `dlsym`. Runs on every `dlsym` in the process: no allocation, no lock, no `dlsym`/`dlopen`
+/// Returns our wrapper for a watched name (or an NCCL name through a handle), or NULL to let
+/// the trampoline jump to the real `dlsym`. Runs on every `dlsym` in the process: no allocation, no lock, no `dlsym`/`dlopen`
 /// of its own for names that are not watched, and a two-byte test first.
 extern "C" fn decide(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     if REAL_DLSYM.load(Ordering::Relaxed).is_null() {
@@ -101,11 +104,16 @@ extern "C" fn decide(handle: *mut c_void, symbol: *const c_char) -> *mut c_void 
     }
     // SAFETY: `symbol` is a NUL-terminated string (dlsym's contract); byte 1 is read only when
     // byte 0 is not the terminator.
-    let cu = unsafe { *symbol == b'c' as c_char && *symbol.add(1) == b'u' as c_char };
-    if !cu {
-        return null_mut();
+    let (b0, b1) = unsafe {
+        let b0 = *symbol as u8;
+        (b0, if b0 == 0 { 0 } else { *symbol.add(1) as u8 })
+    };
+    match (b0, b1) {
+        (b'c', b'u') => decide_cu(handle, symbol),
+        // `dlsym(handle, "ncclX")`: a wrapper bound to that library (nccl/handles.rs).
+        (b'n', b'c') => crate::nccl::handles::decide(handle, symbol),
+        _ => null_mut(),
     }
-    decide_cu(handle, symbol)
 }
 
 #[cold]

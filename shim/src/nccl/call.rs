@@ -20,11 +20,20 @@ struct ThreadState {
     in_nccl: Cell<u32>,
     /// User-level ncclGroupStart depth on this thread.
     group: Cell<u32>,
+    /// Library slot (`handles`) the current export call forwards to; 0: the resolver's.
+    lib: Cell<u8>,
+    /// Set by a bound stub just before it jumps to an export; taken by that export's boundary.
+    next_lib: Cell<u8>,
 }
 
 thread_local! {
     static STATE: ThreadState = const {
-        ThreadState { in_nccl: Cell::new(0), group: Cell::new(0) }
+        ThreadState {
+            in_nccl: Cell::new(0),
+            group: Cell::new(0),
+            lib: Cell::new(0),
+            next_lib: Cell::new(0),
+        }
     };
 }
 
@@ -40,6 +49,31 @@ pub fn group_depth() -> u32 {
 
 pub fn set_group_depth(v: u32) {
     let _ = STATE.try_with(|s| s.group.set(v));
+}
+
+/// The library slot this thread's current NCCL call forwards to (0 outside bound calls).
+#[inline]
+pub fn current_lib() -> usize {
+    STATE.try_with(|s| usize::from(s.lib.get())).unwrap_or(0)
+}
+
+/// Marks the next export call on this thread as one for library slot `k` (a bound stub).
+pub fn set_next_lib(k: u8) {
+    let _ = STATE.try_with(|s| s.next_lib.set(k));
+}
+
+/// Takes the mark a bound stub left for this call (0: none).
+#[inline]
+fn take_next_lib() -> u8 {
+    STATE
+        .try_with(|s| {
+            let k = s.next_lib.get();
+            if k != 0 {
+                s.next_lib.set(0);
+            }
+            k
+        })
+        .unwrap_or(0)
 }
 
 /// Runs the real call with this thread marked as inside NCCL.
@@ -182,9 +216,34 @@ pub fn missing(call: CallId) -> NcclResult {
 }
 
 /// The boundary every export runs its body in. `rc` is set by the body as soon as NCCL returned,
-/// so a panic in our code after that still hands the caller NCCL's own result.
+/// so a panic in our code after that still hands the caller NCCL's own result. An export
+/// entered through a bound stub (`handles`) runs with that stub's library for the whole call.
 #[inline]
 pub fn boundary(body: impl FnOnce(&mut Option<NcclResult>)) -> NcclResult {
+    let k = take_next_lib();
+    if k != 0 {
+        return bound_boundary(k, body);
+    }
+    run_body(body)
+}
+
+/// A call through library slot `k`'s stub: every real function it uses comes from that library
+/// (nested calls NCCL makes through our exports too); the slot's first call takes a library
+/// snapshot.
+#[cold]
+#[inline(never)]
+fn bound_boundary(k: u8, body: impl FnOnce(&mut Option<NcclResult>)) -> NcclResult {
+    let prev = STATE.try_with(|s| s.lib.replace(k)).unwrap_or(0);
+    if catch_unwind(|| crate::nccl::handles::first_call(usize::from(k))).is_err() {
+        SHIM.disable("internal panic while taking a library snapshot");
+    }
+    let rc = run_body(body);
+    let _ = STATE.try_with(|s| s.lib.set(prev));
+    rc
+}
+
+#[inline]
+fn run_body(body: impl FnOnce(&mut Option<NcclResult>)) -> NcclResult {
     let mut rc = None;
     match catch_unwind(AssertUnwindSafe(|| body(&mut rc))) {
         Ok(()) => rc.unwrap_or(NCCL_INTERNAL_ERROR),

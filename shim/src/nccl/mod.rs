@@ -1,13 +1,14 @@
 //! NCCL API interposition: every exported `nccl*` wrapper ([`hooks`]) records its call into the
 //! shim's dump and forwards to NCCL's real `pnccl*` entry point ([`resolve`]), returning
 //! exactly what NCCL returned. Around that: the uniqueId / commHash hash ([`hash`]), the
-//! per-communicator counters ([`comms`]), the `ncclConfig_t` reader ([`config`]) and the
+//! per-communicator counters ([`comms`]), the handle-lookup bindings ([`handles`]), the `ncclConfig_t` reader ([`config`]) and the
 //! environment / library / host snapshots ([`snapshot`]).
 
 pub mod call;
 pub mod comms;
 pub mod config;
 pub mod ffi;
+pub mod handles;
 pub mod hash;
 pub mod hooks;
 pub mod resolve;

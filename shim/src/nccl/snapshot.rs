@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub enum Reason {
     FirstEvent = 0,
     CommInit = 1,
+    /// The first call through a handle lookup of a libnccl not seen before (`handles`).
+    NewLibrary = 3,
 }
 
 static LAST_ENV: AtomicU64 = AtomicU64::new(0);
