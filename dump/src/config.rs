@@ -47,6 +47,18 @@ pub fn disabled_by_env() -> bool {
     }
 }
 
+/// Whether `NCCLSHIM_SIGNALS` leaves fatal-signal capture on (default on; `0`, `false`, `no`
+/// or `off` turns it off). Read once, when the shim installs its handlers.
+pub fn signals_enabled() -> bool {
+    match std::env::var("NCCLSHIM_SIGNALS") {
+        Ok(v) => !matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "0" | "false" | "no" | "off"
+        ),
+        Err(_) => true,
+    }
+}
+
 /// Parses `4096`, `64k`, `16M`, `1G` (binary units).
 pub fn parse_size(v: &str) -> Option<u64> {
     let v = v.trim();

@@ -368,6 +368,11 @@ impl Recorder {
         })
     }
 
+    /// The keep ring for the thread that owns `w`, or `w` itself in a file without one.
+    pub fn keep_writer_or(&self, w: &RingWriter) -> RingWriter {
+        self.keep_writer(w.tid()).unwrap_or(*w)
+    }
+
     /// Claims the next communicator-table entry (zeroed, state FREE) for a new communicator;
     /// `None` once the table is full (the count of misses stays visible in `comm_next`).
     pub fn claim_comm_entry(&self) -> Option<&'static CommTableEntry> {

@@ -59,10 +59,7 @@ impl Drop for DepthGuard {
 /// for rare records that must survive any number of hot calls.
 #[inline]
 pub fn record_keep<R>(f: impl FnOnce(&'static Recorder, &RingWriter) -> R) -> Option<R> {
-    record(|r, w| match r.keep_writer(w.tid()) {
-        Some(keep) => f(r, &keep),
-        None => f(r, w),
-    })
+    record(|r, w| f(r, &r.keep_writer_or(w)))
 }
 
 /// Runs recording work `f` with this thread's ring: not at all when nested or not recording,

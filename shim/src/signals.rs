@@ -52,21 +52,10 @@ static PREVIOUS: Previous = Previous([const { UnsafeCell::new(MaybeUninit::zeroe
 /// Which entries of PREVIOUS are valid (our handler is installed for that signal).
 static CHAINED: [AtomicBool; WATCHED.len()] = [const { AtomicBool::new(false) }; 7];
 
-/// Whether `NCCLSHIM_SIGNALS` leaves capture on (default on).
-fn enabled() -> bool {
-    match std::env::var("NCCLSHIM_SIGNALS") {
-        Ok(v) => !matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "0" | "false" | "no" | "off"
-        ),
-        Err(_) => true,
-    }
-}
-
 /// Points the handlers at `recorder` and installs them the first time (called when the dump is
 /// created: the first NCCL event of this process image).
 pub fn install(recorder: &'static Recorder) {
-    if !enabled() {
+    if !ncclshim_dump::config::signals_enabled() {
         return;
     }
     RECORDER.store((recorder as *const Recorder).cast_mut(), Ordering::Release);

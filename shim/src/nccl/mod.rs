@@ -20,8 +20,7 @@ use crate::recorder::SHIM;
 pub fn on_recorder_created(_recorder: &'static ncclshim_dump::Recorder) {
     // The creating thread is inside `record`, so nothing here is recorded twice or re-entered;
     // with_ring gives it the same ring its pending record will use.
-    SHIM.with_ring(|r, w| match r.keep_writer(w.tid()) {
-        Some(keep) => snapshot::take(r, &keep, snapshot::Reason::FirstEvent, true),
-        None => snapshot::take(r, w, snapshot::Reason::FirstEvent, true),
+    SHIM.with_ring(|r, w| {
+        snapshot::take(r, &r.keep_writer_or(w), snapshot::Reason::FirstEvent, true)
     });
 }
