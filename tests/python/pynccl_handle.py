@@ -5,9 +5,13 @@ with vLLM's argument and result types. For the shim's handle-lookup tests.
 usage: pynccl_handle.py MODE LIB [LIB...]
   MODE uniqueid  ncclGetVersion, ncclGetUniqueId (fails under NCCL_SOCKET_IFNAME=nonexistent0)
   MODE init      ncclGetVersion, ncclGetUniqueId, ncclCommInitRank(nranks=1, rank=0) (no GPU: fails)
+  MODE mixed     as init for the first LIB; then NCCL_SOCKET_IFNAME=nonexistent0 is set and the next
+                 LIBs fail ncclGetUniqueId instead: each library's last-error text differs, so the
+                 text recorded with a call tells which library was asked for it
 Each LIB is loaded, then driven, in turn in this one process; lines start with the LIB's index.
 """
 import ctypes
+import os
 import sys
 
 ncclResult_t = ctypes.c_int
@@ -48,6 +52,8 @@ class NCCLLibrary:
 def main() -> int:
     mode, paths = sys.argv[1], sys.argv[2:]
     for i, path in enumerate(paths):
+        if mode == "mixed" and i == 1:
+            os.environ["NCCL_SOCKET_IFNAME"] = "nonexistent0"
         # Loaded only when its turn comes: a second NCCL appears after the first one was used.
         nccl = NCCLLibrary(path)
         version = ctypes.c_int()
