@@ -5,6 +5,7 @@
 
 pub mod doctor;
 pub mod dumpjson;
+pub mod knowledge;
 pub mod load;
 pub mod model;
 pub mod names;
