@@ -345,17 +345,7 @@ pub fn run_checks(f: &Facts) -> Vec<Check> {
         .collect();
     let c = match env.get("NCCL_SOCKET_IFNAME") {
         Some(v) => {
-            let ifs: Vec<crate::model::facts::NetIf> = h
-                .netifs
-                .iter()
-                .map(|i| crate::model::facts::NetIf {
-                    name: i.name.clone(),
-                    up: i.up,
-                    loopback: i.loopback,
-                    addrs: i.addrs.clone(),
-                })
-                .collect();
-            if filter_matches(v, &ifs) {
+            if filter_matches(v, &h.netifs) {
                 Check::ok(
                     "socket-ifname",
                     format!("NCCL_SOCKET_IFNAME={v} selects an interface that is up"),
@@ -639,12 +629,14 @@ mod tests {
                     up: true,
                     loopback: true,
                     addrs: vec!["127.0.0.1".into()],
+                    ..NetIf::default()
                 },
                 NetIf {
                     name: "eth0".into(),
                     up: true,
                     loopback: false,
                     addrs: vec!["10.0.0.5".into()],
+                    ..NetIf::default()
                 },
             ],
             ..HostFacts::default()

@@ -1,7 +1,10 @@
 //! Host facts that explain NCCL failures the log alone does not: container hints and a small
 //! `/dev/shm` (C07), the locked-memory limit (C11), the nvidia_peermem files NCCL probes for
 //! GPUDirect RDMA (C05), whether libibverbs can be found and which HCAs exist (C01), and the
-//! network interfaces `NCCL_SOCKET_IFNAME` is matched against (C08).
+//! network interfaces `NCCL_SOCKET_IFNAME` is matched against, with prefixes, MTU and whether
+//! they are virtual (C08, C09, C10: an address named in an error is resolved against them), the
+//! InfiniBand/RoCE ports with state, link layer and GIDs (C12, C14, C30), the kernel's IOMMU/ACS
+//! boot options (C13) and the GPUs the NVIDIA driver lists (C31).
 
 use serde::{Deserialize, Serialize};
 use std::ffi::{CStr, CString};
@@ -51,6 +54,47 @@ pub struct NetIf {
     pub loopback: bool,
     /// `inet` / `inet6` addresses as text (no prefix length).
     pub addrs: Vec<String>,
+    /// Prefix length of each address in `addrs`, same order (from the netmask).
+    #[serde(default)]
+    pub prefix_lens: Vec<u8>,
+    /// `/sys/class/net/<if>/mtu`.
+    #[serde(default)]
+    pub mtu: Option<u32>,
+    /// A software interface (`/sys/devices/virtual/net/<if>`: veth, bridge, docker0, tun, ...),
+    /// as opposed to one backed by a device.
+    #[serde(default)]
+    pub virtual_if: bool,
+}
+
+/// One port of an InfiniBand / RoCE device (`/sys/class/infiniband/<dev>/ports/<n>`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IbPort {
+    pub device: String,
+    pub port: u32,
+    /// `state`, e.g. "4: ACTIVE".
+    pub state: Option<String>,
+    /// `link_layer`: "InfiniBand" or "Ethernet" (RoCE).
+    pub link_layer: Option<String>,
+    /// `rate`, e.g. "400 Gb/sec (4X NDR)".
+    pub rate: Option<String>,
+    /// The non-zero GIDs with their index and type (`gid_attrs/types/<i>`: "IB/RoCE v1",
+    /// "RoCE v2"); what NCCL_IB_GID_INDEX selects from.
+    pub gids: Vec<IbGid>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IbGid {
+    pub index: u32,
+    pub gid: String,
+    pub kind: Option<String>,
+}
+
+/// One GPU as the NVIDIA kernel driver lists it (`/proc/driver/nvidia/gpus/<bus>/information`),
+/// known without initializing CUDA.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DriverGpu {
+    pub bus_id: String,
+    pub model: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -81,6 +125,22 @@ pub struct HostFacts {
     /// `/dev/nvidia<N>` device nodes visible here (a container started without GPUs has none).
     #[serde(default)]
     pub nvidia_devices: Vec<String>,
+    /// InfiniBand / RoCE ports (at most 16 devices x their ports).
+    #[serde(default)]
+    pub ib_ports: Vec<IbPort>,
+    /// `/proc/cmdline` options about the IOMMU and PCI ACS (`intel_iommu=on`, `iommu=pt`,
+    /// `pci=noacs`, ...): translated-mode IOMMUs and ACS break PCIe peer-to-peer (C13, C14).
+    #[serde(default)]
+    pub kernel_iommu_options: Vec<String>,
+    /// Whether `/sys/kernel/iommu_groups` has groups (an IOMMU is active).
+    #[serde(default)]
+    pub iommu_groups: Option<bool>,
+    /// GPUs listed by the NVIDIA driver.
+    #[serde(default)]
+    pub driver_gpus: Vec<DriverGpu>,
+    /// `/dev/nvidia-nvswitch<N>` nodes (an NVSwitch system, where the Fabric Manager matters).
+    #[serde(default)]
+    pub nvswitch_devices: u32,
 }
 
 fn first_line(path: &str) -> Option<String> {
@@ -235,10 +295,14 @@ pub fn network_interfaces() -> Vec<NetIf> {
             Some(i) => i,
             None => {
                 out.push(NetIf {
+                    mtu: first_line(&format!("/sys/class/net/{name}/mtu"))
+                        .and_then(|m| m.parse().ok()),
+                    virtual_if: Path::new(&format!("/sys/devices/virtual/net/{name}")).exists(),
                     name,
                     up: flags & libc::IFF_UP as u32 != 0,
                     loopback: flags & libc::IFF_LOOPBACK as u32 != 0,
                     addrs: Vec::new(),
+                    prefix_lens: Vec::new(),
                 });
                 out.len() - 1
             }
@@ -246,6 +310,9 @@ pub fn network_interfaces() -> Vec<NetIf> {
         // SAFETY: ifa_addr is null or points to a sockaddr whose family says its real type.
         if let Some(a) = unsafe { sockaddr_text(ifa.ifa_addr) } {
             out[idx].addrs.push(a);
+            // SAFETY: ifa_netmask is null or a sockaddr of the address's family.
+            let prefix = unsafe { netmask_prefix(ifa.ifa_netmask) }.unwrap_or(0);
+            out[idx].prefix_lens.push(prefix);
         }
     }
     // SAFETY: head came from getifaddrs and is freed once.
@@ -270,6 +337,107 @@ unsafe fn sockaddr_text(sa: *const libc::sockaddr) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// Prefix length of a netmask (the number of one bits).
+///
+/// # Safety
+/// `sa` must be null or point to a valid sockaddr of the size its family implies.
+unsafe fn netmask_prefix(sa: *const libc::sockaddr) -> Option<u8> {
+    if sa.is_null() {
+        return None;
+    }
+    match i32::from((*sa).sa_family) {
+        libc::AF_INET => {
+            let sin = &*sa.cast::<libc::sockaddr_in>();
+            Some(sin.sin_addr.s_addr.count_ones() as u8)
+        }
+        libc::AF_INET6 => {
+            let sin6 = &*sa.cast::<libc::sockaddr_in6>();
+            Some(
+                sin6.sin6_addr
+                    .s6_addr
+                    .iter()
+                    .map(|b| b.count_ones())
+                    .sum::<u32>() as u8,
+            )
+        }
+        _ => None,
+    }
+}
+
+/// Bounds on what is read from `/sys/class/infiniband`, so a host with many HCAs and GID
+/// tables cannot make the snapshot large (it shares the dump's arena with other records).
+const MAX_IB_DEVICES: usize = 16;
+const MAX_GIDS_PER_PORT: u32 = 16;
+
+/// Ports, state, link layer and GIDs of every InfiniBand / RoCE device under `root`
+/// (`/sys/class/infiniband` on a real host).
+pub fn ib_ports(root: &Path) -> Vec<IbPort> {
+    let mut out = Vec::new();
+    for dev in dir_names(&root.to_string_lossy())
+        .into_iter()
+        .take(MAX_IB_DEVICES)
+    {
+        let ports_dir = root.join(&dev).join("ports");
+        for port in dir_names(&ports_dir.to_string_lossy()) {
+            let Ok(n) = port.parse::<u32>() else { continue };
+            let pdir = ports_dir.join(&port);
+            let read = |f: &str| first_line(&pdir.join(f).to_string_lossy());
+            let mut gids = Vec::new();
+            for i in 0..MAX_GIDS_PER_PORT {
+                let Some(gid) = read(&format!("gids/{i}")) else {
+                    break;
+                };
+                if gid.bytes().all(|b| b == b'0' || b == b':') {
+                    continue;
+                }
+                gids.push(IbGid {
+                    index: i,
+                    gid,
+                    kind: read(&format!("gid_attrs/types/{i}")).filter(|k| !k.is_empty()),
+                });
+            }
+            out.push(IbPort {
+                device: dev.clone(),
+                port: n,
+                state: read("state"),
+                link_layer: read("link_layer"),
+                rate: read("rate"),
+                gids,
+            });
+        }
+    }
+    out
+}
+
+/// The boot options that decide whether PCIe peer-to-peer traffic can reach its peer.
+pub fn iommu_options(cmdline: &str) -> Vec<String> {
+    cmdline
+        .split_whitespace()
+        .take_while(|t| *t != "--")
+        .filter(|t| {
+            let key = t.split('=').next().unwrap_or(t);
+            key.contains("iommu") || key == "pci" || key.contains("acs")
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// GPUs listed by the NVIDIA kernel driver under `root` (`/proc/driver/nvidia/gpus`).
+pub fn driver_gpus(root: &Path) -> Vec<DriverGpu> {
+    dir_names(&root.to_string_lossy())
+        .into_iter()
+        .map(|bus| {
+            let info = std::fs::read_to_string(root.join(&bus).join("information")).ok();
+            let model = info.as_deref().and_then(|i| {
+                i.lines()
+                    .find_map(|l| l.strip_prefix("Model:"))
+                    .map(|m| m.trim().to_owned())
+            });
+            DriverGpu { bus_id: bus, model }
+        })
+        .collect()
 }
 
 /// Collects every host fact. Only reads files and asks libc; never runs anything.
@@ -302,6 +470,22 @@ pub fn collect_host_facts() -> HostFacts {
                     .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
             })
             .collect(),
+        ib_ports: ib_ports(Path::new("/sys/class/infiniband")),
+        kernel_iommu_options: std::fs::read_to_string("/proc/cmdline")
+            .map(|c| iommu_options(&c))
+            .unwrap_or_default(),
+        iommu_groups: std::fs::read_dir("/sys/kernel/iommu_groups")
+            .ok()
+            .map(|mut d| d.next().is_some()),
+        driver_gpus: driver_gpus(Path::new("/proc/driver/nvidia/gpus")),
+        nvswitch_devices: dir_names("/dev")
+            .iter()
+            .filter(|n| {
+                n.starts_with("nvidia-nvswitch")
+                    && n[15..].bytes().all(|b| b.is_ascii_digit())
+                    && n.len() > 15
+            })
+            .count() as u32,
     }
 }
 
@@ -343,5 +527,83 @@ mod tests {
         let json = serde_json::to_value(&h).unwrap();
         assert!(json["netifs"].is_array());
         assert!(json.get("libibverbs_dlopen").is_some());
+        // Every address has its prefix; loopback's IPv4 one is /8.
+        for n in &h.netifs {
+            assert_eq!(n.addrs.len(), n.prefix_lens.len(), "{n:?}");
+        }
+        let lo = h.netifs.iter().find(|n| n.loopback).unwrap();
+        let v4 = lo.addrs.iter().position(|a| a == "127.0.0.1").unwrap();
+        assert_eq!(lo.prefix_lens[v4], 8);
+        assert!(lo.virtual_if, "lo is a software interface");
+        assert_eq!(
+            lo.mtu,
+            first_line("/sys/class/net/lo/mtu").and_then(|m| m.parse().ok())
+        );
+    }
+
+    #[test]
+    fn ib_ports_read_state_link_layer_and_gids() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        let p = root.join("mlx5_0/ports/1");
+        std::fs::create_dir_all(p.join("gids")).unwrap();
+        std::fs::create_dir_all(p.join("gid_attrs/types")).unwrap();
+        std::fs::write(p.join("state"), "4: ACTIVE\n").unwrap();
+        std::fs::write(p.join("link_layer"), "Ethernet\n").unwrap();
+        std::fs::write(p.join("rate"), "100 Gb/sec (4X EDR)\n").unwrap();
+        std::fs::write(
+            p.join("gids/0"),
+            "fe80:0000:0000:0000:0a00:27ff:fe00:0001\n",
+        )
+        .unwrap();
+        std::fs::write(
+            p.join("gids/1"),
+            "0000:0000:0000:0000:0000:0000:0000:0000\n",
+        )
+        .unwrap();
+        std::fs::write(
+            p.join("gids/2"),
+            "0000:0000:0000:0000:0000:ffff:0a00:0002\n",
+        )
+        .unwrap();
+        std::fs::write(p.join("gid_attrs/types/0"), "IB/RoCE v1\n").unwrap();
+        std::fs::write(p.join("gid_attrs/types/2"), "RoCE v2\n").unwrap();
+        let ports = ib_ports(&root);
+        assert_eq!(ports.len(), 1);
+        let port = &ports[0];
+        assert_eq!((port.device.as_str(), port.port), ("mlx5_0", 1));
+        assert_eq!(port.state.as_deref(), Some("4: ACTIVE"));
+        assert_eq!(port.link_layer.as_deref(), Some("Ethernet"));
+        // The zero GID (index 1) is skipped; index 3 does not exist, so reading stops there.
+        let idx: Vec<u32> = port.gids.iter().map(|g| g.index).collect();
+        assert_eq!(idx, [0, 2]);
+        assert_eq!(port.gids[1].kind.as_deref(), Some("RoCE v2"));
+    }
+
+    #[test]
+    fn iommu_options_are_picked_from_the_kernel_command_line() {
+        let c = "BOOT_IMAGE=/vmlinuz root=/dev/sda1 intel_iommu=on iommu=pt pci=noacs quiet -- init_arg iommu=x";
+        assert_eq!(
+            iommu_options(c),
+            ["intel_iommu=on", "iommu=pt", "pci=noacs"]
+        );
+        assert!(iommu_options("quiet splash").is_empty());
+    }
+
+    #[test]
+    fn driver_gpus_name_model_and_bus() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        let g = root.join("0000:17:00.0");
+        std::fs::create_dir_all(&g).unwrap();
+        std::fs::write(
+            g.join("information"),
+            "Model: \t\t NVIDIA GeForce RTX 4090\nIRQ:   \t 140\nBus Location: \t 0000:17:00.0\n",
+        )
+        .unwrap();
+        let gpus = driver_gpus(&root);
+        assert_eq!(gpus.len(), 1);
+        assert_eq!(gpus[0].bus_id, "0000:17:00.0");
+        assert_eq!(gpus[0].model.as_deref(), Some("NVIDIA GeForce RTX 4090"));
     }
 }

@@ -14,6 +14,8 @@ pub mod libs;
 pub mod process;
 
 pub use env::{environment, is_secret_name, redact_args, Environment, REDACTED};
-pub use host::{collect_host_facts, ContainerHints, HostFacts, NetIf, PathFact};
+pub use host::{
+    collect_host_facts, ContainerHints, DriverGpu, HostFacts, IbGid, IbPort, NetIf, PathFact,
+};
 pub use libs::{classify, collect_libraries, LibKind, Libraries, LoadedLibrary, VersionProbe};
 pub use process::{collect_process, ProcessFacts};

@@ -9,6 +9,8 @@
 //! A file that does not parse or validate is a build defect, not a user error: the tests parse
 //! every family (`cargo test`), so a malformed entry never ships.
 
+pub mod sockets;
+
 use serde::de::DeserializeOwned;
 
 /// Parses one embedded knowledge file. `name` is the file's name under `knowledge/`, for the

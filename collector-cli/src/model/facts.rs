@@ -18,13 +18,9 @@ pub struct LibFacts {
     pub libs: Vec<(String, String)>,
 }
 
-#[derive(Debug, Clone, Default)]
-pub struct NetIf {
-    pub name: String,
-    pub up: bool,
-    pub loopback: bool,
-    pub addrs: Vec<String>,
-}
+/// Interfaces, IB ports and driver-listed GPUs are read with the recorder's own types (one
+/// definition, in `host-facts`); only the older top-level fields below are read key by key.
+pub use ncclshim_host_facts::{DriverGpu, IbPort, NetIf};
 
 #[derive(Debug, Clone, Default)]
 pub struct HostFacts {
@@ -44,6 +40,13 @@ pub struct HostFacts {
     pub nvidia_driver: Option<Option<String>>,
     /// `/dev/nvidia<N>` nodes, when recorded.
     pub nvidia_devices: Option<Vec<String>>,
+    /// InfiniBand / RoCE ports with state, link layer and GIDs (empty when none or not recorded).
+    pub ib_ports: Vec<IbPort>,
+    /// IOMMU / ACS options of the kernel command line.
+    pub kernel_iommu_options: Vec<String>,
+    pub iommu_groups: Option<bool>,
+    pub driver_gpus: Vec<DriverGpu>,
+    pub nvswitch_devices: u32,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -182,20 +185,50 @@ pub fn parse_host(v: &Value) -> HostFacts {
                     name: str_of(n, &["name"]).unwrap_or_default(),
                     up: bool_of(n, &["up"]).unwrap_or(true),
                     loopback: bool_of(n, &["loopback"]).unwrap_or(false),
-                    addrs: n
-                        .get("addrs")
+                    addrs: strings(n.get("addrs")),
+                    prefix_lens: n
+                        .get("prefix_lens")
                         .and_then(Value::as_array)
                         .map(|x| {
                             x.iter()
-                                .filter_map(Value::as_str)
-                                .map(str::to_owned)
+                                .map(|p| p.as_u64().unwrap_or(0).min(128) as u8)
                                 .collect()
                         })
                         .unwrap_or_default(),
+                    mtu: int_of(n, &["mtu"]).map(|m| m as u32),
+                    virtual_if: bool_of(n, &["virtual_if"]).unwrap_or(false),
                 })
                 .collect()
         }),
+        ib_ports: typed_list(v.get("ib_ports")),
+        kernel_iommu_options: strings(v.get("kernel_iommu_options")),
+        iommu_groups: bool_of(v, &["iommu_groups"]),
+        driver_gpus: typed_list(v.get("driver_gpus")),
+        nvswitch_devices: int_of(v, &["nvswitch_devices"]).unwrap_or(0) as u32,
     }
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|x| {
+            x.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A list of the recorder's own typed items; an item of another shape is skipped (no evidence,
+/// never an error).
+fn typed_list<T: serde::de::DeserializeOwned>(v: Option<&Value>) -> Vec<T> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| serde_json::from_value(x.clone()).ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 pub fn parse_gpu(v: &Value) -> GpuFacts {

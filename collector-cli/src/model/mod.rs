@@ -4,6 +4,7 @@
 //! joins processes into communicators by commHash / uniqueId hash and orders every failure in
 //! time so the first failing rank can be named.
 
+pub mod endpoints;
 pub mod facts;
 
 use crate::names::{nccl_version_string, rc_name};

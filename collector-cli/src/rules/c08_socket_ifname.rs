@@ -136,6 +136,7 @@ mod tests {
                 up: true,
                 loopback: *n == "lo",
                 addrs: vec![],
+                ..NetIf::default()
             })
             .collect()
     }

@@ -210,6 +210,7 @@ pub const RULES: &[(&str, RuleFn)] = &[
     ("invalid-arg", generic::invalid_argument::check),
     ("abrupt", generic::abrupt_end::check),
     ("missing", generic::missing_ranks::check),
+    ("network", generic::network_path::check),
     ("uid", generic::uid_split::check),
     ("stuck", generic::stuck::check),
     ("env", generic::env_diff::check),
@@ -235,11 +236,16 @@ pub fn diagnose(job: &JobModel) -> Vec<Finding> {
                 }
                 crate::model::FailureWhat::Signal(_) | crate::model::FailureWhat::Died => None,
             };
-            if let Some(f) = findings.iter_mut().find(|f| {
-                key.is_some_and(|k| f.explains.contains(&k))
-                    || f.process_ids.contains(&first.process)
-            }) {
-                f.severity = Severity::Primary;
+            // The finding that explains that failure; for a death or signal (no call to
+            // explain), the first finding about that process.
+            let chosen = match key {
+                Some(k) => findings.iter().position(|f| f.explains.contains(&k)),
+                None => findings
+                    .iter()
+                    .position(|f| f.process_ids.contains(&first.process)),
+            };
+            if let Some(i) = chosen {
+                findings[i].severity = Severity::Primary;
             }
         }
     }

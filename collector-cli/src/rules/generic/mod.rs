@@ -1,6 +1,7 @@
 //! Checks that are not one catalog case: fatal signals, ranks that ended abruptly or never
 //! arrived, uniqueId splits, hangs (stuck inside vs outside NCCL), environment and library
-//! differences across ranks, and the evidence-only finding for failures no rule explains.
+//! differences across ranks, connection failures judged by what the peer's address is in this
+//! job, and the evidence-only finding for failures no rule explains.
 
 pub mod abrupt_end;
 pub mod env_diff;
@@ -8,6 +9,7 @@ pub mod fatal_signal;
 pub mod invalid_argument;
 pub mod lib_diff;
 pub mod missing_ranks;
+pub mod network_path;
 pub mod stuck;
 pub mod uid_split;
 pub mod unknown;
