@@ -64,6 +64,7 @@ fn build(dir: &Path) -> PathBuf {
         &format!("-L{}", dir.display()),
         "-l:libnccl.so.2",
         &format!("-Wl,-rpath,{}", dir.display()),
+        "-pthread",
     ]);
     prog
 }
@@ -94,7 +95,7 @@ fn spawn(prog: &Path, dumps: &Path, rank: u32, nranks: u32, ops: u64, then: &str
     .env("WORLD_SIZE", nranks.to_string())
     .stdout(Stdio::piped())
     .stderr(Stdio::null());
-    if then == "block" {
+    if then == "block" || then == "race" {
         c.env("NCCL_DOUBLE_BLOCK_AT", ops.to_string());
     }
     Rank {
@@ -320,5 +321,43 @@ fn crashed_killed_and_hung_ranks_are_told_apart() {
             !ranks.contains(&serde_json::json!(0)) && !ranks.contains(&serde_json::json!(3)),
             "a rank that waited until killed is blamed: {f:#}"
         );
+    }
+}
+
+/// Catalog C25 through the real shim: on one rank, a second thread enters an all-reduce on the
+/// communicator while the main thread is still inside one; the other rank waits in its
+/// watchdog. The job is then stopped like a launcher's timeout. The report names the
+/// concurrent use as the cause (the hang is its consequence), on the right rank.
+#[test]
+fn two_threads_on_one_communicator_are_named_as_the_cause_of_the_hang() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = build(tmp.path());
+    let dumps = tmp.path().join("dumps");
+    let mut ranks = vec![
+        spawn(&prog, &dumps, 0, 2, 100, "wait"),
+        spawn(&prog, &dumps, 1, 2, 100, "race"),
+    ];
+    for r in &mut ranks {
+        wait_ready(r);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    for r in &ranks {
+        signal(r, libc::SIGTERM);
+    }
+    for r in &mut ranks {
+        wait_exit(r);
+    }
+    let v = report_json(&dumps);
+    let fs = findings(&v);
+    let race = fs
+        .iter()
+        .find(|f| f["id"] == "communicator-used-from-several-threads")
+        .unwrap_or_else(|| panic!("no C25 finding: {v:#}"));
+    assert_eq!(race["severity"], "primary", "{v:#}");
+    assert_eq!(race["ranks"], serde_json::json!([1]), "{v:#}");
+    for f in fs {
+        if f["id"] != race["id"] {
+            assert_ne!(f["severity"], "primary", "a second primary: {f:#}");
+        }
     }
 }

@@ -7,7 +7,10 @@
  *   kill    raise(SIGKILL)             wait   polls ncclCommGetAsyncError forever (a watchdog)
  *   sleep   sleeps forever outside NCCL
  *   block   one more all-reduce, which blocks inside the double under NCCL_DOUBLE_BLOCK_AT=OPS
+ *   race    like block, while a second thread issues an all-reduce on the same communicator
+ *           (a user bug: communicators are not thread-safe); "ready" comes after that thread's call
  * With NCCL_DOUBLE_BLOCK_AT=K the K-th all-reduce blocks inside the double ("ready" never comes). */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +25,20 @@ ncclResult_t ncclCommInitRank(ncclComm_t*, int, ncclUniqueId, int);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t*);
 ncclResult_t ncclAllReduce(const void*, void*, size_t, int, int, ncclComm_t, void*);
 
+static ncclComm_t shared_comm;
+
+/* The second thread of `race`: enters an all-reduce on the communicator the main thread is
+ * blocked in, then says "ready". */
+static void* racing_thread(void* arg) {
+    (void)arg;
+    usleep(50000);
+    float y = 0;
+    ncclAllReduce(&y, &y, 1, 7, 0, shared_comm, NULL);
+    printf("ready\n");
+    fflush(stdout);
+    return NULL;
+}
+
 int main(int argc, char** argv) {
     if (argc < 5) return 2;
     int rank = atoi(argv[1]), nranks = atoi(argv[2]);
@@ -32,6 +49,13 @@ int main(int argc, char** argv) {
     if (ncclGetUniqueId(&id) || ncclCommInitRank(&comm, nranks, id, rank)) return 3;
     float x = 0;
     for (long i = 0; i < ops; i++) ncclAllReduce(&x, &x, 1, 7, 0, comm, NULL);
+    if (!strcmp(then, "race")) {
+        pthread_t t;
+        shared_comm = comm;
+        if (pthread_create(&t, NULL, racing_thread, NULL)) return 4;
+        ncclAllReduce(&x, &x, 1, 7, 0, comm, NULL); /* blocks under NCCL_DOUBLE_BLOCK_AT=OPS */
+        return 0;
+    }
     printf("ready\n");
     fflush(stdout);
     if (!strcmp(then, "segv")) *(volatile int*)0 = 1;

@@ -211,6 +211,7 @@ pub const RULES: &[(&str, RuleFn)] = &[
     ("abrupt", generic::abrupt_end::check),
     ("missing", generic::missing_ranks::check),
     ("network", generic::network_path::check),
+    ("threads", generic::concurrent_comm::check),
     ("uid", generic::uid_split::check),
     ("stuck", generic::stuck::check),
     ("env", generic::env_diff::check),
@@ -221,8 +222,16 @@ pub const RULES: &[(&str, RuleFn)] = &[
 pub fn diagnose(job: &JobModel) -> Vec<Finding> {
     let mut findings: Vec<Finding> = RULES.iter().flat_map(|(_, f)| f(job)).collect();
     findings.extend(generic::unknown::check(job, &findings));
-    // A desync explains the hang it causes: the hang is then a consequence.
-    if findings.iter().any(|f| f.id == "collective-desync") {
+    // A desync, or threads racing on one communicator, explains the hang it causes: the hang
+    // is then a consequence.
+    const HANG_CAUSES: &[&str] = &[
+        "collective-desync",
+        "communicator-used-from-several-threads",
+    ];
+    if findings
+        .iter()
+        .any(|f| HANG_CAUSES.contains(&f.id.as_str()))
+    {
         for f in findings.iter_mut().filter(|f| f.id.starts_with("stuck-")) {
             f.severity = Severity::Contributing;
         }

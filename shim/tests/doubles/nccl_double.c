@@ -85,7 +85,8 @@ static long block_at = -2, allreduces;
 API(ncclAllReduce, const void* s, void* r, size_t n, int dt, int op, ncclComm_t comm, void* stream) {
     (void)s; (void)r; (void)n; (void)dt; (void)op;
     if (block_at == -2) { const char* b = getenv("NCCL_DOUBLE_BLOCK_AT"); block_at = b ? atol(b) : -1; }
-    if (comm && allreduces++ == block_at) for (;;) pause();
+    /* Atomic: a test may issue all-reduces from two threads (the concurrent-use case). */
+    if (comm && __atomic_fetch_add(&allreduces, 1, __ATOMIC_RELAXED) == block_at) for (;;) pause();
     CHECK_COMM
 }
 API(ncclBroadcast, const void* s, void* r, size_t n, int dt, int root, ncclComm_t comm, void* stream) {

@@ -4,6 +4,7 @@
 //! job, and the evidence-only finding for failures no rule explains.
 
 pub mod abrupt_end;
+pub mod concurrent_comm;
 pub mod env_diff;
 pub mod fatal_signal;
 pub mod invalid_argument;
