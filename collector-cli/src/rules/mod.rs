@@ -236,6 +236,9 @@ pub fn diagnose(job: &JobModel) -> Vec<Finding> {
             f.severity = Severity::Contributing;
         }
     }
+    for f in findings.iter_mut().filter(|f| f.id == "stuck-inside-nccl") {
+        generic::transport_hang::annotate(job, f);
+    }
     if !findings.iter().any(|f| f.severity == Severity::Primary) {
         // Nobody claimed the root cause: the finding covering the earliest failure is primary.
         if let Some(first) = job.failures.first() {

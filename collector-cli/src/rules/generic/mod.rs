@@ -12,5 +12,6 @@ pub mod lib_diff;
 pub mod missing_ranks;
 pub mod network_path;
 pub mod stuck;
+pub mod transport_hang;
 pub mod uid_split;
 pub mod unknown;
