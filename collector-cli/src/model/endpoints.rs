@@ -8,8 +8,9 @@
 //! This module finds endpoints in any text and answers those questions from the interfaces every
 //! process's host facts recorded, so every rule reasons about addresses the same way.
 
-use super::JobModel;
-use std::net::IpAddr;
+use super::{CallEvent, JobModel};
+use ncclshim_dump::CallId;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// One address (with port and IPv6 scope when written) found in a text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +105,53 @@ pub fn endpoints_in(text: &str) -> Vec<Endpoint> {
         }
     }
     out
+}
+
+/// The bootstrap root's address inside a uniqueId, from the first 40 bytes the shim records as
+/// five little-endian words (`uid0..uid4`). NCCL's `struct ncclBootstrapHandle` is
+/// `{ uint64_t magic; union ncclSocketAddress addr; ... }` in every release from 2.18 to 2.30
+/// (src/include/bootstrap.h): bytes 8.. hold a `sockaddr_in` or `sockaddr_in6`, family in host
+/// order, port in network order. None for an all-zero or foreign id.
+pub fn uid_root(words: [u64; 5]) -> Option<Endpoint> {
+    let mut b = [0u8; 40];
+    for (i, w) in words.iter().enumerate() {
+        b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    let family = u16::from_le_bytes([b[8], b[9]]);
+    let port = u16::from_be_bytes([b[10], b[11]]);
+    let (addr, scope) = match i32::from(family) {
+        libc::AF_INET => (IpAddr::V4(Ipv4Addr::new(b[12], b[13], b[14], b[15])), None),
+        libc::AF_INET6 => {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&b[16..32]);
+            let scope_id = u32::from_le_bytes([b[32], b[33], b[34], b[35]]);
+            (
+                IpAddr::V6(Ipv6Addr::from(a)),
+                (scope_id != 0).then(|| format!("if{scope_id}")),
+            )
+        }
+        _ => return None,
+    };
+    Some(Endpoint {
+        addr,
+        port: (port != 0).then_some(port),
+        scope,
+    })
+}
+
+/// The bootstrap root named by the uniqueId a call carried (ncclGetUniqueId's result, or the id
+/// an InitRank-family call joined with).
+pub fn call_uid_root(c: &CallEvent) -> Option<Endpoint> {
+    let first = match c.call? {
+        CallId::NcclGetUniqueId => 1,
+        CallId::NcclCommInitRank
+        | CallId::NcclCommInitRankConfig
+        | CallId::NcclCommInitRankScalable => 3,
+        _ => return None,
+    };
+    let mut w = [0u64; 5];
+    w.copy_from_slice(&c.args[first..first + 5]);
+    uid_root(w)
 }
 
 /// What kind of address it is, before looking at who owns it.
@@ -334,6 +382,36 @@ mod tests {
         assert!(addrs("NCCL version 2.21.5+cuda12.4 at 12:30:01, retcode 2").is_empty());
         assert!(addrs("transport/net_ib.cc:1295 NCCL WARN NET/IB").is_empty());
         assert!(addrs("Socket recv failed while polling for opId=0x7f3a").is_empty());
+    }
+
+    /// A uniqueId as NCCL lays it out: magic, then a sockaddr (family in host order, port in
+    /// network order), as the shim's five words.
+    fn uid_words_of(sockaddr: &[u8]) -> [u64; 5] {
+        let mut b = [0u8; 40];
+        b[..8].copy_from_slice(&0x564a_b9f2_fc4b_9d6cu64.to_le_bytes());
+        b[8..8 + sockaddr.len()].copy_from_slice(sockaddr);
+        let mut w = [0u64; 5];
+        for (i, x) in w.iter_mut().enumerate() {
+            *x = u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+        }
+        w
+    }
+
+    #[test]
+    fn uid_root_decodes_both_families() {
+        let mut v4 = vec![2u8, 0];
+        v4.extend_from_slice(&29500u16.to_be_bytes());
+        v4.extend_from_slice(&[10, 1, 2, 3]);
+        let e = uid_root(uid_words_of(&v4)).unwrap();
+        assert_eq!(e.shown(), "10.1.2.3 port 29500");
+        let mut v6 = vec![10u8, 0];
+        v6.extend_from_slice(&5000u16.to_be_bytes());
+        v6.extend_from_slice(&[0; 4]);
+        v6.extend_from_slice(&"fe80::1".parse::<Ipv6Addr>().unwrap().octets());
+        v6.extend_from_slice(&3u32.to_le_bytes());
+        let e = uid_root(uid_words_of(&v6)).unwrap();
+        assert_eq!(e.shown(), "fe80::1%if3 port 5000");
+        assert!(uid_root([0; 5]).is_none());
     }
 
     #[test]

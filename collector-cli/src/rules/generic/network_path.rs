@@ -139,12 +139,15 @@ fn peer_gone_by(job: &JobModel, peers: &[usize], t: u64) -> bool {
         })
 }
 
+/// Judges endpoint `e` named by process `p` at time `t`; `what` says what the address is to
+/// that process ("peer address", "the uniqueId's root address").
 fn judge(
     job: &JobModel,
     p: usize,
     t: u64,
     e: &Endpoint,
     outcome: Option<PathOutcome>,
+    what: &str,
 ) -> Option<(Verdict, String)> {
     let me = &job.processes[p];
     let multi_host = endpoints::machines_with_interfaces(job).len() >= 2
@@ -157,7 +160,7 @@ fn judge(
                 (
                     Verdict::Loopback,
                     format!(
-                        "{}: peer address {shown} is loopback, on a job spanning several hosts",
+                        "{}: {what} {shown} is loopback, on a job spanning several hosts",
                         who(job, p)
                     ),
                 )
@@ -167,7 +170,7 @@ fn judge(
             return Some((
                 Verdict::Unroutable,
                 format!(
-                    "{}: peer address {shown} is link-local (valid on one link only)",
+                    "{}: {what} {shown} is link-local (valid on one link only)",
                     who(job, p)
                 ),
             ))
@@ -180,7 +183,7 @@ fn judge(
         return Some((
             Verdict::Unroutable,
             format!(
-                "{}: peer address {shown} is carried by {} hosts at once ({}: `{}`), a private \
+                "{}: {what} {shown} is carried by {} hosts at once ({}: `{}`), a private \
                  address not routable between them",
                 who(job, p),
                 found.len(),
@@ -202,7 +205,7 @@ fn judge(
         return Some((
             Verdict::UnknownHost,
             format!(
-                "{}: peer address {shown} belongs to none of the recorded hosts ({})",
+                "{}: {what} {shown} belongs to none of the recorded hosts ({})",
                 who(job, p),
                 hosts.join(", ")
             ),
@@ -212,7 +215,7 @@ fn judge(
         return Some((
             Verdict::Unroutable,
             format!(
-                "{}: peer address {shown} is {}'s software interface `{}` (veth/bridge/tunnel)",
+                "{}: {what} {shown} is {}'s software interface `{}` (veth/bridge/tunnel)",
                 who(job, p),
                 owner.host,
                 owner.interface
@@ -243,7 +246,7 @@ fn judge(
             (
                 Verdict::NoRoute,
                 format!(
-                    "{}: peer address {shown} ({peer}/{}) is in no subnet of {}'s interfaces",
+                    "{}: {what} {shown} ({peer}/{}) is in no subnet of {}'s interfaces",
                     who(job, p),
                     owner.prefix,
                     me.host
@@ -262,7 +265,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         let text = call.error_text.as_deref().unwrap_or_default();
         let outcome = sockets::outcome_in(text);
         for e in endpoints::endpoints_in(text) {
-            let Some((verdict, fact)) = judge(job, p, t, &e, outcome.map(|o| o.path)) else {
+            let Some((verdict, fact)) =
+                judge(job, p, t, &e, outcome.map(|o| o.path), "peer address")
+            else {
                 continue;
             };
             let idx = match findings.iter().position(|(v, _)| *v == verdict) {
@@ -298,6 +303,61 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 }
             }
             if first_failure == Some((p, t)) && verdict != Verdict::UnknownHost {
+                f.severity = Severity::Primary;
+            }
+        }
+    }
+    // Communicator creation that failed or never returned: the bootstrap root address in the
+    // uniqueId every rank joined with must be reachable from every host. NCCL's own texts
+    // often say nothing here (ranks on other hosts just wait in init).
+    let job_failed = !job.failures.is_empty();
+    for (p, pm) in job.processes.iter().enumerate() {
+        for (i, c) in pm.calls.iter().enumerate() {
+            if !c.is_init() || !(c.failed() || c.in_flight()) {
+                continue;
+            }
+            let Some(root) = endpoints::call_uid_root(c) else {
+                continue;
+            };
+            let Some((verdict, fact)) = judge(
+                job,
+                p,
+                pm.last_t,
+                &root,
+                None,
+                "the uniqueId's root address",
+            ) else {
+                continue;
+            };
+            if verdict == Verdict::UnknownHost {
+                continue;
+            }
+            let idx = match findings.iter().position(|(v, _)| *v == verdict) {
+                Some(k) => k,
+                None => {
+                    let f = Finding::new(
+                        verdict.id(),
+                        verdict.catalog(),
+                        verdict.title(),
+                        // An init hang has no failure to order by: this is then the cause.
+                        if job_failed {
+                            Severity::Contributing
+                        } else {
+                            Severity::Primary
+                        },
+                        verdict.confidence(),
+                    )
+                    .remedy(&verdict.remedy(shared_if.as_deref()));
+                    findings.push((verdict, f));
+                    findings.len() - 1
+                }
+            };
+            let f = &mut findings[idx].1;
+            f.involve(job, p);
+            f.explain(p, i);
+            f.evidence(fact);
+            f.evidence(format!("{}: {}", who(job, p), c.describe()));
+            if first_failure.is_some_and(|(fp, _)| fp == p) {
                 f.severity = Severity::Primary;
             }
         }
@@ -432,6 +492,53 @@ mod tests {
         ] {
             assert!(find(&fs, id).is_none(), "{id}");
         }
+    }
+
+    /// A uniqueId whose root sockaddr is `addr`:`port` (IPv4), as the shim records it.
+    fn uid_with_root(addr: [u8; 4], port: u16) -> [u64; 5] {
+        let mut b = [0u8; 40];
+        b[..8].copy_from_slice(&0x564a_b9f2_fc4b_9d6cu64.to_le_bytes());
+        b[8..10].copy_from_slice(&2u16.to_le_bytes());
+        b[10..12].copy_from_slice(&port.to_be_bytes());
+        b[12..16].copy_from_slice(&addr);
+        let mut w = [0u64; 5];
+        for (i, x) in w.iter_mut().enumerate() {
+            *x = u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+        }
+        w
+    }
+
+    /// Every rank waits in init (no error text anywhere) for a root on host a's docker0.
+    #[test]
+    fn an_init_hang_on_a_bridge_root_address() {
+        let a: &[(&str, &str, u8, bool)] = &[
+            ("docker0", "172.17.0.1", 16, true),
+            ("eth0", "10.0.0.1", 24, false),
+        ];
+        let b: &[(&str, &str, u8, bool)] = &[("eth0", "10.0.0.2", 24, false)];
+        let w = uid_with_root([172, 17, 0, 1], 41000);
+        let (_, fs) = analyze(&["a", "a", "b", "b"], |s: &mut Scenario| {
+            s.snapshot_all(22105);
+            for r in 0..4 {
+                let (host, ifs) = if r < 2 { ("a", a) } else { ("b", b) };
+                s.ranks[r].host_facts(&host_with(host, ifs));
+                s.ranks[r].in_flight(
+                    ncclshim_dump::CallId::NcclCommInitRank,
+                    0,
+                    &[4, r as u64, 0x77, w[0], w[1], w[2], w[3], w[4], 0],
+                );
+            }
+        });
+        let f = find(&fs, "peer-address-not-routable").expect("C09 from the uniqueId");
+        assert_eq!(f.severity, Severity::Primary);
+        assert!(
+            f.evidence.iter().any(|e| e.contains(
+                "uniqueId's root address 172.17.0.1 port 41000 is a's software interface `docker0`"
+            )),
+            "{:?}",
+            f.evidence
+        );
+        assert!(f.remedy.contains("NCCL_SOCKET_IFNAME=eth0"), "{}", f.remedy);
     }
 
     #[test]
