@@ -90,6 +90,11 @@ pub fn judge(expect: &Expect, report: &Value) -> Result<(), Vec<String>> {
             }
         }
     }
+    for id in &expect.also {
+        if !findings.iter().any(|f| f["id"] == id.as_str()) {
+            misses.push(format!("finding {id} is missing ({})", summary(report)));
+        }
+    }
     for id in &expect.absent {
         if findings.iter().any(|f| f["id"] == id.as_str()) {
             misses.push(format!(
@@ -126,6 +131,9 @@ pub fn mutations(expect: &Expect, report: &Value) -> Vec<(String, Expect, Value)
         e.absent.push(expect.primary.clone());
         out.push(("its primary declared absent".into(), e, report.clone()));
         let mut e = expect.clone();
+        e.also.push("a-finding-no-rule-makes".into());
+        out.push(("a missing finding".into(), e, report.clone()));
+        let mut e = expect.clone();
         let mut r = expect.ranks.clone().unwrap_or_default();
         r.push(999);
         e.ranks = Some(r);
@@ -151,6 +159,7 @@ mod tests {
             ranks: Some(vec![0, 1]),
             facts: vec!["NCCL_NET=IB".into()],
             absent: vec!["unexplained-error".into()],
+            also: vec!["nccl-env-differs".into()],
         }
     }
 
@@ -180,6 +189,7 @@ mod tests {
             ranks: None,
             facts: vec![],
             absent: vec![],
+            also: vec![],
         };
         assert_eq!(judge(&e, &healthy), Ok(()));
         for (what, m, r) in mutations(&e, &healthy) {

@@ -193,6 +193,9 @@ pub struct Expect {
     /// Finding ids that must not appear anywhere in the report.
     #[serde(default)]
     pub absent: Vec<String>,
+    /// Finding ids that must appear besides the primary (consequences, other ranks' stories).
+    #[serde(default)]
+    pub also: Vec<String>,
 }
 
 impl Scenario {

@@ -64,7 +64,7 @@ pub fn render(outcomes: &[(String, Scenario, Outcome)]) -> String {
            `{ load = \"libcudart.so.12\" }`;\n\
          - `[launcher]`: `timeout_ms` (then SIGTERM), `kill_after_ms` (then SIGKILL), `interrupt_ms` (Ctrl-C);\n\
          - `[expect]`: `primary` (finding id, or `none`), `ranks`, `facts` (texts the primary finding\n\
-           must contain), `absent` (finding ids that must not appear);\n\
+           must contain), `absent` (finding ids that must not appear), `also` (ids that must appear too);\n\
          - `pending = \"reason\"` when the report is known to be wrong: the lab lists it as skipped and\n\
            fails once it passes. Then regenerate this table.\n",
     );
