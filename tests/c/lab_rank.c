@@ -1,0 +1,93 @@
+/* One rank of a scenario-lab job (tests/lab/, tests/scenarios/): plays the rank's script
+ * ($LAB_SCRIPT, format in tests/doubles/lab/lab_script.h) by calling NCCL through the normal
+ * linked path — against the lab's scripted libnccl TEST DOUBLE or the real PyPI libnccl,
+ * whichever libnccl.so.2 the simulated host's loader path holds — and doing what a training
+ * process does around it: sleeping, hanging outside NCCL, crashing by a signal, exiting.
+ * Prints one line per NCCL step ("<call> rc=<n>") so a failing scenario can be read. Keeps
+ * going after a failed call unless the script says otherwise (frameworks often do: the
+ * watchdog aborts later). */
+#define _GNU_SOURCE
+#include "../doubles/lab/lab_script.h"
+#include <dlfcn.h>
+#include <signal.h>
+#include <unistd.h>
+
+typedef int ncclResult_t;
+typedef struct opaque_comm* ncclComm_t;
+typedef struct { char internal[128]; } ncclUniqueId;
+ncclResult_t ncclGetVersion(int*);
+ncclResult_t ncclGetUniqueId(ncclUniqueId*);
+ncclResult_t ncclCommInitRank(ncclComm_t*, int, ncclUniqueId, int);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t*);
+ncclResult_t ncclCommAbort(ncclComm_t);
+ncclResult_t ncclCommDestroy(ncclComm_t);
+ncclResult_t ncclGroupStart(void);
+ncclResult_t ncclGroupEnd(void);
+ncclResult_t ncclAllReduce(const void*, void*, size_t, int, int, ncclComm_t, void*);
+ncclResult_t ncclBroadcast(const void*, void*, size_t, int, int, ncclComm_t, void*);
+ncclResult_t ncclAllGather(const void*, void*, size_t, int, ncclComm_t, void*);
+ncclResult_t ncclReduceScatter(const void*, void*, size_t, int, int, ncclComm_t, void*);
+ncclResult_t ncclSend(const void*, size_t, int, int, ncclComm_t, void*);
+ncclResult_t ncclRecv(void*, size_t, int, int, ncclComm_t, void*);
+const char* ncclGetLastError(ncclComm_t);
+
+static void say(const char* call, long n, ncclResult_t rc) {
+    if (rc) printf("%s rc=%d (after %ld) last error: %s\n", call, rc, n, ncclGetLastError(NULL));
+    else printf("%s rc=0 x%ld\n", call, n);
+    fflush(stdout);
+}
+
+static char buf[1 << 16];
+
+int main(void) {
+    lab_load();
+    ncclComm_t comm = NULL;
+    int rank = getenv("RANK") ? atoi(getenv("RANK")) : 0;
+    for (int i = 0; i < lab_nsteps; i++) {
+        const struct lab_step* s = &lab_steps[i];
+        const char* op = s->op;
+        size_t count = s->count > 0 ? (size_t)s->count : 1024;
+        if (count * 4 > sizeof buf) count = sizeof buf / 4;
+        ncclResult_t rc = 0;
+        long n = 0;
+        if (!strcmp(op, "nccl") || !strcmp(op, "cuda") || !strcmp(op, "cudart")) continue;
+        else if (!strcmp(op, "load")) { if (!dlopen(s->name, RTLD_NOW | RTLD_GLOBAL)) printf("load %s: %s\n", s->name, dlerror()); continue; }
+        else if (!strcmp(op, "sleep")) { usleep((useconds_t)(s->ms * 1000)); continue; }
+        else if (!strcmp(op, "hang")) { printf("hanging outside NCCL\n"); fflush(stdout); for (;;) pause(); }
+        else if (!strcmp(op, "signal")) { fflush(stdout); raise(s->sig); continue; }
+        else if (!strcmp(op, "exit")) { fflush(stdout); exit(s->code); }
+        else if (!strcmp(op, "ncclGetVersion")) { int v; rc = ncclGetVersion(&v); n = 1; }
+        else if (!strcmp(op, "ncclGetUniqueId")) { ncclUniqueId id; rc = ncclGetUniqueId(&id); n = 1; }
+        else if (!strcmp(op, "ncclCommInitRank")) {
+            ncclUniqueId id;
+            lab_unique_id(s->uid, id.internal);
+            rc = ncclCommInitRank(&comm, s->nranks, id, s->nranks ? s->rank : rank);
+            n = 1;
+        } else if (!strcmp(op, "ncclCommGetAsyncError")) {
+            ncclResult_t err = 0;
+            for (n = 0; n < s->repeat && !err && !rc; n++) {
+                rc = ncclCommGetAsyncError(comm, &err);
+                if (s->ms) usleep((useconds_t)(s->ms * 1000));
+            }
+            if (err) { printf("async error %d: %s\n", err, ncclGetLastError(comm)); fflush(stdout); }
+        } else if (!strcmp(op, "ncclCommAbort")) { rc = ncclCommAbort(comm); comm = NULL; n = 1; }
+        else if (!strcmp(op, "ncclCommDestroy")) { rc = ncclCommDestroy(comm); comm = NULL; n = 1; }
+        else if (!strcmp(op, "ncclGroupStart")) { rc = ncclGroupStart(); n = 1; }
+        else if (!strcmp(op, "ncclGroupEnd")) { rc = ncclGroupEnd(); n = 1; }
+        else {
+            /* collectives and point-to-point: `repeat` calls, stopping at a failure */
+            for (n = 0; n < s->repeat && !rc; n++) {
+                if (!strcmp(op, "ncclAllReduce")) rc = ncclAllReduce(buf, buf, count, 7, 0, comm, NULL);
+                else if (!strcmp(op, "ncclBroadcast")) rc = ncclBroadcast(buf, buf, count, 7, 0, comm, NULL);
+                else if (!strcmp(op, "ncclAllGather")) rc = ncclAllGather(buf, buf, count, 7, comm, NULL);
+                else if (!strcmp(op, "ncclReduceScatter")) rc = ncclReduceScatter(buf, buf, count, 7, 0, comm, NULL);
+                else if (!strcmp(op, "ncclSend")) rc = ncclSend(buf, count, 7, s->peer, comm, NULL);
+                else if (!strcmp(op, "ncclRecv")) rc = ncclRecv(buf, count, 7, s->peer, comm, NULL);
+                else { fprintf(stderr, "lab_rank: unknown step %s\n", op); return 2; }
+                if (s->ms) usleep((useconds_t)(s->ms * 1000));
+            }
+        }
+        say(op, n, rc);
+    }
+    return 0;
+}

@@ -1,0 +1,132 @@
+/* The scenario lab's per-rank script, shared by the TEST DOUBLES of libnccl, libcuda and
+ * libcudart (tests/doubles/lab/) and the rank driver (tests/c/lab_rank.c). Header-only: each
+ * library keeps its own copy of the parsed script and its own cursor.
+ *
+ * The file (path in $LAB_SCRIPT) is written by the lab runner (tests/lab/script.rs) from a
+ * scenario's TOML: one line per step, TAB-separated `key=value` fields, the first being
+ * `op=NAME`. NAME is an NCCL function (`ncclAllReduce`), a driver-side action (`sleep`, `hang`,
+ * `signal`, `exit`, `load`) or an identity line (`nccl`, `cuda`, `cudart`). Values never hold a
+ * TAB or a newline (the runner refuses such scenarios). */
+#ifndef LAB_SCRIPT_H
+#define LAB_SCRIPT_H
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LAB_TEXT 1024
+#define LAB_MAX_STEPS 4096
+
+struct lab_step {
+    char op[64];
+    long repeat;      /* how many calls this step stands for (>= 1) */
+    int rc;           /* result of the last of them */
+    char text[LAB_TEXT]; /* ncclGetLastError() after a failure */
+    int hang;         /* the last call never returns */
+    long ms;          /* sleep / delay between polls */
+    int sig;          /* signal to raise */
+    int code;         /* exit status */
+    int nranks, rank;
+    unsigned long uid; /* seed of the uniqueId bytes */
+    int peer;
+    long count;
+    int async;        /* ncclCommGetAsyncError's answer at the last poll */
+    char cu[64];      /* a driver function NCCL calls inside this step */
+    int cu_rc;        /* what the driver returns for it */
+    long version;     /* identity lines: NCCL / CUDA versions */
+    int device, pci_bus;
+    char name[128];   /* GPU name (cuda line) or library (load) */
+};
+
+static struct lab_step lab_steps[LAB_MAX_STEPS];
+static int lab_nsteps = -1;
+
+static __attribute__((unused)) void lab_field(struct lab_step* s, const char* k, const char* v) {
+    if (!strcmp(k, "op")) snprintf(s->op, sizeof s->op, "%s", v);
+    else if (!strcmp(k, "repeat")) s->repeat = atol(v);
+    else if (!strcmp(k, "rc")) s->rc = atoi(v);
+    else if (!strcmp(k, "text")) snprintf(s->text, sizeof s->text, "%s", v);
+    else if (!strcmp(k, "hang")) s->hang = atoi(v);
+    else if (!strcmp(k, "ms")) s->ms = atol(v);
+    else if (!strcmp(k, "sig")) s->sig = atoi(v);
+    else if (!strcmp(k, "code")) s->code = atoi(v);
+    else if (!strcmp(k, "nranks")) s->nranks = atoi(v);
+    else if (!strcmp(k, "rank")) s->rank = atoi(v);
+    else if (!strcmp(k, "uid")) s->uid = strtoul(v, NULL, 0);
+    else if (!strcmp(k, "peer")) s->peer = atoi(v);
+    else if (!strcmp(k, "count")) s->count = atol(v);
+    else if (!strcmp(k, "async")) s->async = atoi(v);
+    else if (!strcmp(k, "cu")) snprintf(s->cu, sizeof s->cu, "%s", v);
+    else if (!strcmp(k, "cu_rc")) s->cu_rc = atoi(v);
+    else if (!strcmp(k, "version")) s->version = atol(v);
+    else if (!strcmp(k, "device")) s->device = atoi(v);
+    else if (!strcmp(k, "pci_bus")) s->pci_bus = (int)strtol(v, NULL, 0);
+    else if (!strcmp(k, "name")) snprintf(s->name, sizeof s->name, "%s", v);
+}
+
+/* Parses $LAB_SCRIPT once; a missing file is an empty script (every call succeeds). */
+static __attribute__((unused)) void lab_load(void) {
+    if (lab_nsteps >= 0) return;
+    lab_nsteps = 0;
+    const char* path = getenv("LAB_SCRIPT");
+    FILE* f = path ? fopen(path, "r") : NULL;
+    if (!f) return;
+    static char line[LAB_TEXT * 2];
+    while (lab_nsteps < LAB_MAX_STEPS && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        if (!line[0]) continue;
+        struct lab_step* s = &lab_steps[lab_nsteps++];
+        memset(s, 0, sizeof *s);
+        s->repeat = 1;
+        s->device = -1;
+        s->pci_bus = -1;
+        for (char* save = NULL, *tok = strtok_r(line, "\t", &save); tok; tok = strtok_r(NULL, "\t", &save)) {
+            char* eq = strchr(tok, '=');
+            if (!eq) continue;
+            *eq = 0;
+            lab_field(s, tok, eq + 1);
+        }
+        if (s->repeat < 1) s->repeat = 1;
+    }
+    fclose(f);
+}
+
+/* The identity line `op=NAME`, or NULL. */
+static __attribute__((unused)) const struct lab_step* lab_identity(const char* name) {
+    lab_load();
+    for (int i = 0; i < lab_nsteps; i++)
+        if (!strcmp(lab_steps[i].op, name)) return &lab_steps[i];
+    return NULL;
+}
+
+/* A library's position in the script: the next call of a given name consumes one repetition of
+ * the first step at or after the cursor that names it. `matches` picks the key compared. */
+struct lab_cursor { int cur; long done; };
+
+/* The step answering this call of `name` (NULL: the script does not mention it, so it
+ * succeeds), and whether this is the step's last repetition (where rc/hang/text apply). */
+static __attribute__((unused)) const struct lab_step* lab_next(struct lab_cursor* c, const char* name, int by_cu, int* last) {
+    lab_load();
+    *last = 0;
+    for (int j = c->cur; j < lab_nsteps; j++) {
+        const char* key = by_cu ? lab_steps[j].cu : lab_steps[j].op;
+        if (strcmp(key, name)) continue;
+        if (j != c->cur) { c->cur = j; c->done = 0; }
+        const struct lab_step* s = &lab_steps[j];
+        if (++c->done >= s->repeat) { *last = 1; c->cur = j + 1; c->done = 0; }
+        return s;
+    }
+    return NULL;
+}
+
+/* The uniqueId bytes NCCL's root would hand out, from a seed every rank of the communicator
+ * shares (rank 0 gets them from ncclGetUniqueId, the others build them, as if broadcast). */
+static __attribute__((unused)) void lab_unique_id(unsigned long seed, char out[128]) {
+    memset(out, 0, 128);
+    uint64_t magic = 0x9e3779b97f4a7c15ull * (seed + 1);
+    memcpy(out, &magic, 8);
+    out[8] = 2; /* AF_INET */
+    out[10] = (char)0xa4; out[11] = (char)(0x10 + (seed & 0x3f)); /* a port per seed */
+    out[12] = 10; out[15] = 1;
+}
+#endif

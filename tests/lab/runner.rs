@@ -1,0 +1,321 @@
+//! Runs one scenario for real: builds its hosts ([`Fabric`]), starts every rank as a real
+//! process inside its host's namespaces under `LD_PRELOAD=libncclshim.so`, plays the launcher
+//! (timeout → SIGTERM → SIGKILL, or the user's Ctrl-C), then asks `ncclshim report --json`.
+
+use crate::hosts::{host_dir, Fabric};
+use crate::scenario::{bytes, Host, Scenario};
+use crate::script::{render, RankPlace};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What the lab is built from: the release shim and CLI (scripts/setup.sh) and the C programs.
+pub struct Kit {
+    pub root: PathBuf,
+    pub shim: PathBuf,
+    pub cli: PathBuf,
+    pub bin: PathBuf,
+}
+
+fn cc(args: &[&str]) {
+    let o = Command::new("cc").args(args).output().expect("cc");
+    assert!(
+        o.status.success(),
+        "cc {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+impl Kit {
+    /// Compiles the scripted doubles and the rank driver into `bin`.
+    pub fn build(root: &Path, bin: &Path) -> Kit {
+        let rel = root.join("target/release");
+        let shim = rel.join("libncclshim.so");
+        let cli = rel.join("ncclshim");
+        assert!(
+            shim.exists() && cli.exists(),
+            "{} / {} missing: run `bash scripts/setup.sh` first",
+            shim.display(),
+            cli.display()
+        );
+        std::fs::create_dir_all(bin).unwrap();
+        let d = root.join("tests/doubles/lab");
+        let p = |x: &Path| x.display().to_string();
+        let out = |n: &str| p(&bin.join(n));
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-o",
+            &out("libnccl.so.2"),
+            &p(&d.join("nccl_script_double.c")),
+            "-ldl",
+        ]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-o",
+            &out("libcuda.so.1"),
+            &p(&d.join("cuda_script_double.c")),
+        ]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-DLAB_CUDART",
+            "-o",
+            &out("libcudart.so.12"),
+            &p(&d.join("cuda_script_double.c")),
+        ]);
+        // An empty stand-in: only its presence on the loader path matters (host-facts' libibverbs check).
+        std::fs::write(bin.join("empty.c"), "int lab_empty_library;\n").unwrap();
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-o",
+            &out("libibverbs.so.1"),
+            &out("empty.c"),
+        ]);
+        cc(&[
+            "-O2",
+            "-o",
+            &out("lab_rank"),
+            &p(&root.join("tests/c/lab_rank.c")),
+            &format!("-L{}", bin.display()),
+            "-l:libnccl.so.2",
+            "-ldl",
+        ]);
+        Kit {
+            root: root.to_path_buf(),
+            shim,
+            cli,
+            bin: bin.to_path_buf(),
+        }
+    }
+
+    /// The loader path of a simulated host: symlinks to the libraries it has.
+    fn host_libs(&self, h: &Host, ns: &Path) {
+        let host = &h.name;
+        let lib = host_dir(ns, host).join("lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        let nccl = match h.nccl.as_str() {
+            "script" => Some(self.bin.join("libnccl.so.2")),
+            "cu12" | "cu11" => {
+                let real = self
+                    .root
+                    .join(format!(".cache/nccl/{}/lib/libnccl.so.2", h.nccl));
+                assert!(
+                    real.exists(),
+                    "{} missing: run `bash scripts/setup.sh`",
+                    real.display()
+                );
+                Some(real)
+            }
+            _ => None,
+        };
+        if let Some(n) = nccl {
+            std::os::unix::fs::symlink(n, lib.join("libnccl.so.2")).unwrap();
+        }
+        for l in &h.libraries {
+            let src = self.bin.join(l);
+            assert!(src.exists(), "host {host}: no lab library {l}");
+            std::os::unix::fs::symlink(src, lib.join(l)).unwrap();
+        }
+    }
+}
+
+/// One finished scenario run.
+pub struct Ran {
+    pub report: Value,
+    pub dir: PathBuf,
+}
+
+struct RankProc {
+    child: Child,
+    label: String,
+    status: Option<String>,
+}
+
+impl Drop for RankProc {
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn signal(p: &RankProc, sig: i32) {
+    // SAFETY: kill with a pid we spawned and have not reaped yet (status is None).
+    unsafe { libc::kill(p.child.id() as i32, sig) };
+}
+
+pub fn run(kit: &Kit, s: &Scenario, dir: &Path) -> Result<Ran, String> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let ns = dir.join("ns");
+    let libs = dir.join("lib");
+    std::fs::create_dir_all(&libs).map_err(|e| e.to_string())?;
+    for h in &s.hosts {
+        kit.host_libs(h, &ns);
+    }
+    let fabric = Fabric::build(&s.hosts, &ns, &libs)?;
+    let dumps = dir.join("dumps");
+    let mut log = String::new();
+    for run in s.runs() {
+        let groups: Vec<_> = s.ranks.iter().filter(|g| g.run == run).collect();
+        let world: u32 = groups.iter().map(|g| g.count).sum();
+        let mut local: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut procs = Vec::new();
+        let mut rank = 0;
+        for g in &groups {
+            for _ in 0..g.count {
+                let lr = local.entry(g.host.as_str()).or_insert(0);
+                let place = RankPlace {
+                    rank,
+                    local_rank: *lr,
+                    world_size: world,
+                };
+                *lr += 1;
+                let script = dir.join(format!("run{run}-rank{rank}.script"));
+                std::fs::write(&script, render(g, &place)).map_err(|e| e.to_string())?;
+                let host = s.hosts.iter().find(|h| h.name == g.host).unwrap();
+                let mut c = Command::new("nsenter");
+                c.args([
+                    "-t",
+                    &fabric.pid_of(&g.host).to_string(),
+                    "-u",
+                    "-m",
+                    "-n",
+                    "--",
+                ])
+                .arg(kit.bin.join("lab_rank"))
+                .current_dir(dir)
+                .env_clear()
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                .env("LAB_SCRIPT", &script)
+                .env("LD_LIBRARY_PATH", &libs)
+                .env("LD_PRELOAD", &kit.shim)
+                .env("NCCLSHIM_DIR", &dumps)
+                // What torchrun hands every rank; a scenario's env may override it.
+                .env("RANK", place.rank.to_string())
+                .env("LOCAL_RANK", place.local_rank.to_string())
+                .env("WORLD_SIZE", world.to_string());
+                for (k, v) in &g.env {
+                    let v = v
+                        .replace("{rank}", &place.rank.to_string())
+                        .replace("{local_rank}", &place.local_rank.to_string())
+                        .replace("{world_size}", &world.to_string());
+                    c.env(k, v);
+                }
+                let out = std::fs::File::create(dir.join(format!("run{run}-rank{rank}.out")))
+                    .map_err(|e| e.to_string())?;
+                c.stdin(Stdio::null())
+                    .stdout(out.try_clone().map_err(|e| e.to_string())?)
+                    .stderr(out);
+                if let Some(m) = &host.memlock {
+                    let lim = if m == "unlimited" {
+                        libc::RLIM_INFINITY
+                    } else {
+                        bytes(m)? as libc::rlim_t
+                    };
+                    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+                    unsafe {
+                        c.pre_exec(move || {
+                            let rl = libc::rlimit {
+                                rlim_cur: lim,
+                                rlim_max: lim,
+                            };
+                            if libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl) != 0 {
+                                return Err(std::io::Error::last_os_error());
+                            }
+                            Ok(())
+                        })
+                    };
+                }
+                let child = c.spawn().map_err(|e| format!("spawn rank {rank}: {e}"))?;
+                procs.push(RankProc {
+                    child,
+                    label: format!("run {run} rank {rank} on {}", g.host),
+                    status: None,
+                });
+                rank += 1;
+            }
+        }
+        launcher(s, &mut procs);
+        for p in &procs {
+            log.push_str(&format!(
+                "{}: {}\n",
+                p.label,
+                p.status.as_deref().unwrap_or("?")
+            ));
+        }
+    }
+    std::fs::write(dir.join("launcher.log"), &log).map_err(|e| e.to_string())?;
+    drop(fabric);
+    let o = Command::new(&kit.cli)
+        .args(["report"])
+        .arg(&dumps)
+        .arg("--json")
+        .output()
+        .map_err(|e| format!("ncclshim: {e}"))?;
+    let report: Value = serde_json::from_slice(&o.stdout).map_err(|e| {
+        format!(
+            "ncclshim report --json gave no JSON ({e}): {}",
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })?;
+    std::fs::write(
+        dir.join("report.json"),
+        serde_json::to_string_pretty(&report).unwrap(),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(Ran {
+        report,
+        dir: dir.to_path_buf(),
+    })
+}
+
+/// Waits for the ranks like torchrun / Slurm: at the job timeout every rank still running gets
+/// SIGTERM, and SIGKILL `kill_after_ms` later; `interrupt_ms` is the user's Ctrl-C (SIGINT).
+fn launcher(s: &Scenario, procs: &mut [RankProc]) {
+    let t0 = Instant::now();
+    let l = &s.launcher;
+    let (mut interrupted, mut termed, mut killed) = (false, false, false);
+    loop {
+        for p in procs.iter_mut().filter(|p| p.status.is_none()) {
+            if let Ok(Some(st)) = p.child.try_wait() {
+                p.status = Some(format!("{st}"));
+            }
+        }
+        if procs.iter().all(|p| p.status.is_some()) {
+            return;
+        }
+        let ms = t0.elapsed().as_millis() as u64;
+        let running = |procs: &mut [RankProc], sig| {
+            for p in procs.iter().filter(|p| p.status.is_none()) {
+                signal(p, sig);
+            }
+        };
+        if let Some(i) = l.interrupt_ms {
+            if !interrupted && ms >= i {
+                interrupted = true;
+                running(procs, libc::SIGINT);
+            }
+        }
+        if !termed && ms >= l.timeout_ms {
+            termed = true;
+            running(procs, libc::SIGTERM);
+        }
+        if !killed && ms >= l.timeout_ms + l.kill_after_ms {
+            killed = true;
+            running(procs, libc::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

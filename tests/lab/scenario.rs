@@ -1,0 +1,295 @@
+//! The scenario format: one TOML file per case under `tests/scenarios/`, read by a person and by
+//! the runner. A scenario names its simulated hosts (what host-facts will find there), its rank
+//! groups (host, environment, the script of NCCL / CUDA-driver calls each rank plays), the
+//! launcher's timeout, and the diagnosis `ncclshim report` must reach. `docs/scenarios.md` has
+//! the format by example; unknown keys are refused so a typo cannot silently weaken a case.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub title: String,
+    /// The failure-catalog case (`C01`), if the scenario reproduces one.
+    pub catalog: Option<String>,
+    /// Grouping for the table and the negative controls (config, versions, application, ...).
+    pub family: String,
+    /// Why the scenario does not pass yet; the runner reports it as skipped and fails once it passes.
+    pub pending: Option<String>,
+    #[serde(default)]
+    pub launcher: Launcher,
+    pub hosts: Vec<Host>,
+    pub ranks: Vec<RankGroup>,
+    pub expect: Expect,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Launcher {
+    /// Like torchrun's / Slurm's job limit: ranks still running then get SIGTERM...
+    #[serde(default = "default_timeout")]
+    pub timeout_ms: u64,
+    /// ...and SIGKILL this long after.
+    #[serde(default = "default_kill_after")]
+    pub kill_after_ms: u64,
+    /// The user presses Ctrl-C: SIGINT to every rank still running at this time.
+    pub interrupt_ms: Option<u64>,
+}
+
+fn default_timeout() -> u64 {
+    4000
+}
+fn default_kill_after() -> u64 {
+    1000
+}
+
+impl Default for Launcher {
+    fn default() -> Self {
+        Self {
+            timeout_ms: default_timeout(),
+            kill_after_ms: default_kill_after(),
+            interrupt_ms: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Host {
+    /// The hostname ranks see (UTS namespace).
+    pub name: String,
+    /// `/proc/sys/kernel/random/boot_id`; containers on one machine share it. Default: one per host.
+    pub boot_id: Option<String>,
+    #[serde(default)]
+    pub interfaces: Vec<Interface>,
+    /// Size of the host's `/dev/shm` tmpfs (`64M`); default 16G.
+    pub dev_shm: Option<String>,
+    /// Mode of `/dev/shm`, octal; default 1777.
+    pub dev_shm_mode: Option<String>,
+    /// RLIMIT_MEMLOCK of every rank here (`64K`, `unlimited`); default: the runner's own.
+    pub memlock: Option<String>,
+    /// `/sys` and `/proc` files host-facts reads, with their content (bind-mounted or created on
+    /// a tmpfs inside the host's mount namespace).
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+    /// Directories that must exist (e.g. `/sys/class/infiniband/mlx5_0`).
+    #[serde(default)]
+    pub dirs: Vec<String>,
+    /// Libraries on the host's loader path besides libnccl: `libcuda.so.1`, `libcudart.so.12`
+    /// (the lab's CUDA test doubles), `libibverbs.so.1` (an empty stand-in).
+    #[serde(default)]
+    pub libraries: Vec<String>,
+    /// Which libnccl.so.2 the loader finds: `script` (the lab's test double, default), `cu12` /
+    /// `cu11` (the real PyPI library), `none`.
+    #[serde(default = "default_nccl")]
+    pub nccl: String,
+}
+
+fn default_nccl() -> String {
+    "script".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Interface {
+    pub name: String,
+    /// `10.0.0.1/24`; none leaves the interface without an address.
+    pub address: Option<String>,
+    pub mtu: Option<u32>,
+    /// `veth` (on the scenario's bridge, default) or `dummy` (up, reaches nothing).
+    #[serde(default = "default_kind")]
+    pub kind: String,
+}
+
+fn default_kind() -> String {
+    "veth".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RankGroup {
+    pub host: String,
+    /// How many ranks this group stands for (numbered in file order within its run).
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Which run of the job (several runs share one dump directory, run after run).
+    #[serde(default = "one")]
+    pub run: u32,
+    /// Environment; `{rank}`, `{local_rank}`, `{world_size}` are replaced per rank.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// What the scripted libnccl's ncclGetVersion answers.
+    pub nccl_version: Option<u32>,
+    /// The CUDA test doubles' identity for these ranks.
+    pub cuda: Option<Cuda>,
+    pub script: Vec<Step>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cuda {
+    pub driver: Option<u32>,
+    pub runtime: Option<u32>,
+    /// The current device ordinal (`cuCtxGetDevice`).
+    pub device: Option<u32>,
+    /// The PCI bus number of that device; default `0x65 + ordinal`.
+    pub pci_bus: Option<u32>,
+    pub name: Option<String>,
+}
+
+/// One step of a rank's script. Exactly one of `call`, `sleep_ms`, `hang_outside`, `signal`,
+/// `exit`, `load` says what the step is.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    /// An NCCL function (`ncclCommInitRank`, `ncclAllReduce`, `ncclCommGetAsyncError`, ...).
+    pub call: Option<String>,
+    /// Calls this step stands for; the scripted result applies to the last one.
+    pub repeat: Option<u64>,
+    /// The ncclResult_t of the (last) call.
+    pub rc: Option<i32>,
+    /// NCCL's last-error text after a failure.
+    pub error: Option<String>,
+    /// The (last) call never returns.
+    pub hang: Option<bool>,
+    /// Delay after each call (polls, slow steps).
+    pub every_ms: Option<u64>,
+    /// `ncclCommGetAsyncError`: the async error the last poll reports.
+    pub async_error: Option<i32>,
+    pub count: Option<u64>,
+    pub peer: Option<i32>,
+    /// `ncclCommInitRank`: defaults are the job's size, this rank, uniqueId seed 1.
+    pub nranks: Option<u32>,
+    pub rank: Option<u32>,
+    pub uid: Option<u64>,
+    /// A CUDA driver call NCCL makes inside this step, and its CUresult.
+    pub driver: Option<String>,
+    pub driver_rc: Option<i32>,
+    pub sleep_ms: Option<u64>,
+    pub hang_outside: Option<bool>,
+    /// `SIGSEGV`, `SIGABRT`, `SIGKILL`, ...: the rank raises it.
+    pub signal: Option<String>,
+    pub exit: Option<i32>,
+    /// dlopen a library (as a framework loads libcudart).
+    pub load: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// The primary finding's id, or `none` for a job the report must find nothing wrong with.
+    pub primary: String,
+    /// The primary finding's ranks, exactly.
+    pub ranks: Option<Vec<u32>>,
+    /// Texts the primary finding must contain (title, evidence, remedy; case-insensitive).
+    #[serde(default)]
+    pub facts: Vec<String>,
+    /// Finding ids that must not appear anywhere in the report.
+    #[serde(default)]
+    pub absent: Vec<String>,
+    /// Finding ids that must appear besides the primary (consequences, other ranks' stories).
+    #[serde(default)]
+    pub also: Vec<String>,
+}
+
+impl Scenario {
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let s: Scenario = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        s.validate()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(s)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        for g in &self.ranks {
+            if !self.hosts.iter().any(|h| h.name == g.host) {
+                return Err(format!("rank group on unknown host {:?}", g.host));
+            }
+            for s in &g.script {
+                let kinds = [
+                    s.call.is_some(),
+                    s.sleep_ms.is_some(),
+                    s.hang_outside.is_some(),
+                    s.signal.is_some(),
+                    s.exit.is_some(),
+                    s.load.is_some(),
+                ];
+                if kinds.iter().filter(|k| **k).count() != 1 {
+                    return Err(format!("a step must be exactly one of call/sleep_ms/hang_outside/signal/exit/load: {s:?}"));
+                }
+                if let Some(sig) = &s.signal {
+                    signal_number(sig)?;
+                }
+            }
+        }
+        for h in &self.hosts {
+            if !["script", "cu12", "cu11", "none"].contains(&h.nccl.as_str()) {
+                return Err(format!(
+                    "host {}: nccl must be script, cu12, cu11 or none",
+                    h.name
+                ));
+            }
+            for i in &h.interfaces {
+                if i.name.len() > 15 || !["veth", "dummy"].contains(&i.kind.as_str()) {
+                    return Err(format!(
+                        "host {}: interface {:?} (names up to 15 chars; kind veth or dummy)",
+                        h.name, i.name
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The runs of the job, in order.
+    pub fn runs(&self) -> Vec<u32> {
+        let mut r: Vec<u32> = self.ranks.iter().map(|g| g.run).collect();
+        r.sort_unstable();
+        r.dedup();
+        r
+    }
+
+    /// Whether any host loads the real PyPI libnccl.
+    pub fn real_nccl(&self) -> Option<&str> {
+        self.hosts
+            .iter()
+            .map(|h| h.nccl.as_str())
+            .find(|n| n.starts_with("cu"))
+    }
+}
+
+/// `SIGSEGV` / `SEGV` / `11` to its number.
+pub fn signal_number(name: &str) -> Result<i32, String> {
+    let n = name.trim_start_matches("SIG");
+    Ok(match n {
+        "SEGV" => libc::SIGSEGV,
+        "ABRT" => libc::SIGABRT,
+        "BUS" => libc::SIGBUS,
+        "FPE" => libc::SIGFPE,
+        "ILL" => libc::SIGILL,
+        "KILL" => libc::SIGKILL,
+        "TERM" => libc::SIGTERM,
+        "INT" => libc::SIGINT,
+        _ => n.parse().map_err(|_| format!("unknown signal {name:?}"))?,
+    })
+}
+
+/// `64M`, `16G`, `512K`, `1024` to bytes.
+pub fn bytes(s: &str) -> Result<u64, String> {
+    let (num, mul) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<u64>()
+        .map(|n| n * mul)
+        .map_err(|_| format!("not a size: {s:?}"))
+}
