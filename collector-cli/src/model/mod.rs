@@ -49,6 +49,21 @@ impl CallEvent {
         !self.in_flight() && self.rc != 0 && (self.is_cuda || self.rc != 7)
     }
 
+    /// A failed call, or an `ncclCommGetAsyncError` that reported an error: everything that
+    /// carries NCCL's failure text (an asynchronous CUDA error reaches the job only this way).
+    pub fn reports_error(&self) -> bool {
+        self.failed() || self.async_error().is_some()
+    }
+
+    /// The error an `ncclCommGetAsyncError` call reported (not success, not in progress).
+    pub fn async_error(&self) -> Option<u64> {
+        (self.call == Some(CallId::NcclCommGetAsyncError)
+            && !self.in_flight()
+            && self.args[0] != 0
+            && self.args[0] != 7)
+            .then_some(self.args[0])
+    }
+
     pub fn rc_name(&self) -> String {
         rc_name(self.rc, self.is_cuda)
     }
@@ -797,14 +812,11 @@ impl ProcessModel {
                     t: c.fail_time(),
                     what: FailureWhat::Call(i),
                 });
-            } else if c.call == Some(CallId::NcclCommGetAsyncError) {
-                let v = c.args[0];
-                if v != 0 && v != 7 {
-                    out.push(FailureEvent {
-                        t: c.t_enter,
-                        what: FailureWhat::AsyncError(i),
-                    });
-                }
+            } else if c.async_error().is_some() {
+                out.push(FailureEvent {
+                    t: c.t_enter,
+                    what: FailureWhat::AsyncError(i),
+                });
             }
         }
         // A crash is a failure at once; a request to stop (SIGTERM, SIGINT) is one only when

@@ -30,7 +30,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         let older = matches!((drv, rt), (Some(d), Some(r)) if d > 0 && d < r);
         let mut hit = false;
         for (i, c) in pm.calls.iter().enumerate() {
-            if c.failed() && text_has(c, &["driver version is insufficient"]) {
+            if c.reports_error() && text_has(c, &["driver version is insufficient"]) {
                 f.explain(p, i);
                 f.evidence(format!("{}: {}", who(job, p), c.describe()));
                 hit = true;

@@ -93,7 +93,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     }
     for (p, pm) in job.processes.iter().enumerate() {
         for (i, c) in pm.calls.iter().enumerate() {
-            if c.failed() && text_has(c, TEXTS) {
+            if c.reports_error() && text_has(c, TEXTS) {
                 f.explain(p, i);
                 f.evidence(format!("{}: {}", who(job, p), c.describe()));
                 f.severity = Severity::Primary;

@@ -236,6 +236,7 @@ pub fn diagnose(job: &JobModel) -> Vec<Finding> {
             f.severity = Severity::Contributing;
         }
     }
+    demote_later_failures(job, &mut findings);
     for f in findings.iter_mut().filter(|f| f.id == "stuck-inside-nccl") {
         generic::transport_hang::annotate(job, f);
     }
@@ -263,6 +264,130 @@ pub fn diagnose(job: &JobModel) -> Vec<Finding> {
     }
     findings.sort_by_key(|f| (f.severity, f.confidence));
     findings
+}
+
+/// When a finding's story starts: the earliest failure it explains, or (a finding about a
+/// death or signal, which explains no call) its processes' earliest such failure.
+fn onset(job: &JobModel, f: &Finding) -> Option<(u64, usize)> {
+    let explained = f
+        .explains
+        .iter()
+        .filter_map(|&(p, i)| {
+            let c = job.processes.get(p)?.calls.get(i)?;
+            c.reports_error().then(|| (c.fail_time(), p))
+        })
+        .min();
+    explained.or_else(|| {
+        job.failures
+            .iter()
+            .filter(|fl| f.process_ids.contains(&fl.process))
+            .filter(|fl| {
+                matches!(
+                    fl.what,
+                    crate::model::FailureWhat::Signal(_) | crate::model::FailureWhat::Died
+                )
+            })
+            .map(|fl| (fl.t, fl.process))
+            .min()
+    })
+}
+
+/// Whether a failure of process `p` can be a consequence of one of process `q`: the same
+/// process (an abort after an error), or processes that share a communicator (or the uniqueId
+/// they were joining), through which a failure propagates.
+fn causally_linked(job: &JobModel, p: usize, q: usize) -> bool {
+    if p == q {
+        return true;
+    }
+    let comms = |x: usize| -> BTreeSet<u64> {
+        let pm = &job.processes[x];
+        pm.memberships
+            .iter()
+            .map(|m| m.comm_hash)
+            .chain(
+                pm.calls
+                    .iter()
+                    .filter(|c| c.is_init())
+                    .filter_map(|c| c.arg("uid_hash")),
+            )
+            .filter(|&h| h != 0)
+            .collect()
+    };
+    !comms(p).is_disjoint(&comms(q))
+}
+
+/// How well the end of a process that died without a mark (SIGKILL, no record of its own) is
+/// known: its last record is only a lower bound of the death. A process that was busy until
+/// then (calls every few microseconds) died right after it; one that was idle may have died any
+/// time later. Returns the typical spacing of its last calls when it was busy.
+fn busy_until_the_end(pm: &crate::model::ProcessModel) -> Option<u64> {
+    const RECENT: usize = 8;
+    let n = pm.calls.len();
+    if n < RECENT {
+        return None;
+    }
+    let span = pm.last_t.saturating_sub(pm.calls[n - RECENT].t_enter);
+    Some((span / RECENT as u64).max(1_000))
+}
+
+/// Whether failure `e` certainly happened before time `t` (beyond the clocks' uncertainty
+/// `tolerance`): a recorded failure by its time; a silent death only when the process was busy
+/// until its last record and `t` is far past it.
+fn certainly_before(job: &JobModel, e: &crate::model::JobFailure, t: u64, tolerance: u64) -> bool {
+    if t <= e.t.saturating_add(tolerance) {
+        return false;
+    }
+    match e.what {
+        crate::model::FailureWhat::Died => busy_until_the_end(&job.processes[e.process])
+            .is_some_and(|gap| t - e.t > gap.saturating_mul(20)),
+        _ => true,
+    }
+}
+
+/// Consequences never outrank the failure that caused them: a primary finding whose story
+/// starts after an earlier failure of the job, on the same process or one linked to it through
+/// a communicator, is demoted to contributing and says after what. Failures closer than the
+/// clocks can order stay primary (they may be independent, e.g. every rank's init), and a rank
+/// that went silent is not assumed dead before an explicit error unless it was busy until then.
+fn demote_later_failures(job: &JobModel, findings: &mut [Finding]) {
+    for f in findings
+        .iter_mut()
+        .filter(|f| f.severity == Severity::Primary)
+    {
+        let Some((t, p)) = onset(job, f) else {
+            continue;
+        };
+        let earlier = job.failures.iter().find(|e| {
+            let tolerance = job.processes[p]
+                .clock_uncertainty
+                .max(job.processes[e.process].clock_uncertainty);
+            !f.process_ids.contains(&e.process)
+                && certainly_before(job, e, t, tolerance)
+                && causally_linked(job, p, e.process)
+                || e.process == p
+                    && !matches!(e.what, crate::model::FailureWhat::Died)
+                    && e.t < t
+                    && !explains_failure(f, e)
+        });
+        if let Some(e) = earlier {
+            f.severity = Severity::Contributing;
+            f.evidence(format!(
+                "after an earlier failure ({}: {}), {} ms before: likely a consequence of it",
+                who(job, e.process),
+                job.describe(e),
+                (t - e.t) / 1_000_000
+            ));
+        }
+    }
+}
+
+fn explains_failure(f: &Finding, e: &crate::model::JobFailure) -> bool {
+    match e.what {
+        crate::model::FailureWhat::Call(i) | crate::model::FailureWhat::AsyncError(i) => {
+            f.explains.contains(&(e.process, i))
+        }
+        _ => f.process_ids.contains(&e.process),
+    }
 }
 
 #[cfg(test)]

@@ -116,7 +116,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         .remedy(sig.remedy);
         for (p, pm) in job.processes.iter().enumerate() {
             for (i, c) in pm.calls.iter().enumerate() {
-                let hit = c.failed()
+                let hit = c.reports_error()
                     && (text_has(c, sig.texts) || (c.is_cuda && sig.cu_results.contains(&c.rc)));
                 if !hit {
                     continue;
