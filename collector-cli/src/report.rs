@@ -311,7 +311,7 @@ impl Report {
             }
             o.push_str("  evidence:\n");
             for e in &f.evidence {
-                o.push_str(&format!("    - {e}\n"));
+                o.push_str(&format!("    - {}\n", e.text));
             }
             o.push_str(&format!("  {} {}\n", bold("remedy:"), f.remedy));
             if let Some(v) = &f.fixed_in {
