@@ -186,22 +186,30 @@ fn the_rank_that_fell_behind_is_named(dir: &Path) {
     );
     assert_eq!(primary[0].id, "stuck-outside-nccl");
     assert_eq!(primary[0].ranks, vec![3]);
+    let ev = &primary[0].evidence;
     assert!(
-        primary[0]
-            .evidence
-            .iter()
-            .any(|e| e.contains("rank 3 last issued seq 4")),
-        "{:?}",
-        primary[0].evidence
+        ev.iter()
+            .any(|e| e.ranks == [3] && e.values["last_issued_seq"] == 4),
+        "{}: {ev:?}",
+        dir.display()
     );
+    // The seven ranks waiting in the same kernel are one item, not seven lines.
+    let waiting: Vec<_> = ev
+        .iter()
+        .filter(|e| {
+            e.values
+                .get("state")
+                .is_some_and(|s| s == "kernel_never_ended")
+        })
+        .collect();
+    assert_eq!(waiting.len(), 1, "{}: {ev:?}", dir.display());
+    assert_eq!(waiting[0].ranks, vec![0, 1, 2, 4, 5, 6, 7]);
+    assert_eq!(waiting[0].values["seq"], 5);
     assert!(
-        primary[0]
-            .evidence
-            .iter()
-            .any(|e| e
-                .contains("ranks 0-2,4-7: collective seq 5 (AllReduce) its kernel never ended")),
-        "{}: {:?}",
-        dir.display(),
-        primary[0].evidence
+        waiting[0]
+            .text
+            .contains("ranks 0-2,4-7 on vm: comm 0x5eedc0ffee000001: collective seq 5 (AllReduce) its kernel never ended"),
+        "{}",
+        waiting[0].text
     );
 }

@@ -75,7 +75,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                     f.fact(
                         Evidence::new(
                             EvidenceKind::Inference,
-                            format!("NCCL {v} normally words this \"{exp}\"; the text recorded differs"),
+                            format!(
+                                "NCCL {v} normally words this \"{exp}\"; the text recorded differs"
+                            ),
                         )
                         .value("nccl_version", &v)
                         .value("expected_text", exp),

@@ -192,7 +192,14 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 )
                 .value("comm", format!("{comm:#x}"))
                 .value("seq", seq)
-                .value("source", if source.is_empty() { "shim" } else { "profiler" })
+                .value(
+                    "source",
+                    if source.is_empty() {
+                        "shim"
+                    } else {
+                        "profiler"
+                    },
+                )
                 .value("op", &sig.op)
                 .value("count", sig.count)
                 .value("datatype", &sig.datatype)
@@ -227,12 +234,9 @@ mod tests {
         });
         let f = find(&fs, "collective-desync").expect("C19");
         assert!(f.title.contains("sequence number 1"));
-        assert!(f
-            .evidence
-            .iter()
-            .any(|e| e.ranks == [1]
-                && e.values["count"] == 51_123_456
-                && e.contains("issued ncclAllReduce count=51123456 float32 op=sum")));
+        assert!(f.evidence.iter().any(|e| e.ranks == [1]
+            && e.values["count"] == 51_123_456
+            && e.contains("issued ncclAllReduce count=51123456 float32 op=sum")));
     }
 
     #[test]

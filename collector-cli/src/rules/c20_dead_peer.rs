@@ -138,9 +138,9 @@ mod tests {
         assert_eq!(f.severity, Severity::Contributing);
         assert_eq!(f.ranks, vec![1, 2]);
         assert!(
-            f.evidence
-                .iter()
-                .any(|e| e.ranks == [0] && e.text.starts_with("rank 0 (") && e.contains("first failure")),
+            f.evidence.iter().any(|e| e.ranks == [0]
+                && e.text.starts_with("rank 0 (")
+                && e.contains("first failure")),
             "{:?}",
             f.evidence
         );

@@ -125,7 +125,15 @@ mod tests {
                 .map(|e| e.values["value"].clone())
         };
         assert_eq!(value_of(0), Some("Simple".into()), "{:?}", f.evidence);
-        assert_eq!(value_of(1), Some(serde_json::Value::Null), "{:?}", f.evidence);
-        assert!(f.evidence.iter().any(|e| e.text == "rank 1 (b pid 10001): NCCL_PROTO unset"));
+        assert_eq!(
+            value_of(1),
+            Some(serde_json::Value::Null),
+            "{:?}",
+            f.evidence
+        );
+        assert!(f
+            .evidence
+            .iter()
+            .any(|e| e.text == "rank 1 (b pid 10001): NCCL_PROTO unset"));
     }
 }

@@ -91,10 +91,9 @@ mod tests {
             s.ranks[2].init_rank_in_flight(3, 2, WORLD_UID, 2);
         });
         let f = find(&fs, "nranks-disagreement").expect("C27");
-        assert!(f
-            .evidence
-            .iter()
-            .any(|e| e.ranks == [1, 2] && e.contains("ranks 1-2 on n0: comm ") && e.contains("called init with nranks=3")));
+        assert!(f.evidence.iter().any(|e| e.ranks == [1, 2]
+            && e.contains("ranks 1-2 on n0: comm ")
+            && e.contains("called init with nranks=3")));
         assert!(f
             .evidence
             .iter()

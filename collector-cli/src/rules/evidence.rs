@@ -34,6 +34,9 @@ pub enum EvidenceKind {
     Progress,
     /// How a process ended (clean exit mark, last record, fatal signal).
     Lifecycle,
+    /// Something the dumps cannot tell (`values.gap`: `records_lost`, `damaged_file`,
+    /// `communicators_not_kept`, `no_end_mark`); only in the report's `evidence_gaps`.
+    Gap,
     /// A conclusion drawn from several facts (ordering across ranks, version knowledge).
     Inference,
     /// Free text without structured values (the compatibility path [`crate::rules::Finding::evidence`]).
@@ -343,10 +346,7 @@ mod tests {
             name_refs(&[p(Some(0), "a", 1), p(Some(1), "a", 2), p(Some(5), "b", 3)]),
             "ranks 0-1 on a, rank 5 on b"
         );
-        assert_eq!(
-            name_refs(&[p(None, "a", 1), p(None, "a", 2)]),
-            "a pids 1,2"
-        );
+        assert_eq!(name_refs(&[p(None, "a", 1), p(None, "a", 2)]), "a pids 1,2");
         let spread: Vec<ProcessRef> = (0..8)
             .map(|r| p(Some(r), &format!("h{}", r / 2), r))
             .collect();
@@ -362,7 +362,8 @@ mod tests {
                 .on_host("x");
             // Pretend subjects without a job model: processes set directly.
             e.host_subjects.clear();
-            e.processes.push(p(Some(r), &format!("node{}", r / 8), 1000 + r));
+            e.processes
+                .push(p(Some(r), &format!("node{}", r / 8), 1000 + r));
             e.render();
             add(&mut items, e);
         }

@@ -24,8 +24,8 @@ pub mod evidence;
 pub mod generic;
 pub mod signatures;
 
-pub use crate::rules::evidence::{Evidence, EvidenceKind, ProcessRef};
 use crate::model::{CallEvent, JobModel};
+pub use crate::rules::evidence::{Evidence, EvidenceKind, ProcessRef};
 use serde::Serialize;
 use std::collections::BTreeSet;
 

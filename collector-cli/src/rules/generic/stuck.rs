@@ -286,12 +286,15 @@ pub fn check(job: &JobModel, stall_ns: u64) -> Vec<Finding> {
             f.process_ids.insert(s.process);
             let Some(i) = &s.inside else { continue };
             f.fact(
-                Evidence::new(EvidenceKind::Progress, format!("comm {comm:#x}: {}", i.text))
-                    .value("comm", format!("{comm:#x}"))
-                    .value("op", &i.op)
-                    .value("seq", i.seq)
-                    .value("state", i.state)
-                    .of(job, s.process),
+                Evidence::new(
+                    EvidenceKind::Progress,
+                    format!("comm {comm:#x}: {}", i.text),
+                )
+                .value("comm", format!("{comm:#x}"))
+                .value("op", &i.op)
+                .value("seq", i.seq)
+                .value("state", i.state)
+                .of(job, s.process),
             );
         }
         out.push(f);
@@ -317,10 +320,20 @@ mod tests {
         );
         job.processes[0].alive = true;
         let stall = super::DEFAULT_STALL_NS;
-        assert!(!super::stalled(&job, &members, newest + 1_000_000_000, stall));
+        assert!(!super::stalled(
+            &job,
+            &members,
+            newest + 1_000_000_000,
+            stall
+        ));
         assert!(super::stalled(&job, &members, newest + stall, stall));
         // A shorter threshold chosen by the user calls the same quiet period a hang.
-        assert!(super::stalled(&job, &members, newest + 1_000_000_000, 1_000_000_000));
+        assert!(super::stalled(
+            &job,
+            &members,
+            newest + 1_000_000_000,
+            1_000_000_000
+        ));
     }
     use ncclshim_dump::CallId;
 
@@ -382,12 +395,16 @@ mod tests {
         });
         let f = find(&fs, "stuck-inside-nccl").expect("stuck inside");
         assert!(
-            f.evidence.iter().any(|e| e.text.contains("collective seq 2")),
+            f.evidence
+                .iter()
+                .any(|e| e.text.contains("collective seq 2")),
             "{:?}",
             f.evidence
         );
         assert!(
-            !f.evidence.iter().any(|e| e.text.contains("collective seq 0")),
+            !f.evidence
+                .iter()
+                .any(|e| e.text.contains("collective seq 0")),
             "{:?}",
             f.evidence
         );
