@@ -130,9 +130,16 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("ncclshim: error: {e:#}");
-            if json {
+            let broken_pipe = e
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe);
+            if json && !broken_pipe {
                 // A program reading `--json` gets the failure as JSON too (docs/report-json.md).
-                println!("{}", collector_cli::ToolError::from_anyhow(&e).to_json());
+                let _ = writeln!(
+                    std::io::stdout(),
+                    "{}",
+                    collector_cli::ToolError::from_anyhow(&e).to_json()
+                );
             }
             ExitCode::from(TOOL_FAILED)
         }
@@ -339,6 +346,17 @@ mod tests {
         assert!(auto_color(true, Some(OsStr::new(""))));
         assert!(!auto_color(true, Some(OsStr::new("1"))));
         assert!(!auto_color(false, None));
+    }
+
+    #[test]
+    fn stall_durations() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("-5").is_err());
     }
 
     #[test]

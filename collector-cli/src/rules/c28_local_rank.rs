@@ -50,7 +50,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         let cvd = pm.env_var("CUDA_VISIBLE_DEVICES");
         f.fact(
             Evidence::new(
-                EvidenceKind::Env,
+                EvidenceKind::Gpu,
                 format!(
                     "LOCAL_RANK={lr} but CUDA_VISIBLE_DEVICES={} leaves {n} {}",
                     cvd.unwrap_or(""),

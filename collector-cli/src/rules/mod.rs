@@ -277,13 +277,20 @@ pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
     findings
 }
 
+/// The JSON contract check the integration tests use (`tests/support/schema.rs`).
+#[cfg(test)]
+#[path = "../../tests/support/schema.rs"]
+#[allow(dead_code)]
+pub mod schema_support;
+
 #[cfg(test)]
 pub mod testutil {
     use super::*;
     use crate::load::{find_dumps, load_files};
     use crate::synth::Scenario;
 
-    /// Builds a scenario in a fresh directory and returns its model and findings.
+    /// Builds a scenario in a fresh directory and returns its model and findings (whose report
+    /// is held to the JSON contract, `docs/schema/report.schema.json`).
     pub fn analyze(hosts: &[&str], build: impl FnOnce(&mut Scenario)) -> (JobModel, Vec<Finding>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut s = Scenario::new(dir.path(), hosts).expect("scenario");
@@ -294,6 +301,8 @@ pub mod testutil {
         assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
         let job = JobModel::build(&loaded.dumps, |d| d.path.display().to_string());
         let findings = diagnose(&job);
+        let report = crate::report::Report::build(&job, findings.clone(), Vec::new());
+        super::schema_support::report_json(&report);
         (job, findings)
     }
 
