@@ -64,14 +64,27 @@ fn check(c: &Contract, what: &str, v: &Value) {
 }
 
 /// Asserts `v` (a `report --json` document or its error object) matches
-/// `docs/schema/report.schema.json`.
+/// `docs/schema/report.schema.json`, and that every finding id in it is documented in
+/// `docs/report-json.md`.
 pub fn check_report(v: &Value) {
     static C: OnceLock<Contract> = OnceLock::new();
+    static DOC: OnceLock<String> = OnceLock::new();
     check(
         C.get_or_init(|| contract("report.schema.json", "report")),
         "report --json",
         v,
     );
+    let doc = DOC.get_or_init(|| {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/report-json.md");
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    });
+    for f in v["findings"].as_array().into_iter().flatten() {
+        let id = f["id"].as_str().unwrap_or_default();
+        assert!(
+            doc.contains(&format!("| `{id}` |")),
+            "finding id `{id}` is not in the table of docs/report-json.md (\"Finding ids\")"
+        );
+    }
 }
 
 /// Asserts `v` (a `doctor --json` document or its error object) matches
