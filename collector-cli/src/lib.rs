@@ -17,13 +17,114 @@ pub mod scenarios;
 pub mod synth;
 pub mod trace;
 
+use serde::Serialize;
 use std::path::Path;
+
+/// Why a command produced no report: one line on stderr, and with `--json` the object
+/// `{"error": {...}}` on stdout (`docs/schema/error.schema.json`), so that a program reading
+/// the JSON never has to parse stderr.
+#[derive(Debug, Clone, Serialize, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    pub kind: ToolErrorKind,
+    /// One line, the same as on stderr.
+    pub message: String,
+    /// The file or directory concerned, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The files that could not be read (`no_readable_dumps`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<load::Problem>,
+}
+
+/// The `kind` of a [`ToolError`] (stable names, part of the JSON contract).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolErrorKind {
+    /// The path given is missing or is not a directory.
+    NotADirectory,
+    /// The directory could not be listed (permissions).
+    CannotList,
+    /// The directory holds no `*.ncclshim` file.
+    NoDumps,
+    /// Every dump file failed to read (`problems` says why, per file).
+    NoReadableDumps,
+    /// Anything else (writing the output, an unexpected failure).
+    Internal,
+}
+
+impl ToolError {
+    pub fn new(kind: ToolErrorKind, path: &Path, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            path: Some(path.display().to_string()),
+            problems: Vec::new(),
+        }
+    }
+
+    /// The `--json` form of any error: a [`ToolError`] as is, anything else as `internal`.
+    pub fn from_anyhow(e: &anyhow::Error) -> Self {
+        match e.downcast_ref::<ToolError>() {
+            Some(t) => t.clone(),
+            None => Self {
+                kind: ToolErrorKind::Internal,
+                message: format!("{e:#}"),
+                path: None,
+                problems: Vec::new(),
+            },
+        }
+    }
+
+    /// `{"error": {...}}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({ "error": self })
+    }
+}
+
+/// The dump files of a job directory, or why there are none to read.
+pub fn list_job_dir(dir: &Path) -> Result<Vec<std::path::PathBuf>, ToolError> {
+    if !dir.is_dir() {
+        return Err(ToolError::new(
+            ToolErrorKind::NotADirectory,
+            dir,
+            format!("{}: not a directory", dir.display()),
+        ));
+    }
+    let files = load::find_dumps(dir).map_err(|e| {
+        ToolError::new(
+            ToolErrorKind::CannotList,
+            dir,
+            format!("{}: cannot list: {e}", dir.display()),
+        )
+    })?;
+    if files.is_empty() {
+        return Err(ToolError::new(
+            ToolErrorKind::NoDumps,
+            dir,
+            format!(
+                "{}: no *.ncclshim dump files here (set NCCLSHIM_DIR for the job, or point at the directory it used)",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(files)
+}
 
 /// Reads every dump under `dir` and returns the report (problems included). `progress` is
 /// ticked once per file read.
 pub fn analyze_dir(
     dir: &Path,
     progress: Option<&indicatif::ProgressBar>,
+) -> anyhow::Result<report::Report> {
+    analyze_dir_with(dir, progress, &rules::Options::default())
+}
+
+/// [`analyze_dir`] with the user's analysis [`rules::Options`].
+pub fn analyze_dir_with(
+    dir: &Path,
+    progress: Option<&indicatif::ProgressBar>,
+    options: &rules::Options,
 ) -> anyhow::Result<report::Report> {
     let files = load::find_dumps(dir)
         .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", dir.display()))?;
@@ -32,7 +133,7 @@ pub fn analyze_dir(
     }
     let (parts, problems) = load::load_models(dir, &files, progress);
     let job = model::JobModel::from_processes(parts);
-    let findings = rules::diagnose(&job);
+    let findings = rules::diagnose_with(&job, options);
     Ok(report::Report::build(&job, findings, problems))
 }
 

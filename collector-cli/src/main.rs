@@ -42,6 +42,11 @@ enum Command {
         /// Colors in the text report.
         #[arg(long, value_enum, default_value = "auto")]
         color: ColorChoice,
+        /// How long the live ranks of a communicator must have recorded nothing before an
+        /// operation that has not completed is called a hang (`10s`, `90s`, `5m`, `500ms`).
+        /// Matters only while the job still runs: dumps of ended processes are read as final.
+        #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+        stall_after: std::time::Duration,
     },
     /// Write a Perfetto / Chrome trace (one process per rank, clocks aligned across hosts).
     Trace {
@@ -89,9 +94,23 @@ const TOOL_FAILED: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let json = matches!(
+        cli.command,
+        Command::Report { json: true, .. } | Command::Doctor { json: true, .. }
+    );
     let result = match cli.command {
         Command::Dump { file } => cmd_dump(&file),
-        Command::Report { dir, json, color } => cmd_report(&dir, json, color),
+        Command::Report {
+            dir,
+            json,
+            color,
+            stall_after,
+        } => {
+            let options = collector_cli::rules::Options {
+                stall_after_ns: u64::try_from(stall_after.as_nanos()).unwrap_or(u64::MAX),
+            };
+            cmd_report(&dir, json, color, &options)
+        }
         Command::Trace { dir, output } => cmd_trace(&dir, &output),
         Command::Run {
             dir,
@@ -111,9 +130,29 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("ncclshim: error: {e:#}");
+            let broken_pipe = e
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe);
+            if json && !broken_pipe {
+                // A program reading `--json` gets the failure as JSON too (docs/report-json.md).
+                let _ = writeln!(
+                    std::io::stdout(),
+                    "{}",
+                    collector_cli::ToolError::from_anyhow(&e).to_json()
+                );
+            }
             ExitCode::from(TOOL_FAILED)
         }
     }
+}
+
+/// `30s`, `5m`, `1m30s`, `500ms`; a bare number is seconds.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    if let Ok(secs) = s.parse::<f64>() {
+        return std::time::Duration::try_from_secs_f64(secs).map_err(|e| e.to_string());
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 30s, 5m, 500ms)"))
 }
 
 fn use_color(choice: ColorChoice) -> bool {
@@ -246,15 +285,13 @@ fn cmd_dump(file: &std::path::Path) -> anyhow::Result<ExitCode> {
 /// Reading fewer dumps than this is instant; a progress bar would only flicker.
 const PROGRESS_MIN_FILES: usize = 64;
 
-fn cmd_report(dir: &std::path::Path, json: bool, color: ColorChoice) -> anyhow::Result<ExitCode> {
-    if !dir.is_dir() {
-        anyhow::bail!("{}: not a directory", dir.display());
-    }
-    let files = collector_cli::load::find_dumps(dir)
-        .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", dir.display()))?;
-    if files.is_empty() {
-        anyhow::bail!("{}: no *.ncclshim dump files here (set NCCLSHIM_DIR for the job, or point at the directory it used)", dir.display());
-    }
+fn cmd_report(
+    dir: &std::path::Path,
+    json: bool,
+    color: ColorChoice,
+    options: &collector_cli::rules::Options,
+) -> anyhow::Result<ExitCode> {
+    let files = collector_cli::list_job_dir(dir)?;
     let progress = (!json && std::io::stderr().is_terminal() && files.len() >= PROGRESS_MIN_FILES)
         .then(|| {
             let pb = indicatif::ProgressBar::new(files.len() as u64);
@@ -266,11 +303,27 @@ fn cmd_report(dir: &std::path::Path, json: bool, color: ColorChoice) -> anyhow::
             );
             pb
         });
-    let report = analyze_dir(dir, progress.as_ref())?;
+    let report = collector_cli::analyze_dir_with(dir, progress.as_ref(), options)?;
     if let Some(pb) = progress {
         pb.finish_and_clear();
     }
-    let readable = report.job.dumps;
+    if report.job.dumps == 0 {
+        // Nothing was read: there is no report to print (and no "no problem found" to claim).
+        for p in &report.problems {
+            eprintln!("ncclshim: {}: {}", p.file, p.error);
+        }
+        let mut e = collector_cli::ToolError::new(
+            collector_cli::ToolErrorKind::NoReadableDumps,
+            dir,
+            format!(
+                "{}: none of the {} could be read",
+                dir.display(),
+                collector_cli::report::count(report.problems.len(), "dump file", "dump files")
+            ),
+        );
+        e.problems = report.problems;
+        return Err(e.into());
+    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if json {
@@ -278,13 +331,6 @@ fn cmd_report(dir: &std::path::Path, json: bool, color: ColorChoice) -> anyhow::
         writeln!(out)?;
     } else {
         write!(out, "{}", report.to_text(use_color(color)))?;
-    }
-    if readable == 0 {
-        eprintln!(
-            "ncclshim: none of the {} dump file(s) could be read",
-            report.problems.len()
-        );
-        return Ok(ExitCode::from(TOOL_FAILED));
     }
     Ok(ExitCode::from(report.exit_code() as u8))
 }
@@ -300,6 +346,17 @@ mod tests {
         assert!(auto_color(true, Some(OsStr::new(""))));
         assert!(!auto_color(true, Some(OsStr::new("1"))));
         assert!(!auto_color(false, None));
+    }
+
+    #[test]
+    fn stall_durations() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("-5").is_err());
     }
 
     #[test]

@@ -3,12 +3,29 @@
 
 use crate::load::Problem;
 use crate::model::{FailureWhat, JobModel};
-use crate::rules::{rank_list, Finding, Severity};
+use crate::rules::evidence;
+use crate::rules::{rank_list, Evidence, EvidenceKind, Finding, Severity};
 use owo_colors::OwoColorize;
 use serde::Serialize;
 
-/// Bumped when a field is removed or changes meaning; additions keep it.
-pub const FORMAT_VERSION: u32 = 1;
+/// Bumped when a field is removed or changes meaning; additions keep it. The contract is
+/// `docs/schema/report.schema.json` (described in `docs/report-json.md`). 2: evidence items and
+/// processes are objects (were lines and `host pid N` strings).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// `1 rank`, `3 ranks`.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// `rank 3`, `ranks 0-2,5`.
+fn ranks_named(ranks: &[u32]) -> String {
+    format!(
+        "{} {}",
+        if ranks.len() == 1 { "rank" } else { "ranks" },
+        rank_list(ranks)
+    )
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CommSummary {
@@ -67,20 +84,21 @@ pub struct Report {
     pub findings: Vec<Finding>,
     pub problems: Vec<Problem>,
     /// What the dumps could not tell: records lost to ring wrap, communicators the table could not
-    /// hold, processes that ended without any mark. Empty when the evidence is complete.
-    pub evidence_gaps: Vec<String>,
+    /// hold, processes that ended without any mark, damaged files. Empty when the evidence is
+    /// complete. Items of kind `gap`, `values.gap` naming which.
+    pub evidence_gaps: Vec<Evidence>,
 }
 
-/// The gaps in the evidence, one line per process and kind (records lost on threads are summed
-/// per process; the thread with the most losses is named).
-fn evidence_gaps(job: &JobModel) -> Vec<String> {
+/// The gaps in the evidence, one item per process and kind (records lost on threads are summed
+/// per process; the thread with the most losses is named); the same gap on many processes
+/// (every rank of a job killed at once) is one item with their ranks.
+fn evidence_gaps(job: &JobModel) -> Vec<Evidence> {
     let mut out = Vec::new();
-    for p in &job.processes {
+    let gap = |what: &str, fact: String| Evidence::new(EvidenceKind::Gap, fact).value("gap", what);
+    for (i, p) in job.processes.iter().enumerate() {
         if p.lost > 0 {
-            let worst = p
-                .lost_by_thread
-                .iter()
-                .max_by_key(|(_, _, n)| *n)
+            let worst = p.lost_by_thread.iter().max_by_key(|(_, _, n)| *n);
+            let worst_text = worst
                 .map(|(tid, name, n)| {
                     let name = if name.is_empty() {
                         String::new()
@@ -90,24 +108,65 @@ fn evidence_gaps(job: &JobModel) -> Vec<String> {
                     format!(", most on thread {tid}{name}: {n}")
                 })
                 .unwrap_or_default();
-            out.push(format!(
-                "{}: {} older records lost to ring wrap{worst}; communicator identity, progress and failures are kept apart, but older calls are not (raise NCCLSHIM_RING_SLOTS to keep more)",
-                p.label(),
-                p.lost
-            ));
+            evidence::add(
+                &mut out,
+                gap(
+                    "records_lost",
+                    format!(
+                        "{} older records lost to ring wrap{worst_text}; communicator identity, progress and failures are kept apart, but older calls are not (raise NCCLSHIM_RING_SLOTS to keep more)",
+                        p.lost
+                    ),
+                )
+                .value("records_lost", p.lost)
+                .value("most_on_thread", worst.map(|(tid, _, _)| tid))
+                .of(job, i),
+            );
+        }
+        for (file, warnings) in &p.damaged {
+            let more = match warnings.len() {
+                0 | 1 => String::new(),
+                n => format!(
+                    " (and {})",
+                    count(n - 1, "more reader warning", "more reader warnings")
+                ),
+            };
+            evidence::add(
+                &mut out,
+                gap(
+                    "damaged_file",
+                    format!(
+                        "{file} is damaged: {}{more}; what it held past that point is not in this report (`ncclshim dump {file}` lists every warning)",
+                        warnings.first().map(String::as_str).unwrap_or("unreadable parts")
+                    ),
+                )
+                .value("file", file)
+                .value("reader_warnings", warnings)
+                .of(job, i),
+            );
         }
         if p.comms_not_kept > 0 {
-            out.push(format!(
-                "{}: {} communicator(s) beyond the communicator table's capacity are known only from ring records",
-                p.label(),
-                p.comms_not_kept
-            ));
+            evidence::add(
+                &mut out,
+                gap(
+                    "communicators_not_kept",
+                    format!(
+                        "{} beyond the communicator table's capacity known only from ring records",
+                        count(p.comms_not_kept as usize, "communicator", "communicators")
+                    ),
+                )
+                .value("communicators", p.comms_not_kept)
+                .of(job, i),
+            );
         }
         if p.died() && p.signal.is_none() && p.signals.is_empty() {
-            out.push(format!(
-                "{}: ended without a clean exit and without a recorded signal (SIGKILL, the OOM killer, or a node loss); its end is known only as after its last sign of life",
-                p.label()
-            ));
+            evidence::add(
+                &mut out,
+                gap(
+                    "no_end_mark",
+                    "ended without a clean exit and without a recorded signal (SIGKILL, the OOM killer, or a node loss); its end is known only as after its last sign of life".to_owned(),
+                )
+                .of(job, i),
+            );
         }
     }
     out
@@ -212,12 +271,17 @@ impl Report {
         let yellow = |s: &str| paint(s, |x| x.yellow().bold().to_string());
         let dim = |s: &str| paint(s, |x| x.dimmed().to_string());
         let j = &self.job;
+        // A job whose processes never joined a communicator has no ranks to count.
+        let ranks = if j.ranks == 0 {
+            String::new()
+        } else {
+            format!("{}, ", count(j.ranks as usize, "rank", "ranks"))
+        };
         o.push_str(&bold(&format!(
-            "ncclshim report: {} rank(s), {} process(es) on {} host(s), {} dump(s){}",
-            j.ranks,
-            j.processes,
-            j.hosts.len(),
-            j.dumps,
+            "ncclshim report: {ranks}{} on {}, {}{}",
+            count(j.processes, "process", "processes"),
+            count(j.hosts.len(), "host", "hosts"),
+            count(j.dumps, "dump", "dumps"),
             if j.synthetic {
                 " [SYNTHETIC dumps, not a real capture]"
             } else {
@@ -277,7 +341,7 @@ impl Report {
             o.push_str(&bold("Evidence gaps"));
             o.push('\n');
             for g in self.evidence_gaps.iter().take(8) {
-                o.push_str(&format!("  {g}\n"));
+                o.push_str(&format!("  {}\n", g.text));
             }
             if self.evidence_gaps.len() > 8 {
                 o.push_str(&format!("  ... {} more\n", self.evidence_gaps.len() - 8));
@@ -285,13 +349,21 @@ impl Report {
             o.push('\n');
         }
         if self.findings.is_empty() {
-            if self.evidence_gaps.is_empty() {
-                o.push_str(&bold("No problem found."));
-            } else {
-                o.push_str(&bold(
-                    "No problem found in what was recorded (the evidence has gaps: see above).",
-                ));
-            }
+            let verdict =
+                match (self.evidence_gaps.is_empty(), self.problems.is_empty()) {
+                    (true, true) => "No problem found.".to_owned(),
+                    (false, true) => {
+                        "No problem found in what was recorded (the evidence has gaps: see above)."
+                            .to_owned()
+                    }
+                    (gaps, false) => format!(
+                    "No problem found in the {} that could be read ({} could not: see below{}).",
+                    count(j.dumps, "dump", "dumps"),
+                    count(self.problems.len(), "file", "files"),
+                    if gaps { "; the evidence has gaps: see above" } else { "" }
+                ),
+                };
+            o.push_str(&bold(&verdict));
             o.push('\n');
         }
         for f in &self.findings {
@@ -307,11 +379,11 @@ impl Report {
                 dim(&format!("(confidence {conf})"))
             ));
             if !f.ranks.is_empty() {
-                o.push_str(&format!("  ranks: {}\n", rank_list(&f.ranks)));
+                o.push_str(&format!("  {}\n", ranks_named(&f.ranks)));
             }
             o.push_str("  evidence:\n");
             for e in &f.evidence {
-                o.push_str(&format!("    - {e}\n"));
+                o.push_str(&format!("    - {}\n", e.text));
             }
             o.push_str(&format!("  {} {}\n", bold("remedy:"), f.remedy));
             if let Some(v) = &f.fixed_in {
@@ -324,13 +396,26 @@ impl Report {
             o.push('\n');
             for c in &j.communicators {
                 let mut line = format!(
-                    "  {}: {} rank(s), present {}",
+                    "  {}: {}",
                     c.comm_hash,
-                    c.nranks,
-                    rank_list(&c.ranks_present)
+                    count(c.nranks as usize, "rank", "ranks")
                 );
-                if !c.ranks_missing.is_empty() {
-                    line.push_str(&format!(", missing {}", rank_list(&c.ranks_missing)));
+                if c.ranks_missing.is_empty() {
+                    line.push_str(if c.nranks == 1 {
+                        ", present"
+                    } else {
+                        ", all present"
+                    });
+                } else {
+                    line.push_str(&format!(
+                        "; present: {}; missing: {}",
+                        if c.ranks_present.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            ranks_named(&c.ranks_present)
+                        },
+                        ranks_named(&c.ranks_missing)
+                    ));
                 }
                 o.push_str(&line);
                 o.push('\n');
@@ -338,8 +423,8 @@ impl Report {
         }
         if !self.problems.is_empty() {
             o.push_str(&yellow(&format!(
-                "{} file(s) could not be read:",
-                self.problems.len()
+                "{} could not be read:",
+                count(self.problems.len(), "file", "files")
             )));
             o.push('\n');
             for p in &self.problems {

@@ -2,6 +2,8 @@
 //! corrupt, truncated, empty, foreign and future-version files that must give a report plus one
 //! clear line per bad file, never a crash.
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -110,8 +112,22 @@ fn report_survives_every_kind_of_bad_file() {
             .collect();
         assert_eq!(lines.len(), 1, "{bad}: {text}");
     }
-    assert!(text.contains("5 file(s) could not be read"), "{text}");
+    assert!(text.contains("5 files could not be read"), "{text}");
     assert!(text.contains("newer than this reader"), "{text}");
+    // The half file was read, and what it lost is a gap in the evidence, not silence.
+    let gaps = text
+        .split("Evidence gaps")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no evidence gaps: {text}"));
+    assert!(
+        gaps.lines()
+            .any(|l| l.contains("half.ncclshim is damaged: file truncated")),
+        "{text}"
+    );
+    assert!(
+        text.contains("No problem found in the 5 dumps that could be read (5 files could not"),
+        "{text}"
+    );
 
     let out = ncclshim()
         .args(["report", "--json"])
@@ -119,9 +135,105 @@ fn report_survives_every_kind_of_bad_file() {
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    support::schema::check_report(&v);
     assert_eq!(v["problems"].as_array().unwrap().len(), 5);
-    assert_eq!(v["format_version"], 1);
+    assert_eq!(v["format_version"], collector_cli::report::FORMAT_VERSION);
     assert!(v["job"]["processes"].as_u64().unwrap() >= 4);
+    assert!(
+        v["evidence_gaps"].as_array().unwrap().iter().any(|g| {
+            g["values"]["gap"] == "damaged_file" && g["values"]["file"] == "half.ncclshim"
+        }),
+        "{v:#}"
+    );
+}
+
+/// A `--json` run that cannot make a report prints an error object (kind, message, path) on
+/// stdout with exit status 2, and the same message on stderr; never "No problem found".
+#[test]
+fn a_failed_json_run_prints_an_error_object() {
+    let empty = tempfile::tempdir().unwrap();
+    let only_bad = tempfile::tempdir().unwrap();
+    std::fs::write(only_bad.path().join("zero.ncclshim"), vec![0u8; 8192]).unwrap();
+    std::fs::write(only_bad.path().join("foreign.ncclshim"), vec![b'#'; 8192]).unwrap();
+    let missing = empty.path().join("no-such-dir");
+    for (dir, kind) in [
+        (missing.as_path(), "not_a_directory"),
+        (empty.path(), "no_dumps"),
+        (only_bad.path(), "no_readable_dumps"),
+    ] {
+        let out = ncclshim()
+            .args(["report", "--json"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{kind}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{kind}: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+        support::schema::check_report(&v);
+        assert_eq!(v["error"]["kind"], kind, "{v:#}");
+        assert_eq!(v["error"]["path"], dir.display().to_string());
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(message),
+            "{kind}: stderr says the same"
+        );
+        if kind == "no_readable_dumps" {
+            assert_eq!(v["error"]["problems"].as_array().unwrap().len(), 2, "{v:#}");
+        }
+        // The text form: one error, no report.
+        let out = ncclshim().arg("report").arg(dir).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.contains("No problem found"), "{kind}: {text}");
+    }
+}
+
+/// The contract check can fail: a report in the old shape (evidence as lines, processes as
+/// `host pid N` strings) is rejected, and so is a field the schema does not document.
+#[test]
+fn the_schema_rejects_what_it_does_not_describe() {
+    let dir = tempfile::tempdir().unwrap();
+    collector_cli::scenarios::c20(dir.path()).unwrap();
+    let r = collector_cli::analyze_dir(dir.path(), None).unwrap();
+    let good = support::schema::report_json(&r);
+    let schema = support::schema::schema("report.schema.json");
+    let v = jsonschema::draft202012::new(&schema).unwrap();
+    assert!(v.is_valid(&good));
+    let mut old = good.clone();
+    old["findings"][0]["evidence"] = serde_json::json!(["rank 2 (node-b pid 10002): gone"]);
+    assert!(!v.is_valid(&old));
+    let mut old = good.clone();
+    old["findings"][0]["processes"] = serde_json::json!(["node-b pid 10002"]);
+    assert!(!v.is_valid(&old));
+    let mut extra = good;
+    extra["findings"][0]["undocumented"] = serde_json::json!(1);
+    assert!(!v.is_valid(&extra));
+}
+
+#[test]
+fn stall_after_takes_a_duration() {
+    let dir = tempfile::tempdir().unwrap();
+    collector_cli::scenarios::healthy(dir.path()).unwrap();
+    for ok in ["30s", "5m", "1m30s", "500ms", "45"] {
+        let out = ncclshim()
+            .args(["report", "--stall-after", ok])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{ok}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = ncclshim()
+        .args(["report", "--stall-after", "soon"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--stall-after"));
 }
 
 #[test]
@@ -211,6 +323,6 @@ fn analysis_never_panics_on_scrambled_records() {
         }
         let r = collector_cli::analyze_dir(dir.path(), None).unwrap();
         let _ = r.to_text(true);
-        serde_json::to_string(&r).unwrap();
+        support::schema::report_json(&r);
     }
 }

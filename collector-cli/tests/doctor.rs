@@ -3,6 +3,8 @@
 //! job started here would fail (1) or not (0). Without an NVIDIA driver (CI, this build machine)
 //! every job fails, so doctor exits 1 with exactly that error; with one, it exits 0.
 
+mod support;
+
 use std::process::Command;
 
 fn has_driver() -> bool {
@@ -19,6 +21,7 @@ fn doctor_json(env: &[(&str, &str)]) -> (i32, serde_json::Value) {
     }
     let out = c.output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    support::schema::check_doctor(&v);
     (out.status.code().unwrap(), v)
 }
 

@@ -2,12 +2,21 @@
 //! `--json` report compared with a reviewed snapshot (volatile fields redacted). The committed
 //! fixtures under `tests/fixtures/synthetic/` must give the same report as a fresh generation.
 
-use collector_cli::{analyze_dir, scenarios};
+mod support;
+
+use collector_cli::report::Report;
+use collector_cli::scenarios;
 use std::path::Path;
 
+/// Every report of this file goes through here: analyzed, then held to the JSON contract.
+fn analyze(dir: &Path) -> Report {
+    let r = collector_cli::analyze_dir(dir, None).expect("analyze");
+    support::schema::report_json(&r);
+    r
+}
+
 fn report_json(dir: &Path) -> serde_json::Value {
-    let r = analyze_dir(dir, None).expect("analyze");
-    serde_json::to_value(&r).expect("json")
+    support::schema::report_json(&analyze(dir))
 }
 
 /// Replaces values that differ from run to run (times, this tool's version).
@@ -71,7 +80,7 @@ fn seed_cases_name_their_catalog_entry_as_primary() {
         let build = scenarios::ALL.iter().find(|(n, _)| *n == name).unwrap().1;
         let dir = tempfile::tempdir().unwrap();
         build(dir.path()).unwrap();
-        let r = analyze_dir(dir.path(), None).unwrap();
+        let r = analyze(dir.path());
         let primary: Vec<_> = r
             .findings
             .iter()
@@ -91,7 +100,7 @@ fn seed_cases_name_their_catalog_entry_as_primary() {
 fn healthy_job_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     scenarios::healthy(dir.path()).unwrap();
-    let r = analyze_dir(dir.path(), None).unwrap();
+    let r = analyze(dir.path());
     assert!(r.findings.is_empty(), "{:?}", r.findings);
     assert_eq!(r.exit_code(), 0);
     assert!(r.first_failure.is_none());
@@ -101,7 +110,7 @@ fn healthy_job_exits_zero() {
 fn dead_peer_names_the_rank_that_died_first() {
     let dir = tempfile::tempdir().unwrap();
     scenarios::c20(dir.path()).unwrap();
-    let r = analyze_dir(dir.path(), None).unwrap();
+    let r = analyze(dir.path());
     assert_eq!(r.first_failure.as_ref().and_then(|f| f.rank), Some(2));
     let c20 = r
         .findings
@@ -115,7 +124,7 @@ fn dead_peer_names_the_rank_that_died_first() {
 fn missing_and_running_ranks() {
     let dir = tempfile::tempdir().unwrap();
     scenarios::missing_and_running(dir.path()).unwrap();
-    let r = analyze_dir(dir.path(), None).unwrap();
+    let r = analyze(dir.path());
     let c = &r.job.communicators[0];
     assert_eq!(c.nranks, 4);
     assert_eq!(c.ranks_present, vec![0, 1]);
@@ -142,13 +151,13 @@ fn real_captures_match_their_snapshots() {
     dirs.sort();
     for dir in dirs {
         let name = format!("real-{}", dir.file_name().unwrap().to_string_lossy());
-        let r = analyze_dir(&dir, None).unwrap();
+        let r = analyze(&dir);
         assert!(
             !r.job.synthetic,
             "{name}: a real capture must not read as synthetic"
         );
         assert!(r.problems.is_empty(), "{name}: {:?}", r.problems);
-        insta::assert_json_snapshot!(name, redact(serde_json::to_value(&r).unwrap()));
+        insta::assert_json_snapshot!(name, redact(support::schema::report_json(&r)));
     }
 }
 
@@ -170,7 +179,7 @@ fn the_rank_that_fell_behind_in_the_emulated_8_rank_hang_is_named() {
 }
 
 fn the_rank_that_fell_behind_is_named(dir: &Path) {
-    let r = analyze_dir(dir, None).unwrap();
+    let r = analyze(dir);
     assert!(r.problems.is_empty(), "{:?}", r.problems);
     assert_eq!(r.job.ranks, 8);
     let primary: Vec<_> = r
@@ -186,22 +195,30 @@ fn the_rank_that_fell_behind_is_named(dir: &Path) {
     );
     assert_eq!(primary[0].id, "stuck-outside-nccl");
     assert_eq!(primary[0].ranks, vec![3]);
+    let ev = &primary[0].evidence;
     assert!(
-        primary[0]
-            .evidence
-            .iter()
-            .any(|e| e.contains("rank 3 last issued seq 4")),
-        "{:?}",
-        primary[0].evidence
+        ev.iter()
+            .any(|e| e.ranks == [3] && e.values["last_issued_seq"] == 4),
+        "{}: {ev:?}",
+        dir.display()
     );
+    // The seven ranks waiting in the same kernel are one item, not seven lines.
+    let waiting: Vec<_> = ev
+        .iter()
+        .filter(|e| {
+            e.values
+                .get("state")
+                .is_some_and(|s| s == "kernel_never_ended")
+        })
+        .collect();
+    assert_eq!(waiting.len(), 1, "{}: {ev:?}", dir.display());
+    assert_eq!(waiting[0].ranks, vec![0, 1, 2, 4, 5, 6, 7]);
+    assert_eq!(waiting[0].values["seq"], 5);
     assert!(
-        primary[0]
-            .evidence
-            .iter()
-            .any(|e| e
-                .contains("ranks 0-2,4-7: collective seq 5 (AllReduce) its kernel never ended")),
-        "{}: {:?}",
-        dir.display(),
-        primary[0].evidence
+        waiting[0]
+            .text
+            .contains("ranks 0-2,4-7 on vm: comm 0x5eedc0ffee000001: collective seq 5 (AllReduce) its kernel never ended"),
+        "{}",
+        waiting[0].text
     );
 }

@@ -4,6 +4,8 @@
 //! ranks crash, are SIGKILLed, and block in a collective until the launcher's timeout SIGTERMs
 //! them. The dumps and `ncclshim report --json` must tell every rank's story.
 
+mod support;
+
 use ncclshim_dump::reader::{read_dump, Dump};
 use ncclshim_dump::{CallId, RecordKind};
 use serde_json::Value;
@@ -151,13 +153,15 @@ fn report_json(dir: &Path) -> Value {
         .arg("--json")
         .output()
         .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "report --json: {e}\n{}\n{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         )
-    })
+    });
+    support::schema::check_report(&v);
+    v
 }
 
 fn findings(v: &Value) -> &Vec<Value> {

@@ -274,7 +274,7 @@ fn ctrl_c_on_a_hung_job_stops_every_rank_then_reports() {
     );
     assert!(stderr.contains("passed SIGINT on to the job"), "{stderr}");
     assert!(
-        stdout.contains("ncclshim report: ") && stdout.contains("2 process(es)"),
+        stdout.contains("ncclshim report: ") && stdout.contains("2 processes"),
         "the report follows: {stdout}\n{stderr}"
     );
     job.assert_job_gone();

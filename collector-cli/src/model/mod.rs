@@ -201,6 +201,9 @@ pub struct ProcessModel {
     pub progress: Vec<CommProgress>,
     /// Communicators created beyond the communicator table's capacity.
     pub comms_not_kept: u32,
+    /// What the reader could not read in this process's files (truncation, a torn directory):
+    /// (file as shown, the reader's warnings for it).
+    pub damaged: Vec<(String, Vec<String>)>,
     pub notes: Vec<String>,
     pub nccl_version: Option<u64>,
     /// CLOCK_REALTIME − CLOCK_MONOTONIC used for this process's times (from its dump header).
@@ -403,6 +406,7 @@ impl ProcessModel {
         self.disabled |= o.disabled;
         self.lost += o.lost;
         self.torn += o.torn;
+        self.damaged.extend(o.damaged);
         if o.first_t != 0 && (self.first_t == 0 || o.first_t < self.first_t) {
             self.first_t = o.first_t;
         }
@@ -440,6 +444,10 @@ impl ProcessModel {
     }
 
     fn add_dump(&mut self, d: &Dump, shown_path: String) {
+        if !d.warnings.is_empty() {
+            let ws = d.warnings.iter().map(|w| w.message.clone()).collect();
+            self.damaged.push((shown_path.clone(), ws));
+        }
         self.files.push(shown_path);
         let h = &d.header;
         self.synthetic |= h.writer_kind == Some(WriterKind::Synthetic);

@@ -2,7 +2,7 @@
 //! so communicator init fails with ncclInvalidUsage. NCCL's WARN changed in 2.27: "network IB
 //! not found" (2.15–2.26) became "Failed to initialize any NET plugin".
 
-use super::{text_has, who, Confidence, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 
 const OLD_TEXT: &str = "network IB not found";
@@ -46,27 +46,42 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             strong |= by_text && net.is_some();
             f.involve(job, p);
             f.explain(p, i);
-            f.evidence(format!("{}: {}", who(job, p), c.describe()));
+            f.fact(Evidence::call(c).of(job, p));
             if let Some(n) = net {
-                f.evidence(format!("{}: NCCL_NET={n}", who(job, p)));
+                f.fact(Evidence::env("NCCL_NET", Some(n), "").of(job, p));
             }
             if no_verbs {
-                f.evidence(format!(
-                    "{}: libibverbs.so.1 cannot be found by the loader",
-                    pm.host
-                ));
+                f.fact(
+                    Evidence::new(
+                        EvidenceKind::Host,
+                        "libibverbs.so.1 cannot be found by the loader",
+                    )
+                    .value("libibverbs_found", false)
+                    .on_host(&pm.host),
+                );
             }
             if no_hca {
-                f.evidence(format!(
-                    "{}: no InfiniBand HCA (/sys/class/infiniband empty, no /dev/infiniband)",
-                    pm.host
-                ));
+                f.fact(
+                    Evidence::new(
+                        EvidenceKind::Host,
+                        "no InfiniBand HCA (/sys/class/infiniband empty, no /dev/infiniband)",
+                    )
+                    .value("infiniband_devices", 0)
+                    .on_host(&pm.host),
+                );
             }
             if let (Some(exp), Some(v)) = (expected_text(pm.nccl_version), pm.nccl_version_text()) {
                 if by_text && !text_has(c, &[exp]) {
-                    f.evidence(format!(
-                        "NCCL {v} normally words this \"{exp}\"; the text recorded differs"
-                    ));
+                    f.fact(
+                        Evidence::new(
+                            EvidenceKind::Inference,
+                            format!(
+                                "NCCL {v} normally words this \"{exp}\"; the text recorded differs"
+                            ),
+                        )
+                        .value("nccl_version", &v)
+                        .value("expected_text", exp),
+                    );
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! data, than B receives from A) deadlock; the proxy-thread WARNs seen at abort ("Could not
 //! receive type from localRank", "Connection closed by localRank") are teardown noise.
 
-use super::{text_has, who, Confidence, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 use ncclshim_dump::CallId;
 use std::collections::BTreeMap;
@@ -81,10 +81,23 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             }
             f.involve(job, ps);
             f.involve(job, pr);
-            f.evidence(format!(
-                "comm {comm:#x}: rank {from} posted {} ncclSend to rank {to} ({} elements); rank {to} posted {} ncclRecv from rank {from} ({} elements)",
-                s.ops, s.elems, r.ops, r.elems
-            ));
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Progress,
+                    format!(
+                        "comm {comm:#x}: rank {from} posted {} ncclSend to rank {to} ({} elements); rank {to} posted {} ncclRecv from rank {from} ({} elements)",
+                        s.ops, s.elems, r.ops, r.elems
+                    ),
+                )
+                .value("comm", format!("{comm:#x}"))
+                .value("from_rank", from)
+                .value("to_rank", to)
+                .value("sends", s.ops)
+                .value("send_elements", s.elems)
+                .value("recvs", r.ops)
+                .value("recv_elements", r.elems)
+                .of_all(job, &[ps, pr]),
+            );
         }
         if f.process_ids.is_empty() {
             continue;
@@ -105,11 +118,15 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             for (i, c) in pm.calls.iter().enumerate() {
                 if c.failed() && text_has(c, TEARDOWN) && abort_t.is_some_and(|t| t <= c.t_enter) {
                     f.explain(p, i);
-                    f.evidence(format!(
-                        "{}: {} came after ncclCommAbort/Destroy: proxy teardown noise, not the cause",
-                        who(job, p),
-                        c.describe()
-                    ));
+                    f.fact(
+                        Evidence::call_worded(
+                            c,
+                            "",
+                            " came after ncclCommAbort/Destroy: proxy teardown noise, not the cause",
+                        )
+                        .value("teardown_noise", true)
+                        .of(job, p),
+                    );
                 }
             }
         }

@@ -3,7 +3,7 @@
 //! AF_INET6(10)", ncclInternalError) or hangs. NCCL's own version check runs only after a
 //! successful bootstrap, so it never gets to say so.
 
-use super::{name_processes, text_has, Confidence, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 use crate::names::{cuda_version_string, nccl_version_string};
 use std::collections::BTreeMap;
@@ -41,15 +41,16 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             x.dedup();
             x
         };
-        let mut line = format!(
-            "NCCL {} on {}",
-            nccl_version_string(*v),
-            name_processes(job, ps)
-        );
+        let mut line = format!("NCCL {}", nccl_version_string(*v));
         if !paths.is_empty() {
             line.push_str(&format!(" (libnccl: {})", paths.join(", ")));
         }
-        f.evidence(line);
+        f.fact(
+            Evidence::new(EvidenceKind::Library, line)
+                .value("nccl_version", nccl_version_string(*v))
+                .value("libnccl_paths", &paths)
+                .of_all(job, ps),
+        );
         for &p in ps {
             f.involve(job, p);
         }
@@ -64,17 +65,25 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             x
         };
         if !runtimes.is_empty() {
-            f.evidence(format!(
-                "CUDA runtime {} with NCCL {}",
-                runtimes.join("/"),
-                nccl_version_string(*v)
-            ));
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Library,
+                    format!(
+                        "CUDA runtime {} with NCCL {}",
+                        runtimes.join("/"),
+                        nccl_version_string(*v)
+                    ),
+                )
+                .value("cuda_runtime", &runtimes)
+                .value("nccl_version", nccl_version_string(*v))
+                .of_all(job, ps),
+            );
         }
     }
     for (p, pm) in job.processes.iter().enumerate() {
         for (i, c) in pm.calls.iter().enumerate() {
             if c.is_init() && c.in_flight() {
-                f.evidence(format!("{}: {}", pm.label(), c.describe()));
+                f.fact(Evidence::call(c).of(job, p));
             }
             if c.failed()
                 && (text_has(
@@ -83,7 +92,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 ) || (c.is_init() && c.rc == 3))
             {
                 f.explain(p, i);
-                f.evidence(format!("{}: {}", pm.label(), c.describe()));
+                f.fact(Evidence::call(c).of(job, p));
             }
         }
     }
@@ -116,7 +125,7 @@ mod tests {
         assert!(f
             .evidence
             .iter()
-            .any(|e| e.starts_with("NCCL 2.14.3 on rank 0")));
+            .any(|e| e.ranks == [0] && e.values["nccl_version"] == "2.14.3"));
         assert!(f
             .evidence
             .iter()

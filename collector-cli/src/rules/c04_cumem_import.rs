@@ -2,7 +2,7 @@
 //! P2P peers and `cuMemImportFromShareableHandle` fails with CUDA 101 'invalid device ordinal'
 //! (a user-mode driver bug, R570), surfacing as ncclUnhandledCudaError.
 
-use super::{who, Confidence, Finding, Severity};
+use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
 use ncclshim_dump::CallId;
@@ -34,28 +34,32 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         importers.push(p);
         f.involve(job, p);
         f.explain(p, i);
-        f.evidence(format!("{}: {}", who(job, p), c.describe()));
+        f.fact(Evidence::call(c).of(job, p));
         // The NCCL call that failed because of it (ncclUnhandledCudaError) is the same failure.
         for (j, n) in pm.calls.iter().enumerate().skip(i + 1) {
             if n.failed() && !n.is_cuda && n.rc == 1 {
                 f.explain(p, j);
-                f.evidence(format!("{}: then {}", who(job, p), n.describe()));
+                f.fact(Evidence::call_worded(n, "then ", "").of(job, p));
                 break;
             }
         }
-        match pm.env_var("NCCL_CUMEM_ENABLE") {
-            Some(v) => f.evidence(format!("{}: NCCL_CUMEM_ENABLE={v}", who(job, p))),
-            None => f.evidence(format!(
-                "{}: NCCL_CUMEM_ENABLE unset (cuMem on by default)",
-                who(job, p)
-            )),
-        }
+        f.fact(
+            Evidence::env(
+                "NCCL_CUMEM_ENABLE",
+                pm.env_var("NCCL_CUMEM_ENABLE"),
+                " (cuMem on by default)",
+            )
+            .of(job, p),
+        );
         if let Some(d) = pm.libs.as_ref().and_then(|l| l.cuda_driver) {
-            f.evidence(format!(
-                "{}: CUDA driver API {}",
-                who(job, p),
-                cuda_version_string(d)
-            ));
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Library,
+                    format!("CUDA driver API {}", cuda_version_string(d)),
+                )
+                .value("cuda_driver", cuda_version_string(d))
+                .of(job, p),
+            );
         }
     }
     if importers.is_empty() {
@@ -92,13 +96,20 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 } else {
                     format!("the same host {}", pm.host)
                 };
-                f.evidence(format!(
-                    "{} and {}: {containers}; each sees its GPU as device 0 but the PCI bus ids differ ({} vs {})",
-                    who(job, p),
-                    who(job, q),
-                    g1.pci_bus_id.as_deref().unwrap_or("?"),
-                    g2.pci_bus_id.as_deref().unwrap_or("?")
-                ));
+                f.fact(
+                    Evidence::new(
+                        EvidenceKind::Gpu,
+                        format!(
+                            "{containers}; each sees its GPU as device 0 but the PCI bus ids differ ({} vs {})",
+                            g1.pci_bus_id.as_deref().unwrap_or("?"),
+                            g2.pci_bus_id.as_deref().unwrap_or("?")
+                        ),
+                    )
+                    .value("boot_id", &pm.boot_id)
+                    .value("ordinal", 0)
+                    .value("pci_bus_ids", [&g1.pci_bus_id, &g2.pci_bus_id])
+                    .of_all(job, &[p, q]),
+                );
             }
         }
     }

@@ -2,7 +2,7 @@
 //! `/sys/kernel/mm/memory_peers/...`, which kernels ≥ 6.4 / new OFED no longer create; with
 //! `nvidia_peermem` loaded it still decides GDR is unsupported and stages through host memory.
 
-use super::{who, Confidence, Finding, Severity};
+use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 use crate::names::nccl_version_string;
 
@@ -32,16 +32,29 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         let has_ib = h.libibverbs_dlopen == Some(true) || !h.infiniband.is_empty();
         if module == Some(true) && legacy == Some(false) && v < FIXED_IN && has_ib {
             f.involve(job, p);
-            f.evidence(format!(
-                "{}: NCCL {}; /sys/module/nvidia_peermem/version exists but /sys/kernel/mm/memory_peers/nv_mem/version does not",
-                who(job, p),
-                nccl_version_string(v)
-            ));
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Host,
+                    format!(
+                        "NCCL {}; /sys/module/nvidia_peermem/version exists but /sys/kernel/mm/memory_peers/nv_mem/version does not",
+                        nccl_version_string(v)
+                    ),
+                )
+                .value("nccl_version", nccl_version_string(v))
+                .value("nvidia_peermem_module", true)
+                .value("nv_mem_legacy_file", false)
+                .of(job, p),
+            );
             if let Some(l) = pm.env_var("NCCL_NET_GDR_LEVEL") {
-                f.evidence(format!(
-                    "{}: NCCL_NET_GDR_LEVEL={l} has no effect while GDR is undetected",
-                    who(job, p)
-                ));
+                f.fact(
+                    Evidence::new(
+                        EvidenceKind::Env,
+                        format!("NCCL_NET_GDR_LEVEL={l} has no effect while GDR is undetected"),
+                    )
+                    .value("name", "NCCL_NET_GDR_LEVEL")
+                    .value("value", l)
+                    .of(job, p),
+                );
             }
         }
     }

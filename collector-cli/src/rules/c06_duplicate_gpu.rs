@@ -2,7 +2,7 @@
 //! detected : rank X and rank Y both on CUDA device ..."; 2.30 rewords it ("Multiple ranks ...
 //! same GPU ... NCCL_MULTI_RANK_GPU_ENABLE") and allows it only on opt-in. ncclInvalidUsage.
 
-use super::{text_has, who, Confidence, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 use std::collections::BTreeMap;
 
@@ -54,25 +54,35 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         if !share_comm {
             continue;
         }
-        let names: Vec<String> = ps.iter().map(|&p| who(job, p)).collect();
-        f.evidence(format!(
-            "{} all use the GPU at PCI bus id {bus}",
-            names.join(", ")
-        ));
+        f.fact(
+            Evidence::new(
+                EvidenceKind::Gpu,
+                format!("all use the GPU at PCI bus id {bus}"),
+            )
+            .value("pci_bus_id", bus)
+            .of_all(job, ps),
+        );
         for &p in ps {
             f.involve(job, p);
             let pm = &job.processes[p];
-            let lr = pm.env_var("LOCAL_RANK").unwrap_or("unset");
-            let cvd = pm.env_var("CUDA_VISIBLE_DEVICES").unwrap_or("unset");
-            let ord = pm
-                .gpu()
-                .and_then(|g| g.ordinal)
-                .map(|o| o.to_string())
-                .unwrap_or("?".into());
-            f.evidence(format!(
-                "{}: LOCAL_RANK={lr}, CUDA_VISIBLE_DEVICES={cvd}, device ordinal {ord}",
-                who(job, p)
-            ));
+            let lr = pm.env_var("LOCAL_RANK");
+            let cvd = pm.env_var("CUDA_VISIBLE_DEVICES");
+            let ordinal = pm.gpu().and_then(|g| g.ordinal);
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Gpu,
+                    format!(
+                        "LOCAL_RANK={}, CUDA_VISIBLE_DEVICES={}, device ordinal {}",
+                        lr.unwrap_or("unset"),
+                        cvd.unwrap_or("unset"),
+                        ordinal.map(|o| o.to_string()).unwrap_or("?".into())
+                    ),
+                )
+                .value("LOCAL_RANK", lr)
+                .value("CUDA_VISIBLE_DEVICES", cvd)
+                .value("ordinal", ordinal)
+                .of(job, p),
+            );
         }
     }
     for (p, pm) in job.processes.iter().enumerate() {
@@ -82,7 +92,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             {
                 f.involve(job, p);
                 f.explain(p, i);
-                f.evidence(format!("{}: {}", who(job, p), c.describe()));
+                f.fact(Evidence::call(c).of(job, p));
             }
         }
     }

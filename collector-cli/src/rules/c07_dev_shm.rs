@@ -1,7 +1,7 @@
 //! C07: `/dev/shm` too small (Docker's default 64 MiB) for NCCL's SHM transport buffers:
 //! ncclSystemError at init with a shared-memory WARN whose wording depends on the version.
 
-use super::{text_has, who, Confidence, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 
 const TEXTS: &[&str] = &[
@@ -45,17 +45,29 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             }
             f.involve(job, p);
             f.explain(p, i);
-            f.evidence(format!("{}: {}", who(job, p), c.describe()));
+            f.fact(Evidence::call(c).of(job, p));
             if let Some(b) = shm {
-                f.evidence(format!("{}: /dev/shm is {} MiB", pm.host, b >> 20));
+                f.fact(
+                    Evidence::new(EvidenceKind::Host, format!("/dev/shm is {} MiB", b >> 20))
+                        .value("dev_shm_bytes", b)
+                        .on_host(&pm.host),
+                );
             }
-            f.evidence(format!("{}: {local} ranks on this machine", pm.host));
+            f.fact(
+                Evidence::new(EvidenceKind::Host, format!("{local} ranks on this machine"))
+                    .value("local_ranks", local)
+                    .on_host(&pm.host),
+            );
             if let Some(rt) = pm
                 .host_facts
                 .as_ref()
                 .and_then(|h| h.container_runtime.clone())
             {
-                f.evidence(format!("{}: running in a {rt} container", pm.host));
+                f.fact(
+                    Evidence::new(EvidenceKind::Host, format!("running in a {rt} container"))
+                        .value("container_runtime", &rt)
+                        .on_host(&pm.host),
+                );
             }
             if !by_text {
                 f.confidence = Confidence::Medium;

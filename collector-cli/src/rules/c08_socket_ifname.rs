@@ -3,7 +3,7 @@
 //! later with a garbage address family — the same text as a version mismatch (C03), which is why
 //! this rule compares the value with the recorded interfaces instead of trusting the message.
 
-use super::{text_has, who, Confidence, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::facts::NetIf;
 use crate::model::JobModel;
 
@@ -65,23 +65,39 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         }
         f.involve(job, p);
         let names: Vec<&str> = ifs.iter().map(|i| i.name.as_str()).collect();
-        f.evidence(format!(
-            "{}: NCCL_SOCKET_IFNAME={value}, interfaces on {}: {}",
-            who(job, p),
-            pm.host,
-            names.join(", ")
-        ));
+        f.fact(
+            Evidence::new(
+                EvidenceKind::Env,
+                format!(
+                    "NCCL_SOCKET_IFNAME={value}, interfaces on {}: {}",
+                    pm.host,
+                    names.join(", ")
+                ),
+            )
+            .value("name", "NCCL_SOCKET_IFNAME")
+            .value("value", value)
+            .value("interfaces", &names)
+            .of(job, p),
+        );
         if let Some(v) = pm.nccl_version {
             let (rc, name) = if v >= 22400 {
                 (5, "ncclInvalidUsage")
             } else {
                 (3, "ncclInternalError")
             };
-            f.evidence(format!(
-                "{}: NCCL {} reports a missing interface as {rc} {name} (ncclInternalError up to 2.23, ncclInvalidUsage from 2.24)",
-                who(job, p),
-                crate::names::nccl_version_string(v)
-            ));
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Inference,
+                    format!(
+                        "NCCL {} reports a missing interface as {rc} {name} (ncclInternalError up to 2.23, ncclInvalidUsage from 2.24)",
+                        crate::names::nccl_version_string(v)
+                    ),
+                )
+                .value("nccl_version", crate::names::nccl_version_string(v))
+                .value("rc", rc)
+                .value("rc_name", name)
+                .of(job, p),
+            );
         }
         let mut failed = false;
         for (i, c) in pm.calls.iter().enumerate() {
@@ -92,7 +108,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                     || c.is_init())
             {
                 f.explain(p, i);
-                f.evidence(format!("{}: {}", who(job, p), c.describe()));
+                f.fact(Evidence::call(c).of(job, p));
                 failed = true;
             }
         }
@@ -108,11 +124,15 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                     f.involve(job, p);
                     f.explain(p, i);
                     f.confidence = Confidence::Medium;
-                    f.evidence(format!("{}: {}", who(job, p), c.describe()));
-                    match pm.env_var("NCCL_SOCKET_IFNAME") {
-                        Some(v) => f.evidence(format!("{}: NCCL_SOCKET_IFNAME={v}", who(job, p))),
-                        None => f.evidence(format!("{}: NCCL_SOCKET_IFNAME unset; no usable interface found by NCCL's default filter", who(job, p))),
-                    }
+                    f.fact(Evidence::call(c).of(job, p));
+                    f.fact(
+                        Evidence::env(
+                            "NCCL_SOCKET_IFNAME",
+                            pm.env_var("NCCL_SOCKET_IFNAME"),
+                            "; no usable interface found by NCCL's default filter",
+                        )
+                        .of(job, p),
+                    );
                 }
             }
         }

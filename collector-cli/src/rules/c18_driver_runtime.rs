@@ -3,7 +3,7 @@
 //! CUDA says exactly the same when there is no driver at all (a container started without GPUs,
 //! a login node): the host facts tell the two apart, and the finding says which.
 
-use super::{text_has, who, Confidence, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
 
@@ -32,18 +32,25 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         for (i, c) in pm.calls.iter().enumerate() {
             if c.reports_error() && text_has(c, &["driver version is insufficient"]) {
                 f.explain(p, i);
-                f.evidence(format!("{}: {}", who(job, p), c.describe()));
+                f.fact(Evidence::call(c).of(job, p));
                 hit = true;
                 any_failure = true;
             }
         }
         if older {
-            f.evidence(format!(
-                "{}: CUDA driver API {} < CUDA runtime {}",
-                who(job, p),
+            let (drv, rt) = (
                 cuda_version_string(drv.unwrap_or(0)),
-                cuda_version_string(rt.unwrap_or(0))
-            ));
+                cuda_version_string(rt.unwrap_or(0)),
+            );
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Library,
+                    format!("CUDA driver API {drv} < CUDA runtime {rt}"),
+                )
+                .value("cuda_driver", drv)
+                .value("cuda_runtime", rt)
+                .of(job, p),
+            );
             hit = true;
         }
         if hit {
@@ -69,10 +76,15 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                     toolkit, Kubernetes `nvidia.com/gpu` resources)."
             .into();
         for p in no_driver {
-            f.evidence(format!(
-                "{}: /proc/driver/nvidia/version absent (no NVIDIA kernel driver loaded) and no /dev/nvidia<N> device",
-                who(job, p)
-            ));
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Host,
+                    "/proc/driver/nvidia/version absent (no NVIDIA kernel driver loaded) and no /dev/nvidia<N> device",
+                )
+                .value("nvidia_driver", Option::<String>::None)
+                .value("nvidia_devices", 0)
+                .of(job, p),
+            );
         }
     }
     if !any_failure {

@@ -2,7 +2,7 @@
 //! sequence number (op, count, datatype, reduction, root), or in a different order; NCCL cannot
 //! tell and hangs. Compared per communicator from the shim's calls and the profiler's Coll events.
 
-use super::{rank_list, Confidence, Finding, Severity};
+use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 use crate::names::{datatype_name, redop_name};
 use ncclshim_dump::CallId;
@@ -180,12 +180,33 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
              TORCH_DISTRIBUTED_DEBUG=DETAIL names the Python call sites.",
         );
         for (sig, rs) in &groups {
-            let noun = if rs.len() == 1 { "rank" } else { "ranks" };
-            f.evidence(format!(
-                "comm {comm:#x} seq {seq}{source}: {noun} {} issued {}",
-                rank_list(rs),
-                sig.text()
-            ));
+            let ps: Vec<usize> = members
+                .iter()
+                .filter(|(r, _)| rs.contains(r))
+                .map(|&(_, p)| p)
+                .collect();
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Progress,
+                    format!("comm {comm:#x} seq {seq}{source}: issued {}", sig.text()),
+                )
+                .value("comm", format!("{comm:#x}"))
+                .value("seq", seq)
+                .value(
+                    "source",
+                    if source.is_empty() {
+                        "shim"
+                    } else {
+                        "profiler"
+                    },
+                )
+                .value("op", &sig.op)
+                .value("count", sig.count)
+                .value("datatype", &sig.datatype)
+                .value("redop", sig.redop)
+                .value("root", sig.root)
+                .of_all(job, &ps),
+            );
         }
         for &(_, p) in &members {
             f.involve(job, p);
@@ -213,10 +234,9 @@ mod tests {
         });
         let f = find(&fs, "collective-desync").expect("C19");
         assert!(f.title.contains("sequence number 1"));
-        assert!(f
-            .evidence
-            .iter()
-            .any(|e| e.contains("rank 1 issued ncclAllReduce count=51123456 float32 op=sum")));
+        assert!(f.evidence.iter().any(|e| e.ranks == [1]
+            && e.values["count"] == 51_123_456
+            && e.contains("issued ncclAllReduce count=51123456 float32 op=sum")));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! rank that died or failed first, which this rule names (its own finding comes from the rule
 //! that explains it, or from `abrupt_end`).
 
-use super::{name_processes, text_has, who, Confidence, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 
 const REMOTE_TEXTS: &[&str] = &[
@@ -47,23 +47,12 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "These errors are a consequence. Diagnose the rank that failed first (its own finding, its \
          stderr, dmesg / OOM-killer logs, NIC health).",
     );
-    // Identical errors on many ranks read as one line (a 1,024-rank job has 1,023 survivors).
-    let mut alike: Vec<(String, Vec<usize>)> = Vec::new();
+    // Identical errors on many ranks are one item (a 1,024-rank job has 1,023 survivors):
+    // `Finding::fact` joins equal facts.
     for &(p, i, _) in &remote {
         f.involve(job, p);
         f.explain(p, i);
-        let d = job.processes[p].calls[i].describe();
-        match alike.iter_mut().find(|(x, _)| *x == d) {
-            Some((_, ps)) => ps.push(p),
-            None => alike.push((d, vec![p])),
-        }
-    }
-    for (d, ps) in &alike {
-        if ps.len() == 1 {
-            f.evidence(format!("{}: {d}", who(job, ps[0])));
-        } else {
-            f.evidence(format!("{}: {d}", name_processes(job, ps)));
-        }
+        f.fact(Evidence::call(&job.processes[p].calls[i]).of(job, p));
     }
     // Culprits: a process that failed (non-remote) before the first remote error, or whose dump
     // stops before it without a clean exit.
@@ -102,11 +91,21 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     }
     match culprit {
         Some((p, what)) => {
-            f.evidence(format!("first failure: {}: {what}", who(job, p)));
+            f.fact(
+                Evidence::new(EvidenceKind::Inference, format!("first failure: {what}"))
+                    .value("first_failure", &what)
+                    .of(job, p),
+            );
         }
         None => {
             f.confidence = Confidence::Medium;
-            f.evidence("the rank that failed first left no dump here (its dump is missing or it never recorded)".to_owned());
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Inference,
+                    "the rank that failed first left no dump here (its dump is missing or it never recorded)",
+                )
+                .value("first_failure", Option::<String>::None),
+            );
         }
     }
     vec![f]
@@ -139,9 +138,9 @@ mod tests {
         assert_eq!(f.severity, Severity::Contributing);
         assert_eq!(f.ranks, vec![1, 2]);
         assert!(
-            f.evidence
-                .iter()
-                .any(|e| e.starts_with("first failure: rank 0")),
+            f.evidence.iter().any(|e| e.ranks == [0]
+                && e.text.starts_with("rank 0 (")
+                && e.contains("first failure")),
             "{:?}",
             f.evidence
         );

@@ -1,7 +1,7 @@
 //! C23: two different libnccl builds mapped in one process (import order decides which one the
 //! framework binds to; missing symbols or an unexpected version follow).
 
-use super::{who, Confidence, Finding, Severity};
+use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
@@ -24,16 +24,26 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             continue;
         }
         f.involve(job, p);
-        f.evidence(format!(
-            "{}: libnccl mapped from {}",
-            who(job, p),
-            paths.join(" and ")
-        ));
+        f.fact(
+            Evidence::new(
+                EvidenceKind::Library,
+                format!("libnccl mapped from {}", paths.join(" and ")),
+            )
+            .value("libnccl_paths", &paths)
+            .of(job, p),
+        );
         if let Some(v) = pm.nccl_version_text() {
-            f.evidence(format!("{}: the NCCL in use reports {v}", who(job, p)));
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Library,
+                    format!("the NCCL in use reports {v}"),
+                )
+                .value("nccl_version", &v)
+                .of(job, p),
+            );
         }
         if let Some(lp) = pm.env_var("LD_LIBRARY_PATH") {
-            f.evidence(format!("{}: LD_LIBRARY_PATH={lp}", who(job, p)));
+            f.fact(Evidence::env("LD_LIBRARY_PATH", Some(lp), "").of(job, p));
         }
         if pm.calls.iter().any(|c| c.failed()) {
             f.severity = Severity::Primary;

@@ -2,7 +2,7 @@
 //! set differently across ranks — typically set on the launching node only — make peers
 //! disagree about message sizes: "message truncated" (Socket) or "collective mismatch error" (IB).
 
-use super::{text_has, who, Confidence, Finding, Severity};
+use super::{text_has, Confidence, Evidence, Finding, Severity};
 use crate::model::JobModel;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -49,22 +49,15 @@ pub fn differing(
     out
 }
 
-pub fn describe_values(
+/// One evidence item per value of `key` (unset included), each with the processes that had it.
+pub fn values_evidence(
     job: &JobModel,
     key: &str,
     vals: &BTreeMap<Option<String>, Vec<usize>>,
-) -> String {
-    let parts: Vec<String> = vals
-        .iter()
-        .map(|(v, ps)| {
-            let v = v
-                .as_deref()
-                .map(|v| format!("{key}={v}"))
-                .unwrap_or_else(|| format!("{key} unset"));
-            format!("{v} on {}", super::name_processes(job, ps))
-        })
-        .collect();
-    parts.join("; ")
+) -> Vec<Evidence> {
+    vals.iter()
+        .map(|(v, ps)| Evidence::env(key, v.as_deref(), "").of_all(job, ps))
+        .collect()
 }
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
@@ -85,7 +78,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     );
     let mut involved = BTreeSet::new();
     for (k, vals) in &diffs {
-        f.evidence(describe_values(job, k, vals));
+        values_evidence(job, k, vals)
+            .into_iter()
+            .for_each(|e| f.fact(e));
         involved.extend(vals.values().flatten().copied());
     }
     for p in involved {
@@ -95,7 +90,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         for (i, c) in pm.calls.iter().enumerate() {
             if c.reports_error() && text_has(c, TEXTS) {
                 f.explain(p, i);
-                f.evidence(format!("{}: {}", who(job, p), c.describe()));
+                f.fact(Evidence::call(c).of(job, p));
                 f.severity = Severity::Primary;
                 f.confidence = Confidence::High;
             }
@@ -122,10 +117,23 @@ mod tests {
         });
         let f = find(&fs, "nccl-tuning-env-differs").expect("C26");
         assert_eq!(f.severity, Severity::Primary);
-        assert!(
-            f.evidence[0].contains("NCCL_PROTO unset on rank 1; NCCL_PROTO=Simple on rank 0"),
+        // One item per value, each with the ranks that had it.
+        let value_of = |rank: u32| {
+            f.evidence
+                .iter()
+                .find(|e| e.values["name"] == "NCCL_PROTO" && e.ranks == [rank])
+                .map(|e| e.values["value"].clone())
+        };
+        assert_eq!(value_of(0), Some("Simple".into()), "{:?}", f.evidence);
+        assert_eq!(
+            value_of(1),
+            Some(serde_json::Value::Null),
             "{:?}",
             f.evidence
         );
+        assert!(f
+            .evidence
+            .iter()
+            .any(|e| e.text == "rank 1 (b pid 10001): NCCL_PROTO unset"));
     }
 }

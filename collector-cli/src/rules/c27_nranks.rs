@@ -1,7 +1,7 @@
 //! C27: processes disagree on the number of ranks of one communicator (same uniqueId, different
 //! `nranks`): "Bootstrap Root : mismatch in rank count" / "mismatch in info from procs".
 
-use super::{name_processes, text_has, who, Confidence, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
@@ -40,25 +40,26 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             "Make WORLD_SIZE / nranks consistent with the number of processes actually launched.",
         );
         for (n, ps) in &view.nranks_claims {
-            f.evidence(format!(
-                "comm {comm:#x}: {} called init with nranks={n}",
-                name_processes(job, ps)
-            ));
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Communicator,
+                    format!("comm {comm:#x}: called init with nranks={n}"),
+                )
+                .value("comm", format!("{comm:#x}"))
+                .value("nranks", n)
+                .of_all(job, ps),
+            );
             for &p in ps {
                 f.involve(job, p);
                 if let Some(ws) = job.processes[p].env_var("WORLD_SIZE") {
-                    f.evidence(format!("{}: WORLD_SIZE={ws}", who(job, p)));
+                    f.fact(Evidence::env("WORLD_SIZE", Some(ws), "").of(job, p));
                 }
             }
         }
         for (p, i) in texts {
             f.involve(job, p);
             f.explain(p, i);
-            f.evidence(format!(
-                "{}: {}",
-                who(job, p),
-                job.processes[p].calls[i].describe()
-            ));
+            f.fact(Evidence::call(&job.processes[p].calls[i]).of(job, p));
         }
         // Every failed or stuck init on this communicator is this problem.
         for ps in view.nranks_claims.values() {
@@ -90,13 +91,12 @@ mod tests {
             s.ranks[2].init_rank_in_flight(3, 2, WORLD_UID, 2);
         });
         let f = find(&fs, "nranks-disagreement").expect("C27");
+        assert!(f.evidence.iter().any(|e| e.ranks == [1, 2]
+            && e.contains("ranks 1-2 on n0: comm ")
+            && e.contains("called init with nranks=3")));
         assert!(f
             .evidence
             .iter()
-            .any(|e| e.contains("ranks 1-2 called init with nranks=3")));
-        assert!(f
-            .evidence
-            .iter()
-            .any(|e| e.contains("rank 0 called init with nranks=6")));
+            .any(|e| e.ranks == [0] && e.values["nranks"] == 6));
     }
 }

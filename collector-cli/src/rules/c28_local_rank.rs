@@ -2,7 +2,7 @@
 //! the process can see: "invalid device ordinal" before or at communicator init, and the other
 //! ranks hang waiting for it.
 
-use super::{text_has, who, Confidence, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 
 /// Number of devices `CUDA_VISIBLE_DEVICES` leaves visible (None when unset: all of them).
@@ -47,20 +47,34 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             continue;
         }
         f.involve(job, p);
-        f.evidence(format!(
-            "{}: LOCAL_RANK={lr} but CUDA_VISIBLE_DEVICES={} leaves {n} GPU(s)",
-            who(job, p),
-            pm.env_var("CUDA_VISIBLE_DEVICES").unwrap_or("")
-        ));
+        let cvd = pm.env_var("CUDA_VISIBLE_DEVICES");
+        f.fact(
+            Evidence::new(
+                EvidenceKind::Gpu,
+                format!(
+                    "LOCAL_RANK={lr} but CUDA_VISIBLE_DEVICES={} leaves {n} {}",
+                    cvd.unwrap_or(""),
+                    if n == 1 { "GPU" } else { "GPUs" }
+                ),
+            )
+            .value("LOCAL_RANK", lr)
+            .value("CUDA_VISIBLE_DEVICES", cvd)
+            .value("visible_gpus", n)
+            .of(job, p),
+        );
         for i in failing {
             f.explain(p, i);
-            f.evidence(format!("{}: {}", who(job, p), pm.calls[i].describe()));
+            f.fact(Evidence::call(&pm.calls[i]).of(job, p));
         }
         if let Some(dev) = pm.world().and_then(|m| m.cuda_dev) {
-            f.evidence(format!(
-                "{}: communicator init asked for CUDA device {dev}",
-                who(job, p)
-            ));
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Communicator,
+                    format!("communicator init asked for CUDA device {dev}"),
+                )
+                .value("cuda_device", dev)
+                .of(job, p),
+            );
         }
     }
     if f.process_ids.is_empty() {

@@ -1,7 +1,7 @@
 //! C35: the framework cannot load libnccl at all (JAX/XLA "Unable to load NCCL library"): no
 //! libnccl is mapped, although the process tried to use NCCL.
 
-use super::{text_has, who, Confidence, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
@@ -48,22 +48,24 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         }
         f.involve(job, p);
         if unmapped {
-            f.evidence(format!(
-                "{}: no libnccl is mapped in the process",
-                who(job, p)
-            ));
+            f.fact(
+                Evidence::new(EvidenceKind::Library, "no libnccl is mapped in the process")
+                    .value("libnccl_paths", Vec::<String>::new())
+                    .of(job, p),
+            );
         }
         if let Some(n) = note {
-            f.evidence(format!("{}: recorder note: {n}", who(job, p)));
+            f.fact(
+                Evidence::new(EvidenceKind::Note, format!("recorder note: {n}"))
+                    .value("recorder_note", n)
+                    .of(job, p),
+            );
         }
         for i in texts {
             f.explain(p, i);
-            f.evidence(format!("{}: {}", who(job, p), pm.calls[i].describe()));
+            f.fact(Evidence::call(&pm.calls[i]).of(job, p));
         }
-        match pm.env_var("LD_LIBRARY_PATH") {
-            Some(v) => f.evidence(format!("{}: LD_LIBRARY_PATH={v}", who(job, p))),
-            None => f.evidence(format!("{}: LD_LIBRARY_PATH unset", who(job, p))),
-        }
+        f.fact(Evidence::env("LD_LIBRARY_PATH", pm.env_var("LD_LIBRARY_PATH"), "").of(job, p));
     }
     if f.process_ids.is_empty() {
         return Vec::new();

@@ -20,10 +20,12 @@ pub mod c26_env_tuning;
 pub mod c27_nranks;
 pub mod c28_local_rank;
 pub mod c35_no_libnccl;
+pub mod evidence;
 pub mod generic;
 pub mod signatures;
 
 use crate::model::{CallEvent, JobModel};
+pub use crate::rules::evidence::{Evidence, EvidenceKind, ProcessRef};
 use serde::Serialize;
 use std::collections::BTreeSet;
 
@@ -53,9 +55,10 @@ pub struct Finding {
     pub title: String,
     pub severity: Severity,
     pub ranks: Vec<u32>,
-    /// `host pid N` of every process involved (ranks alone are ambiguous across communicators).
-    pub processes: Vec<String>,
-    pub evidence: Vec<String>,
+    /// Every process involved (ranks alone are ambiguous across communicators).
+    pub processes: Vec<ProcessRef>,
+    /// What was recorded, one item per distinct fact with the processes it holds for.
+    pub evidence: Vec<Evidence>,
     pub remedy: String,
     pub confidence: Confidence,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -103,14 +106,19 @@ impl Finding {
                 self.ranks.sort_unstable();
             }
         }
-        self.processes.push(format!("{} pid {}", pm.host, pm.pid));
+        self.processes.push(ProcessRef::of(job, p));
     }
 
+    /// Adds a free-text evidence line (kind `note`, no structured values). Prefer [`Self::fact`]:
+    /// this stays for rules not yet converted to structured evidence.
     pub fn evidence(&mut self, line: impl Into<String>) {
-        let l = line.into();
-        if !self.evidence.contains(&l) {
-            self.evidence.push(l);
-        }
+        evidence::add(&mut self.evidence, Evidence::note(line));
+    }
+
+    /// Adds a recorded fact; one already present (same kind, values and wording) gains this
+    /// item's processes and hosts instead of a second line.
+    pub fn fact(&mut self, e: Evidence) {
+        evidence::add(&mut self.evidence, e);
     }
 
     pub fn remedy(mut self, r: &str) -> Self {
@@ -185,42 +193,64 @@ pub fn name_processes(job: &JobModel, ps: &[usize]) -> String {
     parts.join(", ")
 }
 
-type RuleFn = fn(&JobModel) -> Vec<Finding>;
+/// Choices a user makes about the analysis (`ncclshim report --stall-after`), passed to the
+/// rules that depend on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// How long the live ranks of a communicator must have recorded nothing before an operation
+    /// that has not completed is called a hang ([`generic::stuck::DEFAULT_STALL_NS`] by default).
+    pub stall_after_ns: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            stall_after_ns: generic::stuck::DEFAULT_STALL_NS,
+        }
+    }
+}
+
+type RuleFn = fn(&JobModel, &Options) -> Vec<Finding>;
 
 /// Every rule, in the order their findings are listed when equally ranked.
 pub const RULES: &[(&str, RuleFn)] = &[
-    ("C01", c01_net_ib::check),
-    ("C02", c02_unpaired_p2p::check),
-    ("C03", c03_version_mismatch::check),
-    ("C04", c04_cumem_import::check),
-    ("C05", c05_gdr_peermem::check),
-    ("C06", c06_duplicate_gpu::check),
-    ("C07", c07_dev_shm::check),
-    ("C08", c08_socket_ifname::check),
-    ("C18", c18_driver_runtime::check),
-    ("C19", c19_desync::check),
-    ("C20", c20_dead_peer::check),
-    ("C23", c23_two_libnccl::check),
-    ("C26", c26_env_tuning::check),
-    ("C27", c27_nranks::check),
-    ("C28", c28_local_rank::check),
-    ("C35", c35_no_libnccl::check),
-    ("signatures", signatures::check),
-    ("signal", generic::fatal_signal::check),
-    ("invalid-arg", generic::invalid_argument::check),
-    ("abrupt", generic::abrupt_end::check),
-    ("missing", generic::missing_ranks::check),
-    ("network", generic::network_path::check),
-    ("threads", generic::concurrent_comm::check),
-    ("uid", generic::uid_split::check),
-    ("stuck", generic::stuck::check),
-    ("env", generic::env_diff::check),
-    ("libs", generic::lib_diff::check),
+    ("C01", |j, _| c01_net_ib::check(j)),
+    ("C02", |j, _| c02_unpaired_p2p::check(j)),
+    ("C03", |j, _| c03_version_mismatch::check(j)),
+    ("C04", |j, _| c04_cumem_import::check(j)),
+    ("C05", |j, _| c05_gdr_peermem::check(j)),
+    ("C06", |j, _| c06_duplicate_gpu::check(j)),
+    ("C07", |j, _| c07_dev_shm::check(j)),
+    ("C08", |j, _| c08_socket_ifname::check(j)),
+    ("C18", |j, _| c18_driver_runtime::check(j)),
+    ("C19", |j, _| c19_desync::check(j)),
+    ("C20", |j, _| c20_dead_peer::check(j)),
+    ("C23", |j, _| c23_two_libnccl::check(j)),
+    ("C26", |j, _| c26_env_tuning::check(j)),
+    ("C27", |j, _| c27_nranks::check(j)),
+    ("C28", |j, _| c28_local_rank::check(j)),
+    ("C35", |j, _| c35_no_libnccl::check(j)),
+    ("signatures", |j, _| signatures::check(j)),
+    ("signal", |j, _| generic::fatal_signal::check(j)),
+    ("invalid-arg", |j, _| generic::invalid_argument::check(j)),
+    ("abrupt", |j, _| generic::abrupt_end::check(j)),
+    ("missing", |j, _| generic::missing_ranks::check(j)),
+    ("network", |j, _| generic::network_path::check(j)),
+    ("threads", |j, _| generic::concurrent_comm::check(j)),
+    ("uid", |j, _| generic::uid_split::check(j)),
+    ("stuck", |j, o| generic::stuck::check(j, o.stall_after_ns)),
+    ("env", |j, _| generic::env_diff::check(j)),
+    ("libs", |j, _| generic::lib_diff::check(j)),
 ];
 
-/// Runs every rule and orders the findings: primary first, then by confidence.
+/// Runs every rule with the default [`Options`]; see [`diagnose_with`].
 pub fn diagnose(job: &JobModel) -> Vec<Finding> {
-    let mut findings: Vec<Finding> = RULES.iter().flat_map(|(_, f)| f(job)).collect();
+    diagnose_with(job, &Options::default())
+}
+
+/// Runs every rule and orders the findings: primary first, then by confidence.
+pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
+    let mut findings: Vec<Finding> = RULES.iter().flat_map(|(_, f)| f(job, options)).collect();
     findings.extend(generic::unknown::check(job, &findings));
     // A desync, or threads racing on one communicator, explains the hang it causes: the hang
     // is then a consequence.
@@ -331,17 +361,35 @@ fn busy_until_the_end(pm: &crate::model::ProcessModel) -> Option<u64> {
 }
 
 /// Whether failure `e` certainly happened before time `t` (beyond the clocks' uncertainty
-/// `tolerance`): a recorded failure by its time; a silent death only when the process was busy
-/// until its last record and `t` is far past it.
-fn certainly_before(job: &JobModel, e: &crate::model::JobFailure, t: u64, tolerance: u64) -> bool {
+/// `tolerance`): a recorded failure by its time. A silent death's time is only a lower bound,
+/// so it counts only against a later *reaction* (an abort, an NCCL error), not against a fault
+/// of the later process's own (`later_is_fault`), and only when the dead process was busy until
+/// its last record and `t` is far past it: a rank OOM-killed mid-training, whose peers abort
+/// afterwards, came first; a crash of another rank while a silent one may have been idle did not
+/// necessarily come second.
+fn certainly_before(
+    job: &JobModel,
+    e: &crate::model::JobFailure,
+    t: u64,
+    tolerance: u64,
+    later_is_fault: bool,
+) -> bool {
     if t <= e.t.saturating_add(tolerance) {
         return false;
     }
     match e.what {
-        crate::model::FailureWhat::Died => busy_until_the_end(&job.processes[e.process])
-            .is_some_and(|gap| t - e.t > gap.saturating_mul(20)),
+        crate::model::FailureWhat::Died => {
+            !later_is_fault
+                && busy_until_the_end(&job.processes[e.process])
+                    .is_some_and(|gap| t - e.t > gap.saturating_mul(20))
+        }
         _ => true,
     }
+}
+
+/// A signal the kernel raises for a fault of the process itself (not a reaction to others).
+fn is_fault_signal(signo: u64) -> bool {
+    matches!(signo, 4 | 7 | 8 | 11) // SIGILL, SIGBUS, SIGFPE, SIGSEGV
 }
 
 /// Consequences never outrank the failure that caused them: a primary finding whose story
@@ -357,12 +405,17 @@ fn demote_later_failures(job: &JobModel, findings: &mut [Finding]) {
         let Some((t, p)) = onset(job, f) else {
             continue;
         };
+        let later_is_fault = job.failures.iter().any(|e| {
+            e.process == p
+                && e.t == t
+                && matches!(e.what, crate::model::FailureWhat::Signal(s) if is_fault_signal(s))
+        });
         let earlier = job.failures.iter().find(|e| {
             let tolerance = job.processes[p]
                 .clock_uncertainty
                 .max(job.processes[e.process].clock_uncertainty);
             !f.process_ids.contains(&e.process)
-                && certainly_before(job, e, t, tolerance)
+                && certainly_before(job, e, t, tolerance, later_is_fault)
                 && causally_linked(job, p, e.process)
                 || e.process == p
                     && !matches!(e.what, crate::model::FailureWhat::Died)
@@ -390,13 +443,20 @@ fn explains_failure(f: &Finding, e: &crate::model::JobFailure) -> bool {
     }
 }
 
+/// The JSON contract check the integration tests use (`tests/support/schema.rs`).
+#[cfg(test)]
+#[path = "../../tests/support/schema.rs"]
+#[allow(dead_code)]
+pub mod schema_support;
+
 #[cfg(test)]
 pub mod testutil {
     use super::*;
     use crate::load::{find_dumps, load_files};
     use crate::synth::Scenario;
 
-    /// Builds a scenario in a fresh directory and returns its model and findings.
+    /// Builds a scenario in a fresh directory and returns its model and findings (whose report
+    /// is held to the JSON contract, `docs/schema/report.schema.json`).
     pub fn analyze(hosts: &[&str], build: impl FnOnce(&mut Scenario)) -> (JobModel, Vec<Finding>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut s = Scenario::new(dir.path(), hosts).expect("scenario");
@@ -407,6 +467,8 @@ pub mod testutil {
         assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
         let job = JobModel::build(&loaded.dumps, |d| d.path.display().to_string());
         let findings = diagnose(&job);
+        let report = crate::report::Report::build(&job, findings.clone(), Vec::new());
+        super::schema_support::report_json(&report);
         (job, findings)
     }
 

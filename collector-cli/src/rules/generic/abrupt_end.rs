@@ -3,7 +3,7 @@
 //! could not see it. When other ranks failed only after it stopped, it is the first failure.
 
 use crate::model::{FailureWhat, JobModel};
-use crate::rules::{who, Confidence, Finding, Severity};
+use crate::rules::{who, Confidence, Evidence, EvidenceKind, Finding, Severity};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -24,28 +24,44 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
              (`dmesg -T | grep -i -e oom -e killed`), the node's health, its stderr.",
         );
         f.involve(job, p);
-        f.evidence(format!(
-            "{}: the dump has no clean-exit mark and the process is gone",
-            who(job, p)
-        ));
+        f.fact(
+            Evidence::new(
+                EvidenceKind::Lifecycle,
+                "the dump has no clean-exit mark and the process is gone",
+            )
+            .value("clean_exit", false)
+            .value("alive", false)
+            .of(job, p),
+        );
         match pm.in_flight_calls().last() {
-            Some((_, c)) => f.evidence(format!(
-                "{}: last record: {} still in flight",
-                who(job, p),
-                c.name
-            )),
+            Some((_, c)) => f.fact(
+                Evidence::new(
+                    EvidenceKind::Lifecycle,
+                    format!("last record: {} still in flight", c.name),
+                )
+                .value("last_call", c.name.as_ref())
+                .value("in_flight", true)
+                .of(job, p),
+            ),
             None => {
                 if let Some(c) = pm.calls.last() {
-                    f.evidence(format!(
-                        "{}: last call recorded: {} (returned)",
-                        who(job, p),
-                        c.name
-                    ));
+                    f.fact(
+                        Evidence::new(
+                            EvidenceKind::Lifecycle,
+                            format!("last call recorded: {} (returned)", c.name),
+                        )
+                        .value("last_call", c.name.as_ref())
+                        .value("in_flight", false)
+                        .of(job, p),
+                    );
                 }
             }
         }
         if is_first && job.failures.len() > 1 {
-            f.evidence("every other rank's failure comes after this rank's last record".to_owned());
+            f.fact(Evidence::new(
+                EvidenceKind::Inference,
+                "every other rank's failure comes after this rank's last record",
+            ));
         }
         out.push(f);
     }

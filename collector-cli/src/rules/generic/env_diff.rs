@@ -3,7 +3,7 @@
 //! debug file names, host ids).
 
 use crate::model::JobModel;
-use crate::rules::c26_env_tuning::{describe_values, differing, TUNING};
+use crate::rules::c26_env_tuning::{differing, values_evidence, TUNING};
 use crate::rules::{Confidence, Finding, Severity};
 use std::collections::BTreeSet;
 
@@ -48,7 +48,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     );
     let mut involved = BTreeSet::new();
     for (k, vals) in &diffs {
-        f.evidence(describe_values(job, k, vals));
+        values_evidence(job, k, vals)
+            .into_iter()
+            .for_each(|e| f.fact(e));
         // The minority holds the odd value out.
         if let Some((_, ps)) = vals.iter().min_by_key(|(_, ps)| ps.len()) {
             involved.extend(ps.iter().copied());
@@ -76,8 +78,15 @@ mod tests {
             }
         });
         let f = find(&fs, "nccl-env-differs").expect("env diff");
-        assert_eq!(f.evidence.len(), 1, "{:?}", f.evidence);
-        assert!(f.evidence[0].contains("NCCL_IB_DISABLE=1 on rank"));
-        assert!(!f.evidence[0].contains("SOCKET_IFNAME"));
+        // NCCL_IB_DISABLE: one item per value (set on rank 0, unset on rank 1).
+        assert_eq!(f.evidence.len(), 2, "{:?}", f.evidence);
+        assert!(f
+            .evidence
+            .iter()
+            .all(|e| e.values["name"] == "NCCL_IB_DISABLE"));
+        assert!(f
+            .evidence
+            .iter()
+            .any(|e| e.ranks == [0] && e.contains("NCCL_IB_DISABLE=1")));
     }
 }

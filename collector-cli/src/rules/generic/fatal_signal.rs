@@ -5,7 +5,7 @@
 
 use crate::model::{is_termination_signal, FailureWhat, JobModel};
 use crate::names::signal_name;
-use crate::rules::{who, Confidence, Finding, Severity};
+use crate::rules::{who, Confidence, Evidence, EvidenceKind, Finding, Severity};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -29,17 +29,24 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         )
         .remedy("Read this rank's stderr and core dump / dmesg for the crashing frame; the errors of other ranks follow from it.");
         f.involve(job, p);
-        f.evidence(format!(
-            "{}: fatal signal {signo} ({})",
-            who(job, p),
-            signal_name(signo)
-        ));
+        f.fact(
+            Evidence::new(
+                EvidenceKind::Lifecycle,
+                format!("fatal signal {signo} ({})", signal_name(signo)),
+            )
+            .value("signal", signo)
+            .value("signal_name", signal_name(signo))
+            .of(job, p),
+        );
         if let Some((_, c)) = pm.in_flight_calls().last() {
-            f.evidence(format!(
-                "{}: inside {} when it happened",
-                who(job, p),
-                c.name
-            ));
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Lifecycle,
+                    format!("inside {} when it happened", c.name),
+                )
+                .value("call", c.name.as_ref())
+                .of(job, p),
+            );
         }
         out.push(f);
     }

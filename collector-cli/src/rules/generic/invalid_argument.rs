@@ -4,7 +4,7 @@
 //! the same process (the group end, the async-error poll) are the same failure.
 
 use crate::model::JobModel;
-use crate::rules::{who, Confidence, Finding, Severity};
+use crate::rules::{who, Confidence, Evidence, EvidenceKind, Finding, Severity};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -50,23 +50,30 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         });
         f.involve(job, p);
         f.explain(p, first);
-        f.evidence(format!("{}: {}", who(job, p), c.describe()));
+        f.fact(Evidence::call(c).of(job, p));
         if null_comm {
             let inits = pm
                 .calls
                 .iter()
                 .filter(|x| x.is_init() && x.t_enter < c.t_enter)
                 .count();
-            f.evidence(format!(
-                "{}: {inits} communicator init call(s) recorded before it",
-                who(job, p)
-            ));
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Communicator,
+                    format!(
+                        "{inits} communicator init {} recorded before it",
+                        if inits == 1 { "call" } else { "calls" }
+                    ),
+                )
+                .value("init_calls_before", inits)
+                .of(job, p),
+            );
         }
         // The failures that follow in this process with the same code are its echo.
         for (i, x) in pm.calls.iter().enumerate().skip(first + 1) {
             if x.failed() && !x.is_cuda && x.rc == 4 {
                 f.explain(p, i);
-                f.evidence(format!("{}: then {}", who(job, p), x.describe()));
+                f.fact(Evidence::call_worded(x, "then ", "").of(job, p));
             }
         }
         out.push(f);

@@ -4,7 +4,7 @@
 
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
-use crate::rules::{name_processes, Confidence, Finding, Severity};
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding, Severity};
 use std::collections::BTreeMap;
 
 fn groups<F: Fn(usize) -> Option<String>>(job: &JobModel, key: F) -> BTreeMap<String, Vec<usize>> {
@@ -71,7 +71,12 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             return;
         }
         for (v, ps) in g {
-            f.evidence(format!("{what} {v}: {}", name_processes(job, ps)));
+            f.fact(
+                Evidence::new(EvidenceKind::Library, format!("{what} {v}"))
+                    .value("library", what)
+                    .value("value", v)
+                    .of_all(job, ps),
+            );
         }
         if let Some((_, ps)) = g.iter().min_by_key(|(_, ps)| ps.len()) {
             for &p in ps {
@@ -118,7 +123,7 @@ mod tests {
         assert!(
             f.evidence
                 .iter()
-                .any(|e| e.contains("libnccl-net.so: rank")),
+                .any(|e| e.ranks == [1] && e.contains("libnccl-net.so")),
             "{:?}",
             f.evidence
         );

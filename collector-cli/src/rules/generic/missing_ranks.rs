@@ -3,7 +3,7 @@
 //! did arrive wait in init (RANK_NOT_JOIN in NCCLX's terms).
 
 use crate::model::JobModel;
-use crate::rules::{rank_list, Confidence, Finding, Severity};
+use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding, Severity};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -48,18 +48,50 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
              collected (same NCCLSHIM_DIR on every node)?",
         );
         f.ranks = missing.clone();
-        f.evidence(format!(
-            "comm {comm:#x}: nranks={n}; no dump mentions rank(s) {}",
-            rank_list(&missing)
-        ));
+        let ranks_noun = |rs: &[u32]| {
+            format!(
+                "{} {}",
+                if rs.len() == 1 { "rank" } else { "ranks" },
+                rank_list(rs)
+            )
+        };
+        f.fact(
+            Evidence::new(
+                EvidenceKind::Communicator,
+                format!(
+                    "comm {comm:#x}: nranks={n}; no dump mentions {}",
+                    ranks_noun(&missing)
+                ),
+            )
+            .value("comm", format!("{comm:#x}"))
+            .value("nranks", n)
+            .value("ranks_missing", &missing),
+        );
         if !waiting.is_empty() {
-            f.evidence(format!(
-                "rank(s) {} are still inside communicator init waiting for them",
-                rank_list(&waiting)
-            ));
+            let ps: Vec<usize> = present
+                .iter()
+                .filter(|(r, _)| waiting.contains(r))
+                .map(|&(_, p)| p)
+                .collect();
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Communicator,
+                    format!("comm {comm:#x}: still inside communicator init, waiting for the missing ranks"),
+                )
+                .value("comm", format!("{comm:#x}"))
+                .value("waiting_in_init", true)
+                .of_all(job, &ps),
+            );
         }
         let present_ranks: Vec<u32> = present.iter().map(|(r, _)| *r).collect();
-        f.evidence(format!("rank(s) present: {}", rank_list(&present_ranks)));
+        f.fact(
+            Evidence::new(
+                EvidenceKind::Communicator,
+                format!("comm {comm:#x}: present: {}", ranks_noun(&present_ranks)),
+            )
+            .value("comm", format!("{comm:#x}"))
+            .value("ranks_present", &present_ranks),
+        );
         for (_, p) in &present {
             f.process_ids.insert(*p);
         }

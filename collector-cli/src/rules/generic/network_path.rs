@@ -263,7 +263,12 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     for (p, i, t) in failures_with_text(job) {
         let call = &job.processes[p].calls[i];
         let text = call.error_text.as_deref().unwrap_or_default();
+        // Only a failed connection is about the path; an address in another message (a peer
+        // named in "message truncated", a peer that went away) says nothing about reachability.
         let outcome = sockets::outcome_in(text);
+        if !outcome.is_some_and(|o| o.path != PathOutcome::PeerGone) {
+            continue;
+        }
         for e in endpoints::endpoints_in(text) {
             let Some((verdict, fact)) =
                 judge(job, p, t, &e, outcome.map(|o| o.path), "peer address")

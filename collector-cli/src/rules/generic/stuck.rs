@@ -5,8 +5,20 @@
 //! for, usually the one to debug.
 
 use crate::model::{JobModel, ProcessModel};
-use crate::rules::{rank_list, Confidence, Finding, Severity};
+use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use ncclshim_dump::CallId;
+
+/// Where a rank is stuck inside NCCL.
+#[derive(Debug)]
+struct Inside {
+    /// `ncclAllReduce seq 5 never returned`, `collective seq 5 (AllReduce) its kernel never ended (profiler)`.
+    text: String,
+    /// The call or the profiler's function name.
+    op: String,
+    seq: Option<u64>,
+    /// `call_never_returned`, `kernel_never_ended` or `never_completed`.
+    state: &'static str,
+}
 
 #[derive(Debug)]
 struct RankState {
@@ -17,7 +29,7 @@ struct RankState {
     shim_seq: Option<u64>,
     prof_seq: Option<u64>,
     /// What it is stuck in, when inside NCCL.
-    inside: Option<String>,
+    inside: Option<Inside>,
     last_call: Option<String>,
 }
 
@@ -45,15 +57,18 @@ fn state(pm: &ProcessModel, p: usize, rank: u32, comm: u64) -> RankState {
         let on_comm =
             (ptr != 0 && c.comm == ptr) || (c.is_init() && c.arg("uid_hash") == Some(comm));
         if on_comm && c.call != Some(CallId::NcclCommGetAsyncError) {
-            inside = Some(
-                match c
-                    .arg("seq")
-                    .filter(|_| c.call.is_some_and(CallId::is_nccl_operation))
-                {
+            let seq = c
+                .arg("seq")
+                .filter(|_| c.call.is_some_and(CallId::is_nccl_operation));
+            inside = Some(Inside {
+                text: match seq {
                     Some(s) => format!("{} seq {s} never returned", c.name),
                     None => format!("{} never returned", c.name),
                 },
-            );
+                op: c.name.to_string(),
+                seq,
+                state: "call_never_returned",
+            });
         }
     }
     if inside.is_none() {
@@ -75,16 +90,21 @@ fn state(pm: &ProcessModel, p: usize, rank: u32, comm: u64) -> RankState {
             .filter(|o| newest_ended.is_none_or(|n| o.seq.is_none_or(|s| s > n)))
             .min_by_key(|o| o.seq)
         {
-            let what = if o.kernel_started && !o.kernel_stopped {
-                "its kernel never ended"
+            let (what, state) = if o.kernel_started && !o.kernel_stopped {
+                ("its kernel never ended", "kernel_never_ended")
             } else {
-                "never completed"
+                ("never completed", "never_completed")
             };
-            inside = Some(format!(
-                "collective seq {} ({}) {what} (profiler)",
-                o.seq.map(|s| s.to_string()).unwrap_or("?".into()),
-                crate::profnames::func_name(o.func)
-            ));
+            let func = crate::profnames::func_name(o.func);
+            inside = Some(Inside {
+                text: format!(
+                    "collective seq {} ({func}) {what} (profiler)",
+                    o.seq.map(|s| s.to_string()).unwrap_or("?".into()),
+                ),
+                op: func.to_string(),
+                seq: o.seq,
+                state,
+            });
         }
     }
     // The communicator table keeps the last operation issued even when the thread's ring
@@ -116,8 +136,10 @@ fn state(pm: &ProcessModel, p: usize, rank: u32, comm: u64) -> RankState {
     }
 }
 
-/// How long live ranks must have recorded nothing before an unfinished operation is a hang.
-pub const STALL_NS: u64 = 10_000_000_000;
+/// How long live ranks must have recorded nothing before an unfinished operation is a hang,
+/// unless the user chose otherwise (`ncclshim report --stall-after`): long enough that a slow
+/// step (a big all-reduce, a data-loader pause) of a job read while it runs is not called hung.
+pub const DEFAULT_STALL_NS: u64 = 10_000_000_000;
 
 fn now_ns() -> u64 {
     std::time::SystemTime::now()
@@ -127,8 +149,8 @@ fn now_ns() -> u64 {
 }
 
 /// Whether the communicator has stopped making progress: every rank's process is gone, or the
-/// newest record of any live rank is older than [`STALL_NS`].
-fn stalled(job: &JobModel, members: &[(u32, usize)], now: u64) -> bool {
+/// newest record of any live rank is older than `stall_ns`.
+fn stalled(job: &JobModel, members: &[(u32, usize)], now: u64, stall_ns: u64) -> bool {
     let live: Vec<&crate::model::ProcessModel> = members
         .iter()
         .map(|(_, p)| &job.processes[*p])
@@ -142,10 +164,11 @@ fn stalled(job: &JobModel, members: &[(u32, usize)], now: u64) -> bool {
         .map(|(_, p)| job.processes[*p].last_t)
         .max()
         .unwrap_or(0);
-    now.saturating_sub(newest) >= STALL_NS
+    now.saturating_sub(newest) >= stall_ns
 }
 
-pub fn check(job: &JobModel) -> Vec<Finding> {
+/// The hang findings; `stall_ns`: how long live ranks must have been quiet (see [`DEFAULT_STALL_NS`]).
+pub fn check(job: &JobModel, stall_ns: u64) -> Vec<Finding> {
     let mut out = Vec::new();
     for &comm in job.comms.keys() {
         let members = job.comm_members(comm);
@@ -155,7 +178,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         }
         // Read while the job runs: an operation in progress is not a hang until the
         // communicator's ranks have recorded nothing for a while.
-        if !stalled(job, &members, now_ns()) {
+        if !stalled(job, &members, now_ns(), stall_ns) {
             continue;
         }
         // A rank with an error of its own explains the hang better than the hang does.
@@ -189,10 +212,18 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         let inside: Vec<&RankState> = states.iter().filter(|s| s.inside.is_some()).collect();
         let mut f = if !laggards.is_empty() {
             let rs: Vec<u32> = laggards.iter().map(|s| s.rank).collect();
+            let (noun, them) = if rs.len() == 1 {
+                ("rank", "it")
+            } else {
+                ("ranks", "them")
+            };
             let mut f = Finding::new(
                 "stuck-outside-nccl",
                 None,
-                format!("Hang: rank(s) {} stopped issuing collectives (stuck outside NCCL); the others wait for them", rank_list(&rs)),
+                format!(
+                    "Hang: {noun} {} stopped issuing collectives (stuck outside NCCL); the others wait for {them}",
+                    rank_list(&rs)
+                ),
                 Severity::Primary,
                 Confidence::High,
             )
@@ -207,11 +238,20 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                     Some(q) => format!("seq {q}"),
                     None => "no collective at all".into(),
                 });
-                f.evidence(format!(
-                    "comm {comm:#x}: rank {} last issued {last}, which completed; the others reached seq {}",
-                    s.rank,
-                    max.map(|m| m.to_string()).unwrap_or("?".into())
-                ));
+                f.fact(
+                    Evidence::new(
+                        EvidenceKind::Progress,
+                        format!(
+                            "comm {comm:#x}: last issued {last}, which completed; the others reached seq {}",
+                            max.map(|m| m.to_string()).unwrap_or("?".into())
+                        ),
+                    )
+                    .value("comm", format!("{comm:#x}"))
+                    .value("last_issued_seq", s.issued)
+                    .value("last_call", &s.last_call)
+                    .value("others_reached_seq", max)
+                    .of(job, s.process),
+                );
             }
             f
         } else {
@@ -223,7 +263,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 if all {
                     format!("Hang: every rank of communicator {comm:#x} is stuck inside NCCL")
                 } else {
-                    format!("Hang: rank(s) {} are stuck inside NCCL", rank_list(&inside.iter().map(|s| s.rank).collect::<Vec<_>>()))
+                    let rs: Vec<u32> = inside.iter().map(|s| s.rank).collect();
+                    let (noun, verb) = if rs.len() == 1 { ("rank", "is") } else { ("ranks", "are") };
+                    format!("Hang: {noun} {} {verb} stuck inside NCCL", rank_list(&rs))
                 },
                 Severity::Primary,
                 if all && same_seq { Confidence::Medium } else { Confidence::Low },
@@ -239,19 +281,21 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             }
             f
         };
-        // Ranks stuck in the same place read as one line.
-        let mut alike: Vec<(&str, Vec<u32>)> = Vec::new();
+        // Ranks stuck in the same place are one item (`Finding::fact` joins equal facts).
         for s in &inside {
             f.process_ids.insert(s.process);
-            let what = s.inside.as_deref().unwrap_or("");
-            match alike.iter_mut().find(|(w, _)| *w == what) {
-                Some((_, rs)) => rs.push(s.rank),
-                None => alike.push((what, vec![s.rank])),
-            }
-        }
-        for (what, rs) in alike {
-            let noun = if rs.len() == 1 { "rank" } else { "ranks" };
-            f.evidence(format!("comm {comm:#x}: {noun} {}: {what}", rank_list(&rs)));
+            let Some(i) = &s.inside else { continue };
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Progress,
+                    format!("comm {comm:#x}: {}", i.text),
+                )
+                .value("comm", format!("{comm:#x}"))
+                .value("op", &i.op)
+                .value("seq", i.seq)
+                .value("state", i.state)
+                .of(job, s.process),
+            );
         }
         out.push(f);
     }
@@ -271,12 +315,25 @@ mod tests {
         let members = job.comm_members(crate::synth::WORLD_UID);
         let newest = job.processes.iter().map(|p| p.last_t).max().unwrap();
         assert!(
-            super::stalled(&job, &members, newest),
+            super::stalled(&job, &members, newest, super::DEFAULT_STALL_NS),
             "dead ranks: always stalled"
         );
         job.processes[0].alive = true;
-        assert!(!super::stalled(&job, &members, newest + 1_000_000_000));
-        assert!(super::stalled(&job, &members, newest + super::STALL_NS));
+        let stall = super::DEFAULT_STALL_NS;
+        assert!(!super::stalled(
+            &job,
+            &members,
+            newest + 1_000_000_000,
+            stall
+        ));
+        assert!(super::stalled(&job, &members, newest + stall, stall));
+        // A shorter threshold chosen by the user calls the same quiet period a hang.
+        assert!(super::stalled(
+            &job,
+            &members,
+            newest + 1_000_000_000,
+            1_000_000_000
+        ));
     }
     use ncclshim_dump::CallId;
 
@@ -298,9 +355,9 @@ mod tests {
         let f = find(&fs, "stuck-outside-nccl").expect("stuck outside");
         assert_eq!(f.ranks, vec![2]);
         assert!(
-            f.evidence
-                .iter()
-                .any(|e| e.contains("ranks 0-1,3: collective seq 1")),
+            f.evidence.iter().any(|e| e.ranks == [0, 1, 3]
+                && e.values["seq"] == 1
+                && e.text.contains("collective seq 1")),
             "{:?}",
             f.evidence
         );
@@ -338,12 +395,16 @@ mod tests {
         });
         let f = find(&fs, "stuck-inside-nccl").expect("stuck inside");
         assert!(
-            f.evidence.iter().any(|e| e.contains("collective seq 2")),
+            f.evidence
+                .iter()
+                .any(|e| e.text.contains("collective seq 2")),
             "{:?}",
             f.evidence
         );
         assert!(
-            !f.evidence.iter().any(|e| e.contains("collective seq 0")),
+            !f.evidence
+                .iter()
+                .any(|e| e.text.contains("collective seq 0")),
             "{:?}",
             f.evidence
         );

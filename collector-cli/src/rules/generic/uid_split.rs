@@ -2,7 +2,7 @@
 //! a stale id from a previous run): each group waits in init for ranks that joined the other.
 
 use crate::model::JobModel;
-use crate::rules::{name_processes, Confidence, Finding, Severity};
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding, Severity};
 use std::collections::BTreeMap;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
@@ -36,10 +36,15 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         )
         .remedy("Make every rank receive the uniqueId from the same root for the same communicator (one MASTER_ADDR/port, one ncclGetUniqueId per communicator, no stale ids).");
         for (uid, ps) in &by_uid {
-            f.evidence(format!(
-                "uniqueId hash {uid:#x}: {} (of {n})",
-                name_processes(job, ps)
-            ));
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Communicator,
+                    format!("hold uniqueId hash {uid:#x} ({} of {n})", ps.len()),
+                )
+                .value("uid_hash", format!("{uid:#x}"))
+                .value("nranks", n)
+                .of_all(job, ps),
+            );
             for &p in ps {
                 f.involve(job, p);
             }

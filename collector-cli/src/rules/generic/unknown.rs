@@ -3,7 +3,7 @@
 //! finding.
 
 use crate::model::{FailureWhat, JobModel};
-use crate::rules::{Confidence, Finding, Severity};
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding, Severity};
 use std::collections::{BTreeMap, HashSet};
 
 /// (call name, return code, error text): failures alike in all three are one finding.
@@ -61,13 +61,17 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
             "No rule matches this evidence. Rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET on the \
              failing rank and compare NCCL's WARN lines with the error text above.",
         );
-        for (p, i, d) in members {
+        for (p, i, _) in members {
             let pm = &job.processes[*p];
             f.involve(job, *p);
             f.explain(*p, *i);
-            f.evidence(format!("{}: {d}", pm.label()));
+            f.fact(Evidence::call(&pm.calls[*i]).of(job, *p));
             if let Some(v) = pm.nccl_version_text() {
-                f.evidence(format!("{}: NCCL {v}", pm.label()));
+                f.fact(
+                    Evidence::new(EvidenceKind::Library, format!("NCCL {v}"))
+                        .value("nccl_version", &v)
+                        .of(job, *p),
+                );
             }
         }
         out.push(f);

@@ -1,0 +1,5 @@
+//! Helpers shared by the integration tests (each test file says `mod support;`).
+// Each test file uses the helpers it needs.
+#![allow(dead_code)]
+
+pub mod schema;
