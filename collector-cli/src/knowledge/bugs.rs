@@ -334,6 +334,23 @@ pub fn change(id: &str) -> &'static Change {
         .unwrap_or_else(|| panic!("knowledge/{FILE} has no entry `{id}`"))
 }
 
+/// The version in which entry `id` was introduced, as an `ncclGetVersion` code (for rules that
+/// compare a recorded code). Panics when the entry has no `introduced`: a build defect.
+pub fn introduced_code(id: &str) -> u64 {
+    change(id)
+        .introduced()
+        .unwrap_or_else(|| panic!("knowledge/{FILE}: `{id}` has no `introduced`"))
+        .code()
+}
+
+/// The version that fixed entry `id`, as an `ncclGetVersion` code.
+pub fn fixed_in_code(id: &str) -> u64 {
+    change(id)
+        .fixed_in()
+        .unwrap_or_else(|| panic!("knowledge/{FILE}: `{id}` has no `fixed_in`"))
+        .code()
+}
+
 /// The entries that describe version `v`.
 pub fn applying_to(v: NcclVersion) -> impl Iterator<Item = &'static Change> {
     changes().iter().filter(move |c| c.applies_to(v))

@@ -3,6 +3,8 @@
 //! same GPU ... NCCL_MULTI_RANK_GPU_ENABLE") and allows it only on opt-in. ncclInvalidUsage.
 
 use super::{text_has, who, Confidence, Finding, Severity};
+use crate::knowledge::launchers::{lookup, Role};
+use crate::knowledge::visible_devices::VisibleDevices;
 use crate::model::JobModel;
 use std::collections::BTreeMap;
 
@@ -62,16 +64,25 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         for &p in ps {
             f.involve(job, p);
             let pm = &job.processes[p];
-            let lr = pm.env_var("LOCAL_RANK").unwrap_or("unset");
-            let cvd = pm.env_var("CUDA_VISIBLE_DEVICES").unwrap_or("unset");
-            let ord = pm
-                .gpu()
-                .and_then(|g| g.ordinal)
-                .map(|o| o.to_string())
-                .unwrap_or("?".into());
+            // The launcher's local rank (whichever variable carries it) and the physical GPU the
+            // device ordinal resolves to through CUDA_VISIBLE_DEVICES.
+            let lr = pm
+                .env
+                .as_ref()
+                .and_then(|e| lookup(e, Role::LocalRank))
+                .map_or_else(|| "no local rank variable".to_owned(), |v| v.shown());
+            let visible = VisibleDevices::parse(pm.env_var("CUDA_VISIBLE_DEVICES"));
+            let ord = pm.gpu().and_then(|g| g.ordinal);
+            let physical = ord
+                .and_then(|o| usize::try_from(o).ok())
+                .and_then(|o| visible.device(o))
+                .map(|d| format!(" = {d}"))
+                .unwrap_or_default();
             f.evidence(format!(
-                "{}: LOCAL_RANK={lr}, CUDA_VISIBLE_DEVICES={cvd}, device ordinal {ord}",
-                who(job, p)
+                "{}: {lr}, {}, device ordinal {}{physical}",
+                who(job, p),
+                visible.describe(),
+                ord.map_or("?".to_owned(), |o| o.to_string())
             ));
         }
     }

@@ -219,6 +219,10 @@ pub const RULES: &[(&str, RuleFn)] = &[
 /// Runs every rule and orders the findings: primary first, then by confidence.
 pub fn diagnose(job: &JobModel) -> Vec<Finding> {
     let mut findings: Vec<Finding> = RULES.iter().flat_map(|(_, f)| f(job)).collect();
+    // Version awareness reads what the other rules concluded (a known bug is primary only where
+    // no primary finding explains the failure already).
+    let known = generic::known_bug::check(job, &findings);
+    findings.extend(known);
     findings.extend(generic::unknown::check(job, &findings));
     // A desync explains the hang it causes: the hang is then a consequence.
     if findings.iter().any(|f| f.id == "collective-desync") {
