@@ -24,5 +24,6 @@ capture() { # scenario wheel mode [VAR=value...]
 }
 
 capture socket-ifname-cu12 cu12 uniqueid NCCL_SOCKET_IFNAME=nonexistent0
+capture socket-ifname-cu11 cu11 uniqueid NCCL_SOCKET_IFNAME=nonexistent0
 capture init-no-gpu-cu11 cu11 init
 capture null-comm-cu12 cu12 nullcomm

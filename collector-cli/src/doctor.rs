@@ -6,6 +6,7 @@
 //!
 //! The checks are a pure function of the collected facts, so they are tested on made-up hosts.
 
+use crate::knowledge::thresholds;
 use crate::names::nccl_version_string;
 use crate::rules::c08_socket_ifname::filter_matches;
 use ncclshim_host_facts::host::HostFacts;
@@ -14,9 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// First NCCL that finds `nvidia_peermem` where current kernels put it (catalog C05).
-const PEERMEM_FIXED_IN: i64 = 22304;
-/// NCCL needs far more than Docker's default 64 MiB of `/dev/shm` (catalog C07).
-const MIN_DEV_SHM: u64 = 1 << 30;
+fn peermem_fixed_in() -> i64 {
+    crate::rules::c05_gdr_peermem::fixed_in() as i64
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -260,7 +261,7 @@ pub fn run_checks(f: &Facts) -> Vec<Check> {
     let old: Vec<&InstalledNccl> = f
         .nccl
         .iter()
-        .filter(|n| n.version.is_some_and(|v| v < PEERMEM_FIXED_IN))
+        .filter(|n| n.version.is_some_and(|v| v < peermem_fixed_in()))
         .collect();
     let c = if !has_ib(h) {
         Check::ok(
@@ -302,8 +303,9 @@ pub fn run_checks(f: &Facts) -> Vec<Check> {
         c.value("nvidia_peermem_module", module)
             .value("memory_peers", legacy),
     );
+    // What counts as too low is the report's threshold too (knowledge/thresholds.toml).
     let c = match (has_ib(h), h.memlock_unlimited, h.memlock_soft_bytes) {
-        (true, false, Some(soft)) => Check::new(
+        (true, unlimited, Some(soft)) if thresholds::memlock_too_low(unlimited, Some(soft)) => Check::new(
             "memlock",
             Status::Warn,
             "the locked-memory limit is finite: ibv_create_qp / memory registration can fail under load",
@@ -322,7 +324,9 @@ pub fn run_checks(f: &Facts) -> Vec<Check> {
     // /dev/shm (C07).
     out.push(
         match h.dev_shm_bytes {
-            Some(b) if b < MIN_DEV_SHM => Check::new(
+            // NCCL needs far more than Docker's default 64 MiB (catalog C07); the threshold is the
+            // report's too (knowledge/thresholds.toml).
+            Some(b) if thresholds::dev_shm_too_small(b) => Check::new(
                 "dev-shm",
                 Status::Warn,
                 "/dev/shm is small: NCCL's shared-memory transport fails to create or extend its segments",

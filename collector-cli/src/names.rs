@@ -1,68 +1,15 @@
-//! Names for the numbers NCCL and the CUDA driver return, and for NCCL's version codes,
-//! datatypes and reduction ops. Our own tables, written from the public enum values, so a report
-//! can say `ncclRemoteError` or `CUDA_ERROR_INVALID_DEVICE` instead of a bare integer.
+//! Names for the numbers NCCL and the CUDA driver return (from the knowledge files, with their
+//! sources), and for NCCL's version codes, datatypes and reduction ops, so a report can say
+//! `ncclRemoteError` or `CUDA_ERROR_INVALID_DEVICE` instead of a bare integer.
 
-/// `ncclResult_t` name.
+/// `ncclResult_t` name (knowledge/nccl-results.toml).
 pub fn nccl_result_name(rc: i32) -> Option<&'static str> {
-    Some(match rc {
-        0 => "ncclSuccess",
-        1 => "ncclUnhandledCudaError",
-        2 => "ncclSystemError",
-        3 => "ncclInternalError",
-        4 => "ncclInvalidArgument",
-        5 => "ncclInvalidUsage",
-        6 => "ncclRemoteError",
-        7 => "ncclInProgress",
-        _ => return None,
-    })
+    crate::knowledge::codes::nccl_result(rc).map(|c| c.name.as_str())
 }
 
-/// `CUresult` name for the codes NCCL's transports and the IPC / cuMem paths run into.
+/// `CUresult` name (knowledge/cuda.toml).
 pub fn cu_result_name(rc: i32) -> Option<&'static str> {
-    Some(match rc {
-        0 => "CUDA_SUCCESS",
-        1 => "CUDA_ERROR_INVALID_VALUE",
-        2 => "CUDA_ERROR_OUT_OF_MEMORY",
-        3 => "CUDA_ERROR_NOT_INITIALIZED",
-        4 => "CUDA_ERROR_DEINITIALIZED",
-        5 => "CUDA_ERROR_PROFILER_DISABLED",
-        34 => "CUDA_ERROR_STUB_LIBRARY",
-        46 => "CUDA_ERROR_DEVICE_UNAVAILABLE",
-        100 => "CUDA_ERROR_NO_DEVICE",
-        101 => "CUDA_ERROR_INVALID_DEVICE",
-        102 => "CUDA_ERROR_DEVICE_NOT_LICENSED",
-        200 => "CUDA_ERROR_INVALID_IMAGE",
-        201 => "CUDA_ERROR_INVALID_CONTEXT",
-        205 => "CUDA_ERROR_MAP_FAILED",
-        206 => "CUDA_ERROR_UNMAP_FAILED",
-        208 => "CUDA_ERROR_ALREADY_MAPPED",
-        214 => "CUDA_ERROR_ECC_UNCORRECTABLE",
-        216 => "CUDA_ERROR_CONTEXT_ALREADY_IN_USE",
-        217 => "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
-        300 => "CUDA_ERROR_INVALID_SOURCE",
-        304 => "CUDA_ERROR_OPERATING_SYSTEM",
-        400 => "CUDA_ERROR_INVALID_HANDLE",
-        401 => "CUDA_ERROR_ILLEGAL_STATE",
-        500 => "CUDA_ERROR_NOT_FOUND",
-        600 => "CUDA_ERROR_NOT_READY",
-        700 => "CUDA_ERROR_ILLEGAL_ADDRESS",
-        701 => "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
-        702 => "CUDA_ERROR_LAUNCH_TIMEOUT",
-        704 => "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
-        705 => "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
-        708 => "CUDA_ERROR_CONTEXT_IS_DESTROYED",
-        709 => "CUDA_ERROR_ASSERT",
-        712 => "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
-        719 => "CUDA_ERROR_LAUNCH_FAILED",
-        800 => "CUDA_ERROR_NOT_PERMITTED",
-        801 => "CUDA_ERROR_NOT_SUPPORTED",
-        802 => "CUDA_ERROR_SYSTEM_NOT_READY",
-        803 => "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
-        804 => "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
-        900 => "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
-        999 => "CUDA_ERROR_UNKNOWN",
-        _ => return None,
-    })
+    crate::knowledge::codes::cu_result(rc).map(|c| c.name.as_str())
 }
 
 /// The name of a return code, `ncclResult_t` or (`is_cuda`) `CUresult`; a numeric name when unknown.

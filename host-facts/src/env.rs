@@ -20,6 +20,12 @@ const PREFIXES: &[&str] = &[
     "NCCLSHIM_",
     "NVIDIA_",
     "UCX_",
+    // Launchers (collector-cli/knowledge/launchers.toml; its tests check every variable is kept).
+    "TORCHELASTIC_",
+    "HOROVOD_",
+    "MV2_COMM_WORLD_",
+    "MPI_LOCAL",
+    "PET_",
 ];
 
 /// Variables kept by exact name.
@@ -29,6 +35,11 @@ const EXACT: &[&str] = &[
     "WORLD_SIZE",
     "LOCAL_WORLD_SIZE",
     "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "NODE_RANK",
+    "JOB_COMPLETION_INDEX",
+    "HYDI_CONTROL_FD",
     "LD_PRELOAD",
     "LD_LIBRARY_PATH",
 ];
@@ -141,6 +152,11 @@ fn redact_url_password(arg: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// Whether the recorder keeps a variable of this name (without `NCCLSHIM_ENV_ALLOW` additions).
+pub fn is_kept_name(name: &str) -> bool {
+    is_kept(name, &[])
 }
 
 fn is_kept(name: &str, extra_prefixes: &[String]) -> bool {

@@ -22,3 +22,9 @@ pub fn parse<T: DeserializeOwned>(name: &str, text: &str) -> T {
         Err(e) => panic!("collector-cli/knowledge/{name} is malformed: {e}"),
     }
 }
+
+pub mod bugs;
+pub mod codes;
+pub mod launchers;
+pub mod thresholds;
+pub mod visible_devices;

@@ -8,9 +8,13 @@ use crate::model::JobModel;
 const OLD_TEXT: &str = "network IB not found";
 const NEW_TEXT: &str = "Failed to initialize any NET plugin";
 
+/// The version fact: the release that reworded the WARN (knowledge/nccl-versions.toml).
+const REWORDED: &str = "net-init-warn-reworded";
+
 /// The WARN this NCCL version prints when the forced network is missing.
 pub fn expected_text(nccl_version: Option<u64>) -> Option<&'static str> {
-    nccl_version.map(|v| if v >= 22700 { NEW_TEXT } else { OLD_TEXT })
+    let since = crate::knowledge::bugs::introduced_code(REWORDED);
+    nccl_version.map(|v| if v >= since { NEW_TEXT } else { OLD_TEXT })
 }
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
@@ -142,7 +146,8 @@ mod tests {
     #[test]
     fn expected_text_by_version() {
         assert_eq!(expected_text(Some(22602)), Some(OLD_TEXT));
-        assert_eq!(expected_text(Some(22700)), Some(NEW_TEXT));
+        // 2.27.3 is the first 2.27 release (knowledge: net-init-warn-reworded).
+        assert_eq!(expected_text(Some(22703)), Some(NEW_TEXT));
         assert_eq!(expected_text(None), None);
     }
 }

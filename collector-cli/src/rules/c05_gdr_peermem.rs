@@ -6,8 +6,14 @@ use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 use crate::names::nccl_version_string;
 
+/// The known bug (knowledge/nccl-versions.toml) whose fixed-in release also checks
+/// `/sys/module/nvidia_peermem/version`.
+pub const BUG: &str = "peermem-kernel-6.6";
+
 /// First NCCL release that also checks `/sys/module/nvidia_peermem/version`.
-pub const FIXED_IN: u64 = 22304;
+pub fn fixed_in() -> u64 {
+    crate::knowledge::bugs::fixed_in_code(BUG)
+}
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(
@@ -22,7 +28,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "Upgrade NCCL to 2.23.4 or newer; or use DMA-BUF (NCCL_DMABUF_ENABLE=1, kernel ≥ 5.12 and a \
          supporting driver); keep nvidia_peermem loaded.",
     );
-    f.fixed_in = Some(nccl_version_string(FIXED_IN));
+    f.fixed_in = Some(nccl_version_string(fixed_in()));
     for (p, pm) in job.processes.iter().enumerate() {
         let (Some(h), Some(v)) = (pm.host_facts.as_ref(), pm.nccl_version) else {
             continue;
@@ -30,7 +36,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         let module = h.peermem_exists("/sys/module/nvidia_peermem/version");
         let legacy = h.peermem_exists("memory_peers/nv_mem/version");
         let has_ib = h.libibverbs_dlopen == Some(true) || !h.infiniband.is_empty();
-        if module == Some(true) && legacy == Some(false) && v < FIXED_IN && has_ib {
+        if module == Some(true) && legacy == Some(false) && v < fixed_in() && has_ib {
             f.involve(job, p);
             f.fact(
                 Evidence::new(

@@ -3,6 +3,8 @@
 //! same GPU ... NCCL_MULTI_RANK_GPU_ENABLE") and allows it only on opt-in. ncclInvalidUsage.
 
 use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use crate::knowledge::launchers::{lookup, Role};
+use crate::knowledge::visible_devices::VisibleDevices;
 use crate::model::JobModel;
 use std::collections::BTreeMap;
 
@@ -65,22 +67,33 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         for &p in ps {
             f.involve(job, p);
             let pm = &job.processes[p];
-            let lr = pm.env_var("LOCAL_RANK");
+            // The launcher's local rank (whichever variable carries it) and the physical GPU the
+            // device ordinal resolves to through CUDA_VISIBLE_DEVICES.
+            let lr = pm
+                .env
+                .as_ref()
+                .and_then(|e| lookup(e, Role::LocalRank))
+                .map_or_else(|| "no local rank variable".to_owned(), |v| v.shown());
             let cvd = pm.env_var("CUDA_VISIBLE_DEVICES");
-            let ordinal = pm.gpu().and_then(|g| g.ordinal);
+            let visible = VisibleDevices::parse(cvd);
+            let ord = pm.gpu().and_then(|g| g.ordinal);
+            let physical = ord
+                .and_then(|o| usize::try_from(o).ok())
+                .and_then(|o| visible.device(o));
             f.fact(
                 Evidence::new(
                     EvidenceKind::Gpu,
                     format!(
-                        "LOCAL_RANK={}, CUDA_VISIBLE_DEVICES={}, device ordinal {}",
-                        lr.unwrap_or("unset"),
-                        cvd.unwrap_or("unset"),
-                        ordinal.map(|o| o.to_string()).unwrap_or("?".into())
+                        "{lr}, {}, device ordinal {}{}",
+                        visible.describe(),
+                        ord.map_or("?".to_owned(), |o| o.to_string()),
+                        physical.as_ref().map(|d| format!(" = {d}")).unwrap_or_default()
                     ),
                 )
-                .value("LOCAL_RANK", lr)
+                .value("local_rank", lr.as_str())
                 .value("CUDA_VISIBLE_DEVICES", cvd)
-                .value("ordinal", ordinal)
+                .value("ordinal", ord)
+                .value("physical_device", physical.map(|d| d.to_string()))
                 .of(job, p),
             );
         }

@@ -11,9 +11,6 @@ const TEXTS: &[&str] = &[
     "No space left on device",
 ];
 
-/// Container tmpfs sizes that are too small for several local ranks (Docker's default is 64 MiB).
-pub const SMALL_SHM: u64 = 256 << 20;
-
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(
         "dev-shm-too-small",
@@ -28,7 +25,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     );
     for (p, pm) in job.processes.iter().enumerate() {
         let shm = pm.host_facts.as_ref().and_then(|h| h.dev_shm_bytes);
-        let small = shm.is_some_and(|b| b <= SMALL_SHM);
+        // The same threshold `doctor` warns at (knowledge/thresholds.toml).
+        let small = shm.is_some_and(crate::knowledge::thresholds::dev_shm_too_small);
         let local = job
             .processes
             .iter()

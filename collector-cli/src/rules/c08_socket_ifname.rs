@@ -80,7 +80,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             .of(job, p),
         );
         if let Some(v) = pm.nccl_version {
-            let (rc, name) = if v >= 22400 {
+            // The release that changed the return code (knowledge/nccl-versions.toml).
+            let since = crate::knowledge::bugs::introduced_code("socket-missing-interface-rc");
+            let (rc, name) = if v >= since {
                 (5, "ncclInvalidUsage")
             } else {
                 (3, "ncclInternalError")

@@ -251,6 +251,10 @@ pub fn diagnose(job: &JobModel) -> Vec<Finding> {
 /// Runs every rule and orders the findings: primary first, then by confidence.
 pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
     let mut findings: Vec<Finding> = RULES.iter().flat_map(|(_, f)| f(job, options)).collect();
+    // Version awareness reads what the other rules concluded (a known bug is primary only where
+    // no primary finding explains the failure already).
+    let known = generic::known_bug::check(job, &findings);
+    findings.extend(known);
     findings.extend(generic::unknown::check(job, &findings));
     // A desync, or threads racing on one communicator, explains the hang it causes: the hang
     // is then a consequence.

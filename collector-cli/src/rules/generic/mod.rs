@@ -1,13 +1,15 @@
 //! Checks that are not one catalog case: fatal signals, ranks that ended abruptly or never
 //! arrived, uniqueId splits, hangs (stuck inside vs outside NCCL), environment and library
 //! differences across ranks, connection failures judged by what the peer's address is in this
-//! job, and the evidence-only finding for failures no rule explains.
+//! job, known bugs of the recorded NCCL version, and the evidence-only finding for failures no
+//! rule explains.
 
 pub mod abrupt_end;
 pub mod concurrent_comm;
 pub mod env_diff;
 pub mod fatal_signal;
 pub mod invalid_argument;
+pub mod known_bug;
 pub mod lib_diff;
 pub mod missing_ranks;
 pub mod network_path;
