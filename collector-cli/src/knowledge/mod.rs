@@ -9,6 +9,7 @@
 //! A file that does not parse or validate is a build defect, not a user error: the tests parse
 //! every family (`cargo test`), so a malformed entry never ships.
 
+pub mod messages;
 pub mod sockets;
 
 use serde::de::DeserializeOwned;
