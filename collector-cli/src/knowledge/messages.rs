@@ -143,19 +143,55 @@ impl Condition {
         }
     }
 
-    /// The fact this condition reads, for evidence lines (`NCCL_SOCKET_IFNAME set`).
-    pub fn describe(&self) -> String {
+    /// The recorded value this condition read, for evidence lines (`NCCL_SOCKET_IFNAME=eth9`,
+    /// `dev_shm_bytes = 64 MiB`); `None` when it was not recorded.
+    pub fn observed(&self, m: &Match, facts: &dyn Facts) -> Option<String> {
+        Some(match self {
+            Condition::EnvSet(k) | Condition::EnvUnset(k) | Condition::EnvEquals(k, _) => {
+                match facts.env(k)? {
+                    Some(v) => format!("{k}={v}"),
+                    None => format!("{k} unset"),
+                }
+            }
+            Condition::CaptureMatches(n, _) => format!("{n} '{}'", m.capture(n)?),
+            Condition::CaptureLocal(n, _) => {
+                let v = m.capture(n)?;
+                if facts.local_interface(v)? {
+                    format!("{v} is on this host")
+                } else {
+                    format!("{v} is not an interface of this host")
+                }
+            }
+            Condition::HostBelow(f, _) => {
+                let v = facts.host_number(*f)?;
+                format!("{} = {} MiB", f.name(), v >> 20)
+            }
+            Condition::HostIs(f, _) => format!("{} = {}", f.name(), facts.host_flag(*f)?),
+            Condition::NcclBelow(_) | Condition::NcclAtLeast(_) => {
+                format!("NCCL {}", version_text(facts.nccl_version()?))
+            }
+        })
+    }
+}
+
+impl HostNumber {
+    pub fn name(self) -> &'static str {
         match self {
-            Condition::EnvSet(k) => format!("{k} set"),
-            Condition::EnvUnset(k) => format!("{k} unset"),
-            Condition::EnvEquals(k, v) => format!("{k}={v}"),
-            Condition::CaptureMatches(n, re) => format!("{n} matches /{}/", re.as_str()),
-            Condition::CaptureLocal(n, true) => format!("{n} is an interface of this host"),
-            Condition::CaptureLocal(n, false) => format!("{n} is not an interface of this host"),
-            Condition::HostBelow(f, v) => format!("{f:?} below {v}"),
-            Condition::HostIs(f, v) => format!("{f:?} is {v}"),
-            Condition::NcclBelow(v) => format!("NCCL below {}", version_text(*v)),
-            Condition::NcclAtLeast(v) => format!("NCCL {} or newer", version_text(*v)),
+            HostNumber::DevShmBytes => "dev_shm_bytes",
+            HostNumber::MemlockSoftBytes => "memlock_soft_bytes",
+        }
+    }
+}
+
+impl HostFlag {
+    pub fn name(self) -> &'static str {
+        match self {
+            HostFlag::MemlockUnlimited => "memlock_unlimited",
+            HostFlag::LibibverbsDlopen => "libibverbs_dlopen",
+            HostFlag::DevInfiniband => "dev_infiniband",
+            HostFlag::IbDevices => "ib_devices",
+            HostFlag::InContainer => "in_container",
+            HostFlag::PeermemLoaded => "peermem_loaded",
         }
     }
 }
@@ -195,7 +231,8 @@ pub enum Fit {
 pub struct Assessment<'a> {
     pub cause: &'a Cause,
     pub fit: Fit,
-    /// (fact, holds) for every condition whose fact was recorded.
+    /// (recorded fact, whether the condition on it holds) for every condition whose fact was
+    /// recorded.
     pub facts: Vec<(String, bool)>,
 }
 
@@ -214,10 +251,11 @@ impl Entry {
                     Fit::Supported
                 };
                 for cond in &c.when {
+                    let seen = || cond.observed(m, facts).unwrap_or_default();
                     match cond.eval(m, facts) {
-                        Some(true) => known.push((cond.describe(), true)),
+                        Some(true) => known.push((seen(), true)),
                         Some(false) => {
-                            known.push((cond.describe(), false));
+                            known.push((seen(), false));
                             fit = Fit::RuledOut;
                         }
                         None if fit == Fit::Supported => fit = Fit::Possible,
