@@ -10,6 +10,7 @@
 //! every family (`cargo test`), so a malformed entry never ships.
 
 pub mod hardware;
+pub mod messages;
 pub mod sockets;
 
 use serde::de::DeserializeOwned;

@@ -87,7 +87,10 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                         "{lr}, {}, device ordinal {}{}",
                         visible.describe(),
                         ord.map_or("?".to_owned(), |o| o.to_string()),
-                        physical.as_ref().map(|d| format!(" = {d}")).unwrap_or_default()
+                        physical
+                            .as_ref()
+                            .map(|d| format!(" = {d}"))
+                            .unwrap_or_default()
                     ),
                 )
                 .value("local_rank", lr.as_str())

@@ -22,6 +22,7 @@ pub mod c28_local_rank;
 pub mod c35_no_libnccl;
 pub mod evidence;
 pub mod generic;
+pub mod message_facts;
 pub mod signatures;
 
 use crate::model::{CallEvent, JobModel};
@@ -68,6 +69,11 @@ pub struct Finding {
     pub explains: Vec<(usize, usize)>,
     #[serde(skip)]
     pub process_ids: BTreeSet<usize>,
+    /// The failures it explains echo a failure elsewhere (a peer closed the connection,
+    /// teardown noise): such a finding is never chosen as primary while another explains a
+    /// failure, and sorts after its equals.
+    #[serde(skip)]
+    pub consequence: bool,
 }
 
 impl Finding {
@@ -91,6 +97,7 @@ impl Finding {
             fixed_in: None,
             explains: Vec::new(),
             process_ids: BTreeSet::new(),
+            consequence: false,
         }
     }
 
@@ -275,8 +282,10 @@ pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
         generic::transport_hang::annotate(job, f);
     }
     if !findings.iter().any(|f| f.severity == Severity::Primary) {
-        // Nobody claimed the root cause: the finding covering the earliest failure is primary.
-        if let Some(first) = job.failures.first() {
+        // Nobody claimed the root cause: the finding covering the earliest failure is primary,
+        // unless that finding is a consequence (a peer's closed connection, teardown noise):
+        // then the earliest failure explained by a finding that is not.
+        let explaining = |first: &crate::model::JobFailure| {
             let key = match first.what {
                 crate::model::FailureWhat::Call(i) | crate::model::FailureWhat::AsyncError(i) => {
                     Some((first.process, i))
@@ -285,18 +294,24 @@ pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
             };
             // The finding that explains that failure; for a death or signal (no call to
             // explain), the first finding about that process.
-            let chosen = match key {
+            match key {
                 Some(k) => findings.iter().position(|f| f.explains.contains(&k)),
                 None => findings
                     .iter()
                     .position(|f| f.process_ids.contains(&first.process)),
-            };
-            if let Some(i) = chosen {
-                findings[i].severity = Severity::Primary;
             }
+        };
+        let chosen = job
+            .failures
+            .iter()
+            .filter_map(explaining)
+            .find(|&i| !findings[i].consequence)
+            .or_else(|| job.failures.first().and_then(explaining));
+        if let Some(i) = chosen {
+            findings[i].severity = Severity::Primary;
         }
     }
-    findings.sort_by_key(|f| (f.severity, f.confidence));
+    findings.sort_by_key(|f| (f.severity, f.consequence, f.confidence));
     findings
 }
 

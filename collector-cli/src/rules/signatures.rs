@@ -1,8 +1,12 @@
 //! Catalog cases recognised by NCCL's or CUDA's own words alone: the error text (or CUresult)
-//! is specific enough that no cross-rank evidence is needed. One table row per case; the rule
-//! quotes the matching call and adds the environment values the case depends on.
+//! is specific enough that no cross-rank evidence is needed. What a text means and which cause
+//! the recorded facts point to come from the message knowledge (`knowledge/messages.toml`); this
+//! table only says which (message, cause) pairs are which catalog case, how the finding is
+//! titled, and which CUresults of the driver wrappers say the same without a text.
 
-use super::{text_has, who, Confidence, Finding, Severity};
+use super::message_facts::ProcessFacts;
+use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
+use crate::knowledge::messages::{self, Fit};
 use crate::model::JobModel;
 
 /// One recognisable signature.
@@ -10,13 +14,13 @@ pub struct Signature {
     pub catalog: &'static str,
     pub id: &'static str,
     pub title: &'static str,
-    /// Any of these (case-insensitive) in NCCL's error text.
-    pub texts: &'static [&'static str],
+    /// (message entry id, cause id) in `knowledge/messages.toml`: the signature holds when the
+    /// error text is classified as that entry and that cause ranks first for the process's facts.
+    pub causes: &'static [(&'static str, &'static str)],
     /// Or a driver call returning one of these CUresults.
     pub cu_results: &'static [i32],
     /// Environment variables worth quoting as evidence.
     pub env: &'static [&'static str],
-    pub remedy: &'static str,
     pub confidence: Confidence,
 }
 
@@ -25,83 +29,94 @@ pub const SIGNATURES: &[Signature] = &[
         catalog: "C15",
         id: "fabric-manager-not-running",
         title: "CUDA is not initialised: Fabric Manager not running on an NVSwitch system",
-        texts: &["system not yet initialized"],
+        causes: &[("cuda-system-not-initialized", "fabric-manager-not-running")],
         cu_results: &[802],
         env: &[],
-        remedy: "Install nvidia-fabricmanager matching the driver, `systemctl enable --now nvidia-fabricmanager`, reboot if needed.",
         confidence: Confidence::High,
     },
     Signature {
         catalog: "C17",
         id: "nvls-multicast-bind-failed",
         title: "NVLS multicast setup refused by the Fabric Manager / NVSwitch state",
-        texts: &["cannot be performed in the present state", "Failed to bind NVLink SHARP"],
+        causes: &[
+            ("cuda-illegal-state-multicast", "fabric-state"),
+            ("nvls-bind-failed", "fabric-state"),
+        ],
         cu_results: &[401],
         env: &["NCCL_NVLS_ENABLE"],
-        remedy: "Check `nvidia-smi -q` fabric state, restart the Fabric Manager or power-cycle the node; workaround NCCL_NVLS_ENABLE=0.",
         confidence: Confidence::Medium,
     },
     Signature {
         catalog: "C21",
         id: "illegal-memory-access",
         title: "A CUDA kernel made an illegal memory access (sticky error surfacing through NCCL)",
-        texts: &["illegal memory access"],
+        causes: &[("cuda-illegal-address", "application-kernel")],
         cu_results: &[700],
         env: &["CUDA_LAUNCH_BLOCKING"],
-        remedy: "Rerun the failing rank with CUDA_LAUNCH_BLOCKING=1 or under compute-sanitizer to find the kernel; NCCL only reports the sticky error.",
         confidence: Confidence::Medium,
     },
     Signature {
         catalog: "C24",
         id: "init-during-graph-capture",
         title: "Communicator created while a CUDA graph was being captured",
-        texts: &["operation not permitted when stream is capturing"],
+        causes: &[("cuda-stream-capture", "init-during-capture")],
         cu_results: &[900],
         env: &[],
-        remedy: "Create the communicator eagerly before any capture (init_process_group(..., device_id=...)) and run a warm-up collective first.",
         confidence: Confidence::Medium,
     },
     Signature {
         catalog: "C29",
         id: "shm-removed-by-systemd",
         title: "NCCL's shared-memory file disappeared (systemd RemoveIPC)",
-        texts: &["unlink shared memory"],
+        causes: &[
+            ("shm-unlink-failed", "systemd-removeipc"),
+            ("shm-unlink-failed", "other"),
+        ],
         cu_results: &[],
         env: &[],
-        remedy: "Set RemoveIPC=no in /etc/systemd/logind.conf and restart systemd-logind (or run jobs as a system user).",
         confidence: Confidence::Medium,
     },
     Signature {
         catalog: "C32",
         id: "cumem-host-peer-unsupported",
         title: "cuMem host shared memory needs peer access the GPUs do not support",
-        texts: &["peer access is not supported between these two devices"],
+        causes: &[("cuda-peer-access-unsupported", "cumem-host-without-p2p")],
         cu_results: &[217],
         env: &["NCCL_CUMEM_HOST_ENABLE"],
-        remedy: "Set NCCL_CUMEM_HOST_ENABLE=0 (SHM falls back to /dev/shm), or use an NCCL/driver with the fix.",
         confidence: Confidence::Medium,
     },
     Signature {
         catalog: "C33",
         id: "malformed-topology-xml",
         title: "The topology XML NCCL was given is missing mandatory attributes",
-        texts: &["of node cpu not found", "of node nic not found", "of node pci not found", "of node gpu not found"],
+        causes: &[
+            ("topo-xml-malformed", "topo-file"),
+            ("topo-xml-malformed", "graph-file"),
+            ("topo-xml-malformed", "generated"),
+        ],
         cu_results: &[],
         env: &["NCCL_TOPO_FILE"],
-        remedy: "Fix the XML (or unset NCCL_TOPO_FILE; NCCL_TOPO_DUMP_FILE writes a valid one to start from).",
         confidence: Confidence::High,
     },
     Signature {
         catalog: "C11",
         id: "ibv-create-qp-failed",
         title: "Creating an InfiniBand queue pair failed (locked-memory limit)",
-        texts: &["Call to ibv_create_qp failed"],
+        causes: &[("ib-verbs-call-failed", "memlock-limit")],
         cu_results: &[],
         env: &["NCCL_IB_DISABLE"],
-        remedy: "Raise the locked-memory limit (docker --ulimit memlock=-1, limits.conf, Slurm PropagateResourceLimits); workaround NCCL_IB_DISABLE=1.",
         confidence: Confidence::Medium,
     },
 ];
+
+/// The remedy of a signature: its first cause's, from the knowledge file.
+fn remedy_of(sig: &Signature) -> &'static str {
+    let (entry, cause) = sig.causes[0];
+    messages::entry(entry)
+        .and_then(|e| e.causes.iter().find(|c| c.id == cause))
+        .map(|c| c.remedy.as_str())
+        .unwrap_or_default()
+}
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -113,36 +128,36 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             Severity::Primary,
             sig.confidence,
         )
-        .remedy(sig.remedy);
+        .remedy(remedy_of(sig));
         for (p, pm) in job.processes.iter().enumerate() {
+            let facts = ProcessFacts(pm);
             for (i, c) in pm.calls.iter().enumerate() {
-                let hit = c.reports_error()
-                    && (text_has(c, sig.texts) || (c.is_cuda && sig.cu_results.contains(&c.rc)));
-                if !hit {
+                if !c.reports_error() {
+                    continue;
+                }
+                // The cause the knowledge ranks first for this text and these facts.
+                let by_text = c
+                    .error_text
+                    .as_deref()
+                    .and_then(messages::classify)
+                    .and_then(|m| {
+                        let best = m.entry.assess(&m, &facts).into_iter().next()?;
+                        let key = (m.entry.id.as_str(), best.cause.id.as_str());
+                        (best.fit != Fit::RuledOut && sig.causes.contains(&key))
+                            .then_some(best.facts)
+                    });
+                let by_result = c.is_cuda && sig.cu_results.contains(&c.rc);
+                if by_text.is_none() && !by_result {
                     continue;
                 }
                 f.involve(job, p);
                 f.explain(p, i);
-                f.evidence(format!("{}: {}", who(job, p), c.describe()));
-                for k in sig.env {
-                    match pm.env_var(k) {
-                        Some(v) => f.evidence(format!("{}: {k}={v}", who(job, p))),
-                        None => f.evidence(format!("{}: {k} unset", who(job, p))),
-                    }
+                f.fact(Evidence::call(c).of(job, p));
+                for (fact, _) in by_text.unwrap_or_default() {
+                    f.fact(Evidence::new(EvidenceKind::Inference, fact).of(job, p));
                 }
-                if sig.catalog == "C11" {
-                    if let Some(h) = &pm.host_facts {
-                        match (h.memlock_unlimited, h.memlock_soft_bytes) {
-                            (Some(false), Some(b)) => {
-                                f.evidence(format!("{}: RLIMIT_MEMLOCK {} KiB", pm.host, b >> 10))
-                            }
-                            (Some(true), _) => f.evidence(format!(
-                                "{}: RLIMIT_MEMLOCK unlimited (the limit is not the cause)",
-                                pm.host
-                            )),
-                            _ => {}
-                        }
-                    }
+                for k in sig.env {
+                    f.fact(Evidence::env(k, pm.env_var(k), "").of(job, p));
                 }
             }
         }
@@ -157,15 +172,36 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::rules::testutil::{analyze, find};
-    use crate::synth::WORLD_UID;
+    use crate::synth::{host_facts_json, WORLD_UID};
     use ncclshim_dump::CallId;
+
+    /// One real text per signature (NCCL's WARN as printed; see tests/signatures/ for sources).
+    fn sample_text(catalog: &str) -> &'static str {
+        match catalog {
+            "C15" => "Cuda failure 802 'system not yet initialized'",
+            "C17" => "Cuda failure 401 'the operation cannot be performed in the present state'",
+            "C21" => "Cuda failure 'an illegal memory access was encountered'",
+            "C24" => "Cuda failure 'operation not permitted when stream is capturing'",
+            "C29" => "unlink shared memory /dev/shm/nccl-d5rTd0 failed, error: No such file or directory (2)",
+            "C32" => "Cuda failure 217 'peer access is not supported between these two devices'",
+            "C33" => "Attribute busid of node nic not found",
+            "C11" => "Call to ibv_create_qp failed",
+            other => panic!("no sample text for {other}"),
+        }
+    }
 
     #[test]
     fn every_signature_matches_its_own_text() {
         for sig in SIGNATURES {
-            let text = sig.texts[0].to_owned();
+            assert!(!remedy_of(sig).is_empty(), "{}: remedy", sig.id);
+            let text = sample_text(sig.catalog).to_owned();
             let (_, fs) = analyze(&["n0"], move |s| {
                 s.snapshot_all(22703);
+                // A limited locked-memory limit: the fact C11's cause depends on.
+                let mut h = host_facts_json("n0");
+                h["memlock_unlimited"] = false.into();
+                h["memlock_soft_bytes"] = 65536.into();
+                s.ranks[0].host_facts(&h);
                 s.ranks[0].init_rank(
                     1,
                     0,
@@ -200,6 +236,29 @@ mod tests {
             .evidence
             .iter()
             .any(|e| e.contains("NCCL_NVLS_ENABLE unset")));
+    }
+
+    #[test]
+    fn a_cause_the_recorded_facts_rule_out_is_not_claimed() {
+        // memlock unlimited (the synthetic default): ibv_create_qp failing is not C11.
+        let (_, fs) = analyze(&["n0"], |s| {
+            s.snapshot_all(22703);
+            s.ranks[0].init_rank(
+                1,
+                0,
+                WORLD_UID,
+                0,
+                2,
+                Some("Call to ibv_create_qp failed"),
+                22703,
+            );
+            s.ranks[0].clean_exit();
+        });
+        assert!(find(&fs, "ibv-create-qp-failed").is_none());
+        let f = find(&fs, "nccl-message-ib-verbs-call-failed").expect("still explained");
+        assert!(f.evidence.iter().any(|e| e.contains(
+            "cause memlock-limit: ruled out (call 'ibv_create_qp', memlock_unlimited = true)"
+        )));
     }
 
     #[test]
