@@ -42,6 +42,14 @@ enum Command {
         /// Colors in the text report.
         #[arg(long, value_enum, default_value = "auto")]
         color: ColorChoice,
+        /// Report on this run when the directory holds several (its launcher id such as a
+        /// Slurm `JOBID.STEP`, `source:id`, a unique prefix, or `unnamed-N`); default: the most
+        /// recent.
+        #[arg(long, value_name = "ID")]
+        run: Option<String>,
+        /// List the runs in the directory (one per line; JSON with --json) and exit.
+        #[arg(long)]
+        list_runs: bool,
     },
     /// Write a Perfetto / Chrome trace (one process per rank, clocks aligned across hosts).
     Trace {
@@ -91,7 +99,19 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Dump { file } => cmd_dump(&file),
-        Command::Report { dir, json, color } => cmd_report(&dir, json, color),
+        Command::Report {
+            dir,
+            json,
+            color,
+            run,
+            list_runs,
+        } => {
+            if list_runs {
+                cmd_list_runs(&dir, json)
+            } else {
+                cmd_report(&dir, json, color, run.as_deref())
+            }
+        }
         Command::Trace { dir, output } => cmd_trace(&dir, &output),
         Command::Run {
             dir,
@@ -246,7 +266,39 @@ fn cmd_dump(file: &std::path::Path) -> anyhow::Result<ExitCode> {
 /// Reading fewer dumps than this is instant; a progress bar would only flicker.
 const PROGRESS_MIN_FILES: usize = 64;
 
-fn cmd_report(dir: &std::path::Path, json: bool, color: ColorChoice) -> anyhow::Result<ExitCode> {
+fn cmd_list_runs(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
+    if !dir.is_dir() {
+        anyhow::bail!("{}: not a directory", dir.display());
+    }
+    let (runs, _) = collector_cli::read_runs(dir, None)?;
+    let runs: Vec<_> = runs.into_iter().map(|r| r.summary).collect();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &runs)?;
+        writeln!(out)?;
+    } else {
+        for r in &runs {
+            writeln!(
+                out,
+                "{}\t{}\t{} process(es) on {} host(s)\tstarted {}",
+                r.id,
+                if r.source.is_empty() { "-" } else { &r.source },
+                r.processes,
+                r.hosts,
+                collector_cli::runs::utc_text(r.first_t_unix_ns)
+            )?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_report(
+    dir: &std::path::Path,
+    json: bool,
+    color: ColorChoice,
+    run: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     if !dir.is_dir() {
         anyhow::bail!("{}: not a directory", dir.display());
     }
@@ -266,7 +318,7 @@ fn cmd_report(dir: &std::path::Path, json: bool, color: ColorChoice) -> anyhow::
             );
             pb
         });
-    let report = analyze_dir(dir, progress.as_ref())?;
+    let report = collector_cli::analyze_run(dir, progress.as_ref(), run)?;
     if let Some(pb) = progress {
         pb.finish_and_clear();
     }

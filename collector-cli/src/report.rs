@@ -69,6 +69,13 @@ pub struct Report {
     /// What the dumps could not tell: records lost to ring wrap, communicators the table could not
     /// hold, processes that ended without any mark. Empty when the evidence is complete.
     pub evidence_gaps: Vec<String>,
+    /// The runs found in the directory when it holds more than one (or `--run` chose one);
+    /// `reported` marks the one this report is about.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<crate::runs::RunSummary>,
+    /// "this directory holds N runs: ...; reporting on run X; use --run ID to choose".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_note: Option<String>,
 }
 
 /// The gaps in the evidence, one line per process and kind (records lost on threads are summed
@@ -195,6 +202,8 @@ impl Report {
             findings,
             problems,
             evidence_gaps: evidence_gaps(job),
+            runs: Vec::new(),
+            run_note: None,
         }
     }
 
@@ -225,6 +234,10 @@ impl Report {
             }
         )));
         o.push('\n');
+        if let Some(n) = &self.run_note {
+            o.push_str(&yellow(&format!("note: {n}")));
+            o.push('\n');
+        }
         match &self.first_failure {
             Some(f) => {
                 let who = match f.rank {

@@ -519,8 +519,7 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
     .filter(|g| {
         (g.ring_dir_offset, g.rings_offset, g.arena_offset, g.arena_size, g.file_size)
             == (claimed.0, claimed.1, claimed.2, claimed.3, file_size)
-            && (minor == 0 || grows || (g.keep_offset, g.comm_offset) == (keep_offset, comm_offset))
-            && (!grows || (g.keep_offset, g.comm_offset) == (keep_offset, comm_offset))
+            && (minor == 0 || (g.keep_offset, g.comm_offset) == (keep_offset, comm_offset))
             && (keep_slots == 0 || keep_slots.is_power_of_two())
     })
         .ok_or_else(|| DumpError::BadHeader {
@@ -588,13 +587,15 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
             u32_at(&h, 268).min(ring_count)
         },
         ring_alloc_failed: if grows { u32_at(&h, x2 + 32) } else { 0 },
-        run: grows
-            .then(|| RunInfo {
+        run: if grows {
+            RunInfo {
                 source: fixed_str(&h[x2 + 40..x2 + 64]),
                 id: fixed_str(&h[x2 + 64..x2 + 128]),
                 launcher_rank: i32_at(&h, x2 + 128),
-            })
-            .unwrap_or_default(),
+            }
+        } else {
+            RunInfo::default()
+        },
         signal,
         comms_not_kept: comm_next.saturating_sub(geo.comm_entries),
         major,
@@ -741,7 +742,17 @@ fn read_grown_ring<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump, ring: 
     let overflow = ring == dump.header.ring_count;
     if overflow {
         let cap = u64::from(g.overflow_slots);
-        read_ring(src, g, dump, ring, e, g.rings_offset, cap, true, dump.header.writer_alive);
+        read_ring(
+            src,
+            g,
+            dump,
+            ring,
+            e,
+            g.rings_offset,
+            cap,
+            true,
+            dump.header.writer_alive,
+        );
         return;
     }
     if u32_at(e, 4) != ring_state::CLAIMED {
@@ -749,7 +760,7 @@ fn read_grown_ring<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump, ring: 
     }
     let (offset, slots) = (u64_at(e, 40), u32_at(e, 48));
     let fits = offset >= g.arena_offset
-        && offset % 4096 == 0
+        && offset.is_multiple_of(4096)
         && slots == dump.header.slots_per_ring
         && offset
             .checked_add(u64::from(slots) * SLOT_SIZE as u64)
@@ -1060,7 +1071,9 @@ fn read_tail<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
         if !dump.header.writer_alive {
             dump.warnings.push(Warning {
                 offset,
-                message: format!("file tail: {why}; blobs after it are read only where a record points to them"),
+                message: format!(
+                    "file tail: {why}; blobs after it are read only where a record points to them"
+                ),
             });
         }
     }
@@ -1075,7 +1088,7 @@ enum Extent {
 
 fn read_extent<S: Source + ?Sized>(src: &S, g: &Geo, at: u64, end: u64) -> Extent {
     let mut hdr = [0u8; BLOB_HEADER_SIZE];
-    if at < g.arena_offset || at % 8 != 0 || at + BLOB_HEADER_SIZE as u64 > end {
+    if at < g.arena_offset || !at.is_multiple_of(8) || at + BLOB_HEADER_SIZE as u64 > end {
         return Extent::Bad(format!("extent offset {at} outside the tail"));
     }
     if let Err(e) = src.read_at(at, &mut hdr) {

@@ -86,7 +86,11 @@ pub struct RunIdentity {
 impl RunIdentity {
     /// Reads the identity through `var` (the environment, or a table in tests).
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
-        let value = |name: &str| var(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let value = |name: &str| {
+            var(name)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
         let rank = |name: &str| {
             value(name)
                 .or_else(|| value("RANK"))
@@ -143,7 +147,10 @@ mod tests {
             ("TORCHELASTIC_RUN_ID", "abc"),
             ("RANK", "7"),
         ]);
-        assert_eq!((r.source.as_str(), r.id.as_str(), r.rank), ("slurm", "812.3", 5));
+        assert_eq!(
+            (r.source.as_str(), r.id.as_str(), r.rank),
+            ("slurm", "812.3", 5)
+        );
     }
 
     #[test]
@@ -157,13 +164,23 @@ mod tests {
     #[test]
     fn mpi_launchers_and_the_override() {
         let r = run(&[("PMIX_NAMESPACE", "prterun-h-1234@1"), ("PMIX_RANK", "1")]);
-        assert_eq!((r.source.as_str(), r.id.as_str(), r.rank), ("pmix", "prterun-h-1234@1", 1));
+        assert_eq!(
+            (r.source.as_str(), r.id.as_str(), r.rank),
+            ("pmix", "prterun-h-1234@1", 1)
+        );
         let r = run(&[
             ("OMPI_MCA_orte_ess_jobid", "4242"),
             ("OMPI_COMM_WORLD_RANK", "3"),
             ("NCCLSHIM_RUN_ID", " mine "),
         ]);
         assert_eq!((r.source.as_str(), r.id.as_str()), ("ncclshim", "mine"));
-        assert_eq!(run(&[]), RunIdentity { source: String::new(), id: String::new(), rank: -1 });
+        assert_eq!(
+            run(&[]),
+            RunIdentity {
+                source: String::new(),
+                id: String::new(),
+                rank: -1
+            }
+        );
     }
 }

@@ -393,7 +393,10 @@ fn full_disk_leaves_the_program_running() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
-        stderr.lines().filter(|l| l.starts_with("ncclshim:")).count(),
+        stderr
+            .lines()
+            .filter(|l| l.starts_with("ncclshim:"))
+            .count(),
         1,
         "{stderr}"
     );
@@ -446,10 +449,17 @@ fn a_ring_that_cannot_be_allocated_sends_its_thread_to_the_overflow_ring() {
     let d = read_dump(&files[0]).unwrap();
     assert_eq!(d.header.ring_alloc_failed, 3);
     assert_eq!(d.header.rings_materialized, 0);
-    assert_ne!(d.header.flags & ncclshim_dump::layout::flags::ALLOC_FAILED, 0);
+    assert_ne!(
+        d.header.flags & ncclshim_dump::layout::flags::ALLOC_FAILED,
+        0
+    );
     let mut tags: Vec<u64> = d.records.iter().map(|r| r.args[0]).collect();
     tags.sort();
-    assert_eq!(tags, vec![0, 1, 2], "every thread's record is in the overflow ring");
+    assert_eq!(
+        tags,
+        vec![0, 1, 2],
+        "every thread's record is in the overflow ring"
+    );
     assert!(d.rings.iter().all(|r| r.shared || r.records == 0));
     assert!(std::fs::metadata(&files[0]).unwrap().len() <= 320 << 10);
 }
