@@ -13,6 +13,7 @@ pub mod profnames;
 pub mod report;
 pub mod rules;
 pub mod run;
+pub mod runs;
 pub mod scenarios;
 pub mod synth;
 pub mod trace;
@@ -117,24 +118,61 @@ pub fn analyze_dir(
     dir: &Path,
     progress: Option<&indicatif::ProgressBar>,
 ) -> anyhow::Result<report::Report> {
-    analyze_dir_with(dir, progress, &rules::Options::default())
+    analyze_run(dir, progress, None, &rules::Options::default())
 }
 
-/// [`analyze_dir`] with the user's analysis [`rules::Options`].
-pub fn analyze_dir_with(
+/// As [`analyze_dir`], about one run of the directory: the one `run` names (see
+/// [`runs::choose`]), else the most recent, analysed with the user's [`rules::Options`]. When
+/// the directory holds several runs the report lists them and says which one it is about.
+pub fn analyze_run(
     dir: &Path,
     progress: Option<&indicatif::ProgressBar>,
+    run: Option<&str>,
     options: &rules::Options,
 ) -> anyhow::Result<report::Report> {
+    let (mut runs, problems) = read_runs(dir, progress)?;
+    let chosen = runs::choose(&runs, run).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+    runs[chosen].summary.reported = true;
+    let summaries: Vec<runs::RunSummary> = runs.iter().map(|r| r.summary.clone()).collect();
+    let parts = std::mem::take(&mut runs[chosen].parts);
+    let job = model::JobModel::from_processes(parts);
+    let findings = rules::diagnose_with(&job, options);
+    let mut report = report::Report::build(&job, findings, problems);
+    if summaries.len() > 1 || run.is_some() {
+        report.run_note = runs::note(&summaries);
+        report.runs = summaries;
+    }
+    Ok(report)
+}
+
+/// The runs of a directory, oldest first, and the files that could not be read.
+pub fn read_runs(
+    dir: &Path,
+    progress: Option<&indicatif::ProgressBar>,
+) -> anyhow::Result<(Vec<runs::RunParts>, Vec<load::Problem>)> {
     let files = load::find_dumps(dir)
         .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", dir.display()))?;
     if let Some(pb) = progress {
         pb.set_length(files.len() as u64);
     }
     let (parts, problems) = load::load_models(dir, &files, progress);
-    let job = model::JobModel::from_processes(parts);
-    let findings = rules::diagnose_with(&job, options);
-    Ok(report::Report::build(&job, findings, problems))
+    let mut runs = runs::split(parts);
+    if runs.is_empty() {
+        // Nothing readable: an empty run, so the report still lists the problems.
+        runs.push(runs::RunParts {
+            summary: runs::RunSummary {
+                id: String::new(),
+                source: String::new(),
+                processes: 0,
+                hosts: 0,
+                first_t_unix_ns: 0,
+                last_t_unix_ns: 0,
+                reported: false,
+            },
+            parts: Vec::new(),
+        });
+    }
+    Ok((runs, problems))
 }
 
 /// The analysis part of [`analyze_dir`], for callers that read the dumps themselves.

@@ -47,6 +47,14 @@ enum Command {
         /// Matters only while the job still runs: dumps of ended processes are read as final.
         #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
         stall_after: std::time::Duration,
+        /// Report on this run when the directory holds several (its launcher id such as a
+        /// Slurm `JOBID.STEP`, `source:id`, a unique prefix, or `unnamed-N`); default: the most
+        /// recent.
+        #[arg(long, value_name = "ID")]
+        run: Option<String>,
+        /// List the runs in the directory (one per line; JSON with --json) and exit.
+        #[arg(long)]
+        list_runs: bool,
     },
     /// Write a Perfetto / Chrome trace (one process per rank, clocks aligned across hosts).
     Trace {
@@ -105,11 +113,17 @@ fn main() -> ExitCode {
             json,
             color,
             stall_after,
+            run,
+            list_runs,
         } => {
             let options = collector_cli::rules::Options {
                 stall_after_ns: u64::try_from(stall_after.as_nanos()).unwrap_or(u64::MAX),
             };
-            cmd_report(&dir, json, color, &options)
+            if list_runs {
+                cmd_list_runs(&dir, json)
+            } else {
+                cmd_report(&dir, json, color, run.as_deref(), &options)
+            }
         }
         Command::Trace { dir, output } => cmd_trace(&dir, &output),
         Command::Run {
@@ -285,10 +299,36 @@ fn cmd_dump(file: &std::path::Path) -> anyhow::Result<ExitCode> {
 /// Reading fewer dumps than this is instant; a progress bar would only flicker.
 const PROGRESS_MIN_FILES: usize = 64;
 
+fn cmd_list_runs(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
+    collector_cli::list_job_dir(dir)?;
+    let (runs, _) = collector_cli::read_runs(dir, None)?;
+    let runs: Vec<_> = runs.into_iter().map(|r| r.summary).collect();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &runs)?;
+        writeln!(out)?;
+    } else {
+        for r in &runs {
+            writeln!(
+                out,
+                "{}\t{}\t{} process(es) on {} host(s)\tstarted {}",
+                r.id,
+                if r.source.is_empty() { "-" } else { &r.source },
+                r.processes,
+                r.hosts,
+                collector_cli::runs::utc_text(r.first_t_unix_ns)
+            )?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn cmd_report(
     dir: &std::path::Path,
     json: bool,
     color: ColorChoice,
+    run: Option<&str>,
     options: &collector_cli::rules::Options,
 ) -> anyhow::Result<ExitCode> {
     let files = collector_cli::list_job_dir(dir)?;
@@ -303,7 +343,7 @@ fn cmd_report(
             );
             pb
         });
-    let report = collector_cli::analyze_dir_with(dir, progress.as_ref(), options)?;
+    let report = collector_cli::analyze_run(dir, progress.as_ref(), run, options)?;
     if let Some(pb) = progress {
         pb.finish_and_clear();
     }

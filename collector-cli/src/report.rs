@@ -87,6 +87,13 @@ pub struct Report {
     /// hold, processes that ended without any mark, damaged files. Empty when the evidence is
     /// complete. Items of kind `gap`, `values.gap` naming which.
     pub evidence_gaps: Vec<Evidence>,
+    /// The runs found in the directory when it holds more than one (or `--run` chose one);
+    /// `reported` marks the one this report is about.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<crate::runs::RunSummary>,
+    /// "this directory holds N runs: ...; reporting on run X; use --run ID to choose".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_note: Option<String>,
 }
 
 /// The gaps in the evidence, one item per process and kind (records lost on threads are summed
@@ -254,6 +261,8 @@ impl Report {
             findings,
             problems,
             evidence_gaps: evidence_gaps(job),
+            runs: Vec::new(),
+            run_note: None,
         }
     }
 
@@ -289,6 +298,10 @@ impl Report {
             }
         )));
         o.push('\n');
+        if let Some(n) = &self.run_note {
+            o.push_str(&yellow(&format!("note: {n}")));
+            o.push('\n');
+        }
         match &self.first_failure {
             Some(f) => {
                 let who = match f.rank {

@@ -82,6 +82,12 @@ impl Scenario {
                 boot_id: format!("synthetic-boot-{machine}"),
                 hostname: host.to_owned(),
                 clocksource: "synthetic".into(),
+                // One generated job is one run (the CLI separates runs by this id).
+                run: ncclshim_dump::run::RunIdentity {
+                    source: "synthetic".into(),
+                    id: "synthetic-job".into(),
+                    rank: i as i32,
+                },
             };
             let rec =
                 Recorder::create_with_identity(&config(dir, WriterKind::Synthetic, g), &identity)

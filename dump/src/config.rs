@@ -13,7 +13,9 @@ pub const DEFAULT_SLOTS: u32 = 2048;
 pub const DEFAULT_ARENA_BYTES: u64 = 4 << 20;
 /// The profiler sees few threads but many events.
 pub const DEFAULT_PROFILER_RINGS: u32 = 16;
-pub const DEFAULT_PROFILER_SLOTS: u32 = 16384;
+/// 8,192 slots = 1 MiB per thread: four recording threads stay under 8 MB (docs: README "Disk
+/// and writeback"), and a ring rewritten continuously writes back at most that much per cycle.
+pub const DEFAULT_PROFILER_SLOTS: u32 = 8192;
 
 /// How to create one dump file.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,6 +13,8 @@ pub struct ProcessIdentity {
     pub boot_id: String,
     pub hostname: String,
     pub clocksource: String,
+    /// The run the launcher put this process in (format 2 header).
+    pub run: crate::run::RunIdentity,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -60,6 +62,7 @@ impl ProcessIdentity {
             clocksource: read_trimmed(
                 "/sys/devices/system/clocksource/clocksource0/current_clocksource",
             ),
+            run: crate::run::RunIdentity::current(),
         }
     }
 }

@@ -19,6 +19,24 @@
 //! keep ring directory, region offsets) taken from the header's reserved space. A minor-0 file
 //! has zeros there and no regions after its arena.
 //!
+//! Major 2 makes a file as large as what its process uses: the fixed part (header, ring
+//! directory, keep ring, communicator table, a small overflow ring) is allocated at creation,
+//! and everything else is appended to a growing **tail** when it is needed: a thread's ring
+//! when the thread claims it, a blob when it is written. Each tail extent starts with a
+//! `BlobHeader`; a ring's slots are an extent of kind `RingSlots` (page-aligned, found through
+//! its ring directory entry's `slots_offset`).
+//!
+//! ```text
+//! [0, 4096)                      FileHeader (HeaderExt2 at 1288: tail, materialized rings, run id)
+//! [4096, +(n+1)*64)              RingDirEntry per ring (ring n: the overflow ring)
+//! [keep_offset, +keep*128)       Keep ring
+//! [comm_offset, +entries*128)    Communicator table
+//! [rings_offset, +overflow*128)  Overflow ring (shared; where a thread goes when no ring is left
+//!                                or its ring could not be allocated)
+//! [arena_offset, file end)       Tail: BlobHeader + payload extents, appended with a CAS on
+//!                                `tail_reserved` and allocated with posix_fallocate
+//! ```
+//!
 //! Format changes are additive: a new record kind, call id or header field taken from reserved
 //! space bumps the minor version; anything else bumps the major version, which readers refuse.
 
@@ -26,10 +44,13 @@ use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
 
 /// First eight bytes of every dump.
 pub const MAGIC: [u8; 8] = *b"NCCLSHIM";
-/// Readers refuse files with another major version.
-pub const FORMAT_MAJOR: u16 = 1;
+/// The major version written. Readers decode majors `OLDEST_MAJOR..=FORMAT_MAJOR` and refuse
+/// newer ones with a message telling to upgrade.
+pub const FORMAT_MAJOR: u16 = 2;
 /// Readers accept any minor version; unknown kinds written by newer writers are skipped.
-pub const FORMAT_MINOR: u16 = 1;
+pub const FORMAT_MINOR: u16 = 0;
+/// The oldest major version this reader still decodes (1.0 and 1.1: everything allocated up front).
+pub const OLDEST_MAJOR: u16 = 1;
 /// Written as a native `u32`; reads back as these bytes only on a little-endian writer.
 pub const ENDIAN_MARKER: u32 = 0x0102_0304;
 pub const HEADER_SIZE: usize = 4096;
@@ -89,6 +110,9 @@ pub mod flags {
     pub const ARENA_FULL: u32 = 1 << 3;
     /// Every per-thread ring was claimed; later threads share the overflow ring.
     pub const RINGS_EXHAUSTED: u32 = 1 << 4;
+    /// Format 2: a ring or a blob could not be allocated (disk full, file moved); that thread
+    /// writes to the overflow ring, the blob was dropped.
+    pub const ALLOC_FAILED: u32 = 1 << 5;
 }
 
 /// One pair of clock readings taken back to back, so a reader can map CLOCK_MONOTONIC record
@@ -143,6 +167,8 @@ pub struct FileHeader {
     /// Next per-thread ring to hand out (may exceed `ring_count`: the excess shared the overflow ring).
     pub next_ring: AtomicU32,
     /// Bytes of the arena handed out so far (may exceed `arena_size`: those blobs were dropped).
+    /// Format 2: blob bytes (headers and padding included) counted against `arena_size`; the
+    /// blobs themselves are tail extents.
     pub arena_tail: AtomicU64,
     pub dropped_blobs: AtomicU64,
     /// Generic counters; see `counters` for each writer kind's meaning.
@@ -159,7 +185,38 @@ pub struct FileHeader {
     pub anchors: [ClockAnchor; CLOCK_ANCHORS],
     /// Minor 1: what lives outside the wrapping rings (offset `HEADER_EXT_OFFSET`).
     pub ext: HeaderExt,
-    pub _reserved: [u8; HEADER_SIZE - HEADER_EXT_OFFSET - HEADER_EXT_SIZE],
+    /// Major 2: the growing tail and the run identity (offset `HEADER_EXT2_OFFSET`).
+    pub ext2: HeaderExt2,
+    pub _reserved: [u8; HEADER_SIZE - HEADER_EXT2_OFFSET - HEADER_EXT2_SIZE],
+}
+
+/// Offset of [`HeaderExt2`] in the header page.
+pub const HEADER_EXT2_OFFSET: usize = HEADER_EXT_OFFSET + HEADER_EXT_SIZE;
+pub const HEADER_EXT2_SIZE: usize = 192;
+
+/// The header fields of format 2: where the file grows, and which run the process belongs to.
+#[repr(C)]
+pub struct HeaderExt2 {
+    /// Slots of the overflow ring (a power of two).
+    pub overflow_slots: u32,
+    /// Per-thread rings whose slots were allocated (each is a `RingSlots` tail extent).
+    pub rings_materialized: AtomicU32,
+    /// Bytes of the tail handed out; the file grows to `arena_offset + tail_reserved` (a
+    /// reader may find it shorter while an allocation is under way, or after a crash in one).
+    pub tail_reserved: AtomicU64,
+    /// The most the tail may grow to (the writer's address-space reservation).
+    pub tail_max: u64,
+    pub _reserved0: u64,
+    /// Ring claims whose allocation failed (that thread writes to the overflow ring).
+    pub ring_alloc_failed: AtomicU32,
+    pub _pad: u32,
+    /// Which launcher named the run (`slurm`, `torchelastic`, `openmpi`, ...; empty: none).
+    pub run_source: [u8; 24],
+    /// The run's id as the launcher gave it (`12345.0` for a Slurm job step), NUL-padded.
+    pub run_id: [u8; 64],
+    /// The launcher's id for this process within the run (`RANK`, `SLURM_PROCID`, ...; -1: unknown).
+    pub launcher_rank: i32,
+    pub _reserved: [u8; 60],
 }
 
 /// Offset of [`HeaderExt`] in the header page.
@@ -264,6 +321,9 @@ pub const COMM_ENTRY_SIZE: usize = 128;
 pub const DEFAULT_KEEP_SLOTS: u32 = 1024;
 /// Default communicator-table entries: 256 x 128 B = 32 KiB.
 pub const DEFAULT_COMM_ENTRIES: u32 = 256;
+/// Default overflow-ring slots (format 2): 1,024 x 128 B = 128 KiB, allocated at creation so a
+/// thread whose ring cannot be allocated always has somewhere to write.
+pub const DEFAULT_OVERFLOW_SLOTS: u32 = 1024;
 
 /// Anchor slots in the header.
 pub const CLOCK_ANCHORS: usize = 32;
@@ -305,7 +365,20 @@ pub struct RingDirEntry {
     pub name: [u8; 16],
     /// CLOCK_MONOTONIC time of the claim.
     pub claimed_ns: u64,
-    pub _reserved: [u8; 24],
+    /// Format 2: file offset of the ring's slots (0: not allocated; the overflow ring's is
+    /// `rings_offset`), and their number.
+    pub slots_offset: u64,
+    pub slots: u32,
+    pub _reserved: [u8; 12],
+}
+
+/// Values of `RingDirEntry::state`.
+pub mod ring_state {
+    pub const FREE: u32 = 0;
+    pub const CLAIMED: u32 = 1;
+    /// Format 2: the thread claimed this ring but its allocation failed; it writes to the
+    /// overflow ring (counted in `HeaderExt2::ring_alloc_failed`).
+    pub const ALLOC_FAILED: u32 = 2;
 }
 
 /// One record. `commit` is `seq << 1` while the slot is being filled and `(seq << 1) | 1` once
@@ -364,7 +437,13 @@ pub struct Geometry {
     pub keep_offset: u64,
     pub comm_entries: u32,
     pub comm_offset: u64,
+    /// Major 1: the whole file. Major 2: the fixed part allocated at creation (the tail starts
+    /// at `arena_offset`, which equals it).
     pub file_size: u64,
+    /// Major 2: slots of the overflow ring (major 1: `slots_per_ring`).
+    pub overflow_slots: u32,
+    /// Major 2: the most the tail may grow to (0 for major 1, which does not grow).
+    pub tail_max: u64,
 }
 
 impl Geometry {
@@ -397,7 +476,63 @@ impl Geometry {
             comm_entries: 0,
             comm_offset: file_size,
             file_size,
+            overflow_slots: slots_per_ring,
+            tail_max: 0,
         })
+    }
+
+    /// Format 2: a fixed part (ring directory, keep ring, communicator table, overflow ring)
+    /// followed by a tail that grows to at most `tail_max`: `arena_size` bytes of blobs plus
+    /// one page-aligned extent per per-thread ring. `arena_offset` is where the tail starts.
+    pub fn grown(
+        ring_count: u32,
+        slots_per_ring: u32,
+        arena_size: u64,
+        keep_slots: u32,
+        comm_entries: u32,
+        overflow_slots: u32,
+    ) -> Option<Self> {
+        if ring_count == 0 || slots_per_ring == 0 || overflow_slots == 0 {
+            return None;
+        }
+        let page = 4096u64;
+        let total_rings = u64::from(ring_count) + 1;
+        let ring_dir_offset = HEADER_SIZE as u64;
+        let dir_bytes = total_rings.checked_mul(RING_DIR_ENTRY_SIZE as u64)?;
+        let keep_offset = round_up(ring_dir_offset.checked_add(dir_bytes)?, page)?;
+        let keep_bytes = u64::from(keep_slots).checked_mul(SLOT_SIZE as u64)?;
+        let comm_offset = round_up(keep_offset.checked_add(keep_bytes)?, page)?;
+        let comm_bytes = u64::from(comm_entries).checked_mul(COMM_ENTRY_SIZE as u64)?;
+        let rings_offset = round_up(comm_offset.checked_add(comm_bytes)?, page)?;
+        let overflow_bytes = u64::from(overflow_slots).checked_mul(SLOT_SIZE as u64)?;
+        let arena_offset = round_up(rings_offset.checked_add(overflow_bytes)?, page)?;
+        let arena_size = round_up(arena_size.max(page), page)?;
+        let ring_extent = ring_extent_bytes(slots_per_ring)?;
+        let tail_max = u64::from(ring_count)
+            .checked_mul(ring_extent)?
+            .checked_add(arena_size)?;
+        // The whole reservation must be addressable.
+        arena_offset.checked_add(tail_max)?;
+        Some(Self {
+            ring_count,
+            slots_per_ring,
+            ring_dir_offset,
+            rings_offset,
+            arena_offset,
+            arena_size,
+            keep_slots,
+            keep_offset,
+            comm_entries,
+            comm_offset,
+            file_size: arena_offset,
+            overflow_slots,
+            tail_max,
+        })
+    }
+
+    /// The largest the file can become (major 2; the whole file for major 1).
+    pub fn max_file_size(&self) -> u64 {
+        self.file_size + self.tail_max
     }
 
     /// As [`new`](Self::new), plus (format minor 1) a keep ring of `keep_slots` slots and a
@@ -449,7 +584,15 @@ impl Geometry {
     }
 }
 
-fn round_up(v: u64, to: u64) -> Option<u64> {
+/// The most tail bytes one ring's extent takes: its slots, its header, and the padding that
+/// puts the slots on a page boundary (a `Pad` extent of at least a header before it).
+pub fn ring_extent_bytes(slots_per_ring: u32) -> Option<u64> {
+    u64::from(slots_per_ring)
+        .checked_mul(SLOT_SIZE as u64)?
+        .checked_add(4096 + 2 * BLOB_HEADER_SIZE as u64)
+}
+
+pub fn round_up(v: u64, to: u64) -> Option<u64> {
     Some(v.checked_add(to - 1)? / to * to)
 }
 
@@ -528,6 +671,38 @@ mod tests {
         assert_eq!(offset_of!(CommTableEntry, last_dtype_op), 112);
         assert_eq!(offset_of!(CommTableEntry, last_peer), 116);
         assert_eq!(offset_of!(CommTableEntry, last_t), 120);
+    }
+
+    #[test]
+    fn format2_offsets_are_pinned() {
+        assert_eq!(offset_of!(FileHeader, ext2), HEADER_EXT2_OFFSET);
+        assert_eq!(HEADER_EXT2_OFFSET, 1288);
+        assert_eq!(size_of::<HeaderExt2>(), HEADER_EXT2_SIZE);
+        assert_eq!(offset_of!(HeaderExt2, overflow_slots), 0);
+        assert_eq!(offset_of!(HeaderExt2, rings_materialized), 4);
+        assert_eq!(offset_of!(HeaderExt2, tail_reserved), 8);
+        assert_eq!(offset_of!(HeaderExt2, tail_max), 16);
+        assert_eq!(offset_of!(HeaderExt2, ring_alloc_failed), 32);
+        assert_eq!(offset_of!(HeaderExt2, run_source), 40);
+        assert_eq!(offset_of!(HeaderExt2, run_id), 64);
+        assert_eq!(offset_of!(HeaderExt2, launcher_rank), 128);
+        assert_eq!(offset_of!(RingDirEntry, claimed_ns), 32);
+        assert_eq!(offset_of!(RingDirEntry, slots_offset), 40);
+        assert_eq!(offset_of!(RingDirEntry, slots), 48);
+    }
+
+    #[test]
+    fn format2_fixed_part_is_small_and_the_tail_bounded() {
+        let g = Geometry::grown(64, 2048, 4 << 20, 1024, 256, 1024).unwrap();
+        assert_eq!(g.keep_offset, 12288);
+        assert_eq!(g.comm_offset % 4096, 0);
+        assert!(g.rings_offset >= g.comm_offset + 256 * 128);
+        assert_eq!(g.arena_offset, g.rings_offset + 1024 * 128);
+        assert_eq!(g.file_size, g.arena_offset);
+        assert!(g.file_size < 320 << 10, "{}", g.file_size);
+        assert_eq!(g.tail_max, 64 * (2048 * 128 + 4096 + 32) + (4 << 20));
+        assert!(Geometry::grown(u32::MAX, u32::MAX, u64::MAX, 1, 1, 1).is_none());
+        assert!(Geometry::grown(4, 16, 100, 8, 3, 0).is_none());
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod process;
 pub mod profnames;
 #[cfg(feature = "reader")]
 pub mod reader;
+pub mod run;
 pub mod schema;
 pub mod writer;
 

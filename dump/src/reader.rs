@@ -97,6 +97,24 @@ pub struct HeaderInfo {
     pub signal: Option<SignalInfo>,
     /// Communicators created beyond the table's capacity (not in `Dump::comms`).
     pub comms_not_kept: u32,
+    /// Per-thread rings whose slots exist in the file (format 2 allocates a ring when a thread
+    /// claims it; format 1 had every ring from the start, so this is the rings claimed).
+    pub rings_materialized: u32,
+    /// Threads whose ring could not be allocated (they wrote to the overflow ring).
+    pub ring_alloc_failed: u32,
+    /// The run the launcher put the process in (format 2; empty for older files).
+    pub run: RunInfo,
+}
+
+/// The launcher's name for the run a process belonged to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RunInfo {
+    /// `slurm`, `torchelastic`, `openmpi`, `pmix`, `lsf`, `pbs`, `flux`, `ncclshim` (empty: none).
+    pub source: String,
+    /// The id as the launcher gave it (empty: none).
+    pub id: String,
+    /// The launcher's rank for this process (-1: unknown).
+    pub launcher_rank: i32,
 }
 
 /// A fatal signal recorded in the header.
@@ -402,6 +420,10 @@ struct Geo {
     comm_entries: u32,
     /// The keep ring's directory entry, copied from the header.
     keep_dir: Vec<u8>,
+    /// Format 2: rings and blobs are extents of a growing tail from `arena_offset` to `tail_end`.
+    grows: bool,
+    overflow_slots: u32,
+    tail_end: u64,
 }
 
 /// Decodes any `Source`.
@@ -419,7 +441,9 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
     let minor = u16_at(&h, 10);
     if magic != MAGIC {
         // A writer fills the header and stores the magic last.
-        if magic == [0; 8] && (major == FORMAT_MAJOR || h[..16].iter().all(|&b| b == 0)) {
+        if magic == [0; 8]
+            && ((OLDEST_MAJOR..=FORMAT_MAJOR).contains(&major) || h[..16].iter().all(|&b| b == 0))
+        {
             return Err(DumpError::Incomplete { path: p(), major });
         }
         return Err(DumpError::NotADump {
@@ -437,7 +461,7 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
         }
         return bad(path, 12, format!("endian marker {endian:#x}"));
     }
-    if major != FORMAT_MAJOR {
+    if !(OLDEST_MAJOR..=FORMAT_MAJOR).contains(&major) {
         return Err(DumpError::UnsupportedVersion {
             path: p(),
             major,
@@ -462,21 +486,36 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
     );
     let file_size = u64_at(&h, 256);
     let x = HEADER_EXT_OFFSET;
+    let grows = major >= 2;
     // Minor 0 files have zeros in the extension (it was reserved space).
-    let (keep_slots, comm_entries) = if minor >= 1 {
+    let (keep_slots, comm_entries) = if minor >= 1 || grows {
         (u32_at(&h, x), u32_at(&h, x + 4))
     } else {
         (0, 0)
     };
     let (keep_offset, comm_offset) = (u64_at(&h, x + 8), u64_at(&h, x + 16));
+    let x2 = HEADER_EXT2_OFFSET;
+    let (overflow_slots, tail_max) = (u32_at(&h, x2), u64_at(&h, x2 + 16));
     // The geometry is recomputed from the counts, never taken on trust.
-    let geo = Geometry::with_extras(
-        ring_count,
-        slots_per_ring,
-        claimed.3,
-        keep_slots,
-        comm_entries,
-    )
+    let geo = if grows {
+        Geometry::grown(
+            ring_count,
+            slots_per_ring,
+            claimed.3,
+            keep_slots,
+            comm_entries,
+            overflow_slots,
+        )
+        .filter(|g| g.tail_max == tail_max && overflow_slots.is_power_of_two())
+    } else {
+        Geometry::with_extras(
+            ring_count,
+            slots_per_ring,
+            claimed.3,
+            keep_slots,
+            comm_entries,
+        )
+    }
     .filter(|g| {
         (g.ring_dir_offset, g.rings_offset, g.arena_offset, g.arena_size, g.file_size)
             == (claimed.0, claimed.1, claimed.2, claimed.3, file_size)
@@ -528,7 +567,7 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
     let last_alive = u64_at(&h, x + 24);
     let sig = x + 40;
     let signo = u32_at(&h, sig);
-    let signal = (minor >= 1 && signo != 0 && signo < 65).then(|| SignalInfo {
+    let signal = ((minor >= 1 || grows) && signo != 0 && signo < 65).then(|| SignalInfo {
         signo,
         code: i32_at(&h, sig + 4),
         tid: u32_at(&h, sig + 8),
@@ -537,9 +576,26 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
         t_ns: tb.to_monotonic_ns(u64_at(&h, sig + 24)),
         count: u32_at(&h, sig + 32),
     });
-    let comm_next = if minor >= 1 { u32_at(&h, x + 32) } else { 0 };
+    let ext1 = minor >= 1 || grows;
+    let comm_next = if ext1 { u32_at(&h, x + 32) } else { 0 };
+    let tail_reserved = if grows { u64_at(&h, x2 + 8) } else { 0 };
     let header = HeaderInfo {
-        last_alive_ns: (minor >= 1 && last_alive != 0).then(|| tb.to_monotonic_ns(last_alive)),
+        last_alive_ns: (ext1 && last_alive != 0).then(|| tb.to_monotonic_ns(last_alive)),
+        rings_materialized: if grows {
+            u32_at(&h, x2 + 4).min(ring_count)
+        } else {
+            u32_at(&h, 268).min(ring_count)
+        },
+        ring_alloc_failed: if grows { u32_at(&h, x2 + 32) } else { 0 },
+        run: if grows {
+            RunInfo {
+                source: fixed_str(&h[x2 + 40..x2 + 64]),
+                id: fixed_str(&h[x2 + 64..x2 + 128]),
+                launcher_rank: i32_at(&h, x2 + 128),
+            }
+        } else {
+            RunInfo::default()
+        },
         signal,
         comms_not_kept: comm_next.saturating_sub(geo.comm_entries),
         major,
@@ -593,6 +649,11 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
         comm_offset: geo.comm_offset,
         comm_entries: geo.comm_entries.min(comm_next),
         keep_dir: h[x + 80..x + 144].to_vec(),
+        grows,
+        overflow_slots: geo.overflow_slots,
+        tail_end: geo
+            .arena_offset
+            .saturating_add(tail_reserved.min(geo.tail_max)),
     };
     let mut dump = Dump {
         comms: Vec::new(),
@@ -640,6 +701,10 @@ fn read_rings<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
     }
     for ring in 0..=ring_count {
         let e = &dir[ring as usize * RING_DIR_ENTRY_SIZE..][..RING_DIR_ENTRY_SIZE];
+        if g.grows {
+            read_grown_ring(src, g, dump, ring, e);
+            continue;
+        }
         let ring_offset = g.rings_offset + u64::from(ring) * cap * SLOT_SIZE as u64;
         read_ring(
             src,
@@ -669,6 +734,48 @@ fn read_rings<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
         );
         drop_kept_copies(dump);
     }
+}
+
+/// Format 2: a ring's slots are where its directory entry says (the overflow ring's at
+/// `rings_offset`); a ring whose allocation failed or is under way has none.
+fn read_grown_ring<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump, ring: u32, e: &[u8]) {
+    let overflow = ring == dump.header.ring_count;
+    if overflow {
+        let cap = u64::from(g.overflow_slots);
+        read_ring(
+            src,
+            g,
+            dump,
+            ring,
+            e,
+            g.rings_offset,
+            cap,
+            true,
+            dump.header.writer_alive,
+        );
+        return;
+    }
+    if u32_at(e, 4) != ring_state::CLAIMED {
+        return;
+    }
+    let (offset, slots) = (u64_at(e, 40), u32_at(e, 48));
+    let fits = offset >= g.arena_offset
+        && offset.is_multiple_of(4096)
+        && slots == dump.header.slots_per_ring
+        && offset
+            .checked_add(u64::from(slots) * SLOT_SIZE as u64)
+            .is_some_and(|end| end <= g.tail_end.max(g.arena_offset));
+    if !fits {
+        dump.warnings.push(Warning {
+            offset: g.ring_dir_offset + u64::from(ring) * RING_DIR_ENTRY_SIZE as u64,
+            message: format!(
+                "ring {ring}: slots at offset {offset} ({slots} slots) lie outside the file's tail"
+            ),
+        });
+        return;
+    }
+    let live = dump.header.writer_alive;
+    read_ring(src, g, dump, ring, e, offset, u64::from(slots), false, live);
 }
 
 /// A keep-ring copy of a failed call (`KEEP_COPY`) stands in for its original only once the
@@ -868,6 +975,10 @@ fn read_comm_table<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
 }
 
 fn read_blobs<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
+    if g.grows {
+        read_tail(src, g, dump);
+        return;
+    }
     let mut used = dump.header.arena_used;
     let present = g.len.saturating_sub(g.arena_offset);
     if present < used {
@@ -923,4 +1034,86 @@ fn read_blobs<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
         }
         at = (end + 7) & !7;
     }
+}
+
+/// Format 2: walks the tail's extents (blobs, ring slots, padding), keeping the blobs. An
+/// extent that is not written (an allocation under way, or cut off by a crash or a full disk)
+/// stops the walk; blobs that records point to past it are then read one by one.
+fn read_tail<S: Source + ?Sized>(src: &S, g: &Geo, dump: &mut Dump) {
+    let end = g.tail_end.min(g.len);
+    let mut at = g.arena_offset;
+    let mut stopped = None;
+    while at + BLOB_HEADER_SIZE as u64 <= end {
+        match read_extent(src, g, at, end) {
+            Extent::Blob(b) => {
+                at = (at + BLOB_HEADER_SIZE as u64 + b.bytes.len() as u64 + 7) & !7;
+                dump.blobs.insert(b.offset, b);
+            }
+            Extent::Skip(next) => at = next,
+            Extent::Bad(why) => {
+                stopped = Some((at, why));
+                break;
+            }
+        }
+    }
+    if let Some((offset, why)) = stopped {
+        let wanted: Vec<u64> = dump
+            .records
+            .iter()
+            .map(|r| r.blob)
+            .filter(|&b| b > offset && !dump.blobs.contains_key(&b))
+            .collect();
+        for b in wanted {
+            if let Extent::Blob(blob) = read_extent(src, g, b, end) {
+                dump.blobs.insert(b, blob);
+            }
+        }
+        if !dump.header.writer_alive {
+            dump.warnings.push(Warning {
+                offset,
+                message: format!(
+                    "file tail: {why}; blobs after it are read only where a record points to them"
+                ),
+            });
+        }
+    }
+}
+
+enum Extent {
+    Blob(Blob),
+    /// Not a blob (ring slots, padding, an uncommitted blob): the offset of the next extent.
+    Skip(u64),
+    Bad(String),
+}
+
+fn read_extent<S: Source + ?Sized>(src: &S, g: &Geo, at: u64, end: u64) -> Extent {
+    let mut hdr = [0u8; BLOB_HEADER_SIZE];
+    if at < g.arena_offset || !at.is_multiple_of(8) || at + BLOB_HEADER_SIZE as u64 > end {
+        return Extent::Bad(format!("extent offset {at} outside the tail"));
+    }
+    if let Err(e) = src.read_at(at, &mut hdr) {
+        return Extent::Bad(format!("unreadable: {e}"));
+    }
+    let (len, kind, commit) = (u32_at(&hdr, 0), u16_at(&hdr, 4), u32_at(&hdr, 8));
+    if len == 0 && commit == 0 {
+        return Extent::Bad("an extent is not written (allocation under way, or cut off)".into());
+    }
+    let payload = at + BLOB_HEADER_SIZE as u64;
+    let next = (payload + u64::from(len) + 7) & !7;
+    if payload + u64::from(len) > end {
+        return Extent::Bad(format!("extent length {len} runs past the end of the file"));
+    }
+    let kind_v = BlobKind::from_u16(kind);
+    if commit != BLOB_COMMITTED || matches!(kind_v, Some(BlobKind::RingSlots | BlobKind::Pad)) {
+        return Extent::Skip(next);
+    }
+    let mut bytes = vec![0u8; len as usize];
+    if let Err(e) = src.read_at(payload, &mut bytes) {
+        return Extent::Bad(format!("unreadable: {e}"));
+    }
+    Extent::Blob(Blob {
+        offset: at,
+        kind_raw: kind,
+        bytes,
+    })
 }

@@ -125,6 +125,11 @@ pub enum BlobKind {
     /// Binary: a profiler communicator's running aggregates, updated in place with atomics
     /// (layout in `docs/profiler.md` and `ncclshim_profiler::agg`).
     ProfAggregates = 10,
+    /// Format 2 tail extent: one thread's ring slots (page-aligned; its ring directory entry
+    /// points here). Not a blob: readers skip it when listing blobs.
+    RingSlots = 11,
+    /// Format 2 tail extent: padding before a page-aligned extent. Skipped by readers.
+    Pad = 12,
 }
 
 impl BlobKind {
@@ -140,6 +145,8 @@ impl BlobKind {
             8 => Self::Name,
             9 => Self::Process,
             10 => Self::ProfAggregates,
+            11 => Self::RingSlots,
+            12 => Self::Pad,
             _ => return None,
         })
     }
@@ -156,6 +163,8 @@ impl BlobKind {
             Self::Name => "name",
             Self::Process => "process",
             Self::ProfAggregates => "prof_aggregates",
+            Self::RingSlots => "ring_slots",
+            Self::Pad => "pad",
         }
     }
 
@@ -163,7 +172,12 @@ impl BlobKind {
     pub fn is_json(self) -> bool {
         !matches!(
             self,
-            Self::Text | Self::ErrorText | Self::Name | Self::ProfAggregates
+            Self::Text
+                | Self::ErrorText
+                | Self::Name
+                | Self::ProfAggregates
+                | Self::RingSlots
+                | Self::Pad
         )
     }
 }

@@ -2,9 +2,13 @@
 //! 128-byte slots with the commit-word protocol. Everything written is in a `MAP_SHARED` file
 //! mapping the moment it is stored, so SIGKILL or a segfault loses at most the slot being written.
 //!
-//! Creation does all the work that can fail (open `O_EXCL` 0600, `posix_fallocate`, `mmap`,
-//! prefault). After that the record path makes no allocation, takes no lock and makes no
-//! syscall beyond the vDSO clock read; the mapping is never unmapped.
+//! Creation does all the work that can fail for the fixed part (open `O_EXCL` 0600,
+//! `posix_fallocate`, `mmap` of the largest size the file may reach, prefault). The file then
+//! grows only on rare paths: a thread's first event allocates its ring, a blob allocates its
+//! bytes (reopen by path, check it is still our file, `posix_fallocate` the new extent, prefault
+//! it). A failed allocation sends the thread to the overflow ring (or drops the blob), counted.
+//! The record path makes no allocation, takes no lock and makes no syscall beyond the vDSO
+//! clock read; the mapping is never unmapped.
 
 use crate::clock;
 use crate::config::{file_name, RecorderConfig};
@@ -49,7 +53,10 @@ fn errno() -> i32 {
 pub struct Recorder {
     base: *mut u8,
     geometry: Geometry,
+    /// Absolute, so that growing the file still finds it after the host changes directory.
     path: PathBuf,
+    /// `(st_dev, st_ino)` of the file: growth reopens `path` and refuses any other file there.
+    file_id: (u64, u64),
 }
 
 // SAFETY: the mapping is shared memory; all concurrent access goes through atomics (header live
@@ -163,13 +170,15 @@ impl Recorder {
             path: path.to_path_buf(),
             errno,
         };
-        let geometry = Geometry::with_extras(
+        let geometry = Geometry::grown(
             cfg.rings,
             cfg.slots_per_ring,
             cfg.arena_bytes,
             DEFAULT_KEEP_SLOTS,
             DEFAULT_COMM_ENTRIES,
+            cfg.slots_per_ring.min(DEFAULT_OVERFLOW_SLOTS),
         )
+        .filter(|g| usize::try_from(g.max_file_size()).is_ok())
         .ok_or_else(|| fail("sizing", &cfg.dir, libc::EOVERFLOW))?;
         if let Err(e) = std::fs::create_dir_all(&cfg.dir) {
             return Err(fail(
@@ -178,29 +187,34 @@ impl Recorder {
                 e.raw_os_error().unwrap_or(libc::EIO),
             ));
         }
+        let dir = std::path::absolute(&cfg.dir).unwrap_or_else(|_| cfg.dir.clone());
         let base_name = file_name(
             &identity.hostname,
             identity.pid,
             identity.start_ticks,
             cfg.writer_kind,
         );
-        let (fd, path) = open_exclusive(&cfg.dir, &base_name)?;
+        let (fd, path) = open_exclusive(&dir, &base_name)?;
         let result = (|| {
             let size = libc::off_t::try_from(geometry.file_size)
-                .map_err(|_| fail("sizing", &path, libc::EFBIG))?;
+                .ok()
+                .filter(|_| within_file_size_limit(geometry.file_size))
+                .ok_or_else(|| fail("sizing", &path, libc::EFBIG))?;
             // SAFETY: fd is a valid, open, writable descriptor.
             let rc = unsafe { libc::posix_fallocate(fd, 0, size) };
             if rc != 0 {
                 return Err(fail("posix_fallocate", &path, rc));
             }
-            // SAFETY: mapping a freshly allocated file of exactly `file_size` bytes, shared and
-            // writable; MAP_POPULATE pre-faults so the record path takes no major fault.
+            let file_id = file_id_of(fd).ok_or_else(|| fail("fstat", &path, errno()))?;
+            // SAFETY: a shared, writable mapping of the largest size the file may reach. Only
+            // the allocated fixed part is touched now; a tail extent is touched only after it
+            // was allocated (`Recorder::allocate`), so no access lands past the end of the file.
             let base = unsafe {
                 libc::mmap(
                     ptr::null_mut(),
-                    geometry.file_size as usize,
+                    geometry.max_file_size() as usize,
                     libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED | libc::MAP_POPULATE,
+                    libc::MAP_SHARED,
                     fd,
                     0,
                 )
@@ -208,11 +222,12 @@ impl Recorder {
             if base == libc::MAP_FAILED {
                 return Err(fail("mmap", &path, errno()));
             }
-            Ok(base.cast::<u8>())
+            prefault(base.cast::<u8>(), geometry.file_size as usize);
+            Ok((base.cast::<u8>(), file_id))
         })();
         // SAFETY: fd was opened above and is closed exactly once; the mapping keeps the file.
         unsafe { libc::close(fd) };
-        let base = match result {
+        let (base, file_id) = match result {
             Ok(b) => b,
             Err(e) => {
                 let c = CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
@@ -225,6 +240,7 @@ impl Recorder {
             base,
             geometry,
             path,
+            file_id,
         };
         recorder.init_header(&cfg, identity);
         Ok(recorder)
@@ -269,7 +285,18 @@ impl Recorder {
         h.ext.keep_offset = g.keep_offset;
         h.ext.comm_offset = g.comm_offset;
         h.ext.keep_dir.state.store(1, Ordering::Relaxed);
+        h.ext2.overflow_slots = g.overflow_slots;
+        h.ext2.tail_max = g.tail_max;
+        fill_fixed(&mut h.ext2.run_source, id.run.source.as_bytes());
+        fill_fixed(&mut h.ext2.run_id, id.run.id.as_bytes());
+        h.ext2.launcher_rank = id.run.rank;
         let overflow = self.dir_entry(g.overflow_ring());
+        // SAFETY: no other thread knows the mapping yet.
+        unsafe {
+            let e = (overflow as *const RingDirEntry).cast_mut();
+            (*e).slots_offset = g.rings_offset;
+            (*e).slots = g.overflow_slots;
+        }
         overflow.state.store(1, Ordering::Relaxed);
         // The magic goes last: a reader that sees it sees a complete header.
         fence(Ordering::Release);
@@ -302,22 +329,42 @@ impl Recorder {
         }
     }
 
-    fn ring_writer(&self, ring: u32, tid: u32, shared: bool) -> RingWriter {
-        let slots = self.geometry.slot_offset(ring, 0) as usize;
+    /// A writer on ring `ring`, whose `slots` slots start at file offset `slots_offset`.
+    fn ring_writer(
+        &self,
+        ring: u32,
+        slots_offset: u64,
+        slots: u32,
+        tid: u32,
+        shared: bool,
+    ) -> RingWriter {
         RingWriter {
             header: self.header(),
             dir: self.dir_entry(ring),
-            // SAFETY: the ring's slot array lies inside the mapping (Geometry checked sizes).
-            slots: unsafe { self.base.add(slots).cast::<Slot>() },
-            mask: u64::from(self.geometry.slots_per_ring) - 1,
+            // SAFETY: the ring's slot array lies inside the mapping and was allocated (the
+            // overflow ring at creation, a thread's ring by `allocate` before this call).
+            slots: unsafe { self.base.add(slots_offset as usize).cast::<Slot>() },
+            mask: u64::from(slots) - 1,
             ring,
             tid,
             shared,
         }
     }
 
-    /// Gives the calling thread a ring of its own (or the shared overflow ring once all are
-    /// taken). Rare path: once per thread.
+    fn overflow_writer(&self, tid: u32) -> RingWriter {
+        let g = &self.geometry;
+        self.ring_writer(
+            g.overflow_ring(),
+            g.rings_offset,
+            g.overflow_slots,
+            tid,
+            true,
+        )
+    }
+
+    /// Gives the calling thread a ring of its own, allocating its slots at the end of the file
+    /// (or the shared overflow ring once all are taken or when the allocation fails). Rare
+    /// path: once per thread.
     pub fn claim_ring(&self) -> RingWriter {
         let tid = current_tid();
         let h = self.header();
@@ -325,20 +372,129 @@ impl Recorder {
         refresh_anchor(h);
         if idx >= self.geometry.ring_count {
             h.flags.fetch_or(flags::RINGS_EXHAUSTED, Ordering::Relaxed);
-            return self.ring_writer(self.geometry.overflow_ring(), tid, true);
+            return self.overflow_writer(tid);
         }
         let entry = self.dir_entry(idx);
+        let slots = self.geometry.slots_per_ring;
+        let bytes = u64::from(slots) * SLOT_SIZE as u64;
+        let extent = self.append_extent(BlobKind::RingSlots, bytes, true);
         // SAFETY: this thread just took index `idx` with fetch_add, so it is the only writer of
-        // the entry's plain fields.
+        // the entry's plain fields; readers look at them only once `state` is published.
         unsafe {
             let e = (entry as *const RingDirEntry).cast_mut();
             (*e).claimed_ns = clock::monotonic_ns();
+            if let Some(at) = extent {
+                (*e).slots_offset = at + BLOB_HEADER_SIZE as u64;
+                (*e).slots = slots;
+            }
         }
         entry.tid.store(tid, Ordering::Relaxed);
-        entry.state.store(1, Ordering::Release);
-        let writer = self.ring_writer(idx, tid, false);
+        let Some(at) = extent else {
+            h.ext2.ring_alloc_failed.fetch_add(1, Ordering::Relaxed);
+            h.flags.fetch_or(flags::ALLOC_FAILED, Ordering::Relaxed);
+            entry
+                .state
+                .store(ring_state::ALLOC_FAILED, Ordering::Release);
+            return self.overflow_writer(tid);
+        };
+        self.commit_extent(at);
+        entry.state.store(ring_state::CLAIMED, Ordering::Release);
+        h.ext2.rings_materialized.fetch_add(1, Ordering::Release);
+        let writer = self.ring_writer(idx, at + BLOB_HEADER_SIZE as u64, slots, tid, false);
         writer.refresh_thread_name();
         writer
+    }
+
+    /// Reserves an extent of `len` payload bytes at the end of the tail, allocates it on disk
+    /// and writes its header (not yet committed); returns the header's file offset. A
+    /// `page_aligned` extent gets its payload on a page boundary, after a `Pad` extent. `None`
+    /// when the tail is full or the allocation failed (the reserved bytes then stay a hole a
+    /// reader skips by the offsets that point past it).
+    fn append_extent(&self, kind: BlobKind, len: u64, page_aligned: bool) -> Option<u64> {
+        let g = &self.geometry;
+        let tail = &self.header().ext2.tail_reserved;
+        let mut used = tail.load(Ordering::Relaxed);
+        let (start, at, end) = loop {
+            let start = g.arena_offset + used;
+            let at = if page_aligned {
+                round_up(start + 2 * BLOB_HEADER_SIZE as u64, 4096)? - BLOB_HEADER_SIZE as u64
+            } else {
+                start
+            };
+            let end = at + ((BLOB_HEADER_SIZE as u64 + len + 7) & !7);
+            if end - g.arena_offset > g.tail_max {
+                return None;
+            }
+            match tail.compare_exchange_weak(
+                used,
+                end - g.arena_offset,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break (start, at, end),
+                Err(now) => used = now,
+            }
+        };
+        if !self.allocate(start, end - start) {
+            return None;
+        }
+        // SAFETY: [start, end) was reserved for this call alone by the CAS above, is allocated
+        // in the file and lies inside the mapping (end <= arena_offset + tail_max); headers
+        // are 8-aligned (every extent length is a multiple of 8).
+        unsafe {
+            if at > start {
+                let pad = self.base.add(start as usize).cast::<BlobHeader>();
+                ptr::addr_of_mut!((*pad).len).write((at - start) as u32 - BLOB_HEADER_SIZE as u32);
+                ptr::addr_of_mut!((*pad).kind).write(BlobKind::Pad as u16);
+                (*pad).commit.store(BLOB_COMMITTED, Ordering::Release);
+            }
+            let bh = self.base.add(at as usize).cast::<BlobHeader>();
+            ptr::addr_of_mut!((*bh).len).write(u32::try_from(len).ok()?);
+            ptr::addr_of_mut!((*bh).kind).write(kind as u16);
+        }
+        Some(at)
+    }
+
+    /// Publishes an extent written by `append_extent` once its payload is complete.
+    fn commit_extent(&self, at: u64) {
+        // SAFETY: `at` is the header of an extent this caller allocated and wrote.
+        unsafe {
+            let bh = self.base.add(at as usize).cast::<BlobHeader>();
+            (*bh).commit.store(BLOB_COMMITTED, Ordering::Release);
+        }
+    }
+
+    /// Makes `[offset, offset + len)` of the file real: reopens the file by its path, checks it
+    /// is still the file we mapped (a moved or replaced file is never grown), allocates the
+    /// range with `posix_fallocate` (so a full disk fails here, never as a SIGBUS on a later
+    /// store) and prefaults it. Rare path: a ring claim or a blob.
+    fn allocate(&self, offset: u64, len: u64) -> bool {
+        let Ok(c) = CString::new(self.path.as_os_str().as_bytes()) else {
+            return false;
+        };
+        // SAFETY: c is a valid NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return false;
+        }
+        let ok = file_id_of(fd) == Some(self.file_id)
+            && within_file_size_limit(offset.saturating_add(len))
+            && match (libc::off_t::try_from(offset), libc::off_t::try_from(len)) {
+                // SAFETY: fd is a valid, open, writable descriptor of our own dump file.
+                (Ok(o), Ok(l)) => unsafe { libc::posix_fallocate(fd, o, l) == 0 },
+                _ => false,
+            };
+        // SAFETY: fd was opened above and is closed exactly once.
+        unsafe { libc::close(fd) };
+        if ok {
+            let page = offset & !4095;
+            // SAFETY: the range lies inside the mapping and is now backed by the file.
+            prefault(
+                unsafe { self.base.add(page as usize) },
+                (offset + len - page) as usize,
+            );
+        }
+        ok
     }
 
     /// The ring index the reader gives the keep ring's records (one past the overflow ring).
@@ -423,17 +579,18 @@ impl Recorder {
             h.dropped_blobs.fetch_add(1, Ordering::Relaxed);
             return 0;
         }
-        let offset = self.geometry.arena_offset + start;
-        // SAFETY: [offset, offset + need) lies inside the arena (checked above), is 8-aligned,
-        // and was reserved for this call alone by the fetch_add.
+        let Some(offset) = self.append_extent(kind, u64::from(len), false) else {
+            h.flags.fetch_or(flags::ALLOC_FAILED, Ordering::Relaxed);
+            h.dropped_blobs.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        };
+        // SAFETY: the extent's payload [offset + 16, offset + 16 + len) was allocated and
+        // reserved for this call alone by `append_extent`.
         unsafe {
             let p = self.base.add(offset as usize);
-            let bh = p.cast::<BlobHeader>();
-            ptr::addr_of_mut!((*bh).len).write(len);
-            ptr::addr_of_mut!((*bh).kind).write(kind as u16);
             ptr::copy_nonoverlapping(payload.as_ptr(), p.add(BLOB_HEADER_SIZE), payload.len());
-            (*bh).commit.store(BLOB_COMMITTED, Ordering::Release);
         }
+        self.commit_extent(offset);
         offset
     }
 
@@ -840,6 +997,38 @@ extern "C" fn refresh_anchor(h: &FileHeader) {
     if h.clock_kind == clock::ClockKind::Tsc as u32 {
         add_anchor(h, clock::anchor());
     }
+}
+
+/// Whether a file may reach `size` bytes under `RLIMIT_FSIZE`. Growing past the limit would
+/// fail with EFBIG *and* send the process SIGXFSZ (whose default action kills it), so the
+/// writer checks first and treats the limit like a full disk.
+fn within_file_size_limit(size: u64) -> bool {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: rl is a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut rl) } != 0 {
+        return false;
+    }
+    rl.rlim_cur == libc::RLIM_INFINITY || size <= rl.rlim_cur
+}
+
+/// `(st_dev, st_ino)` of an open file.
+fn file_id_of(fd: i32) -> Option<(u64, u64)> {
+    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is open and st is a valid out-pointer.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// Faults `[base, base + len)` of the mapping in without dirtying it (`MADV_POPULATE_READ`,
+/// Linux 5.14+; on older kernels the first store takes a minor fault instead), so the record
+/// path does not fault on every new page.
+fn prefault(base: *mut u8, len: usize) {
+    const MADV_POPULATE_READ: i32 = 22;
+    // SAFETY: advice on a range inside our own mapping; a failure changes nothing.
+    unsafe { libc::madvise(base.cast(), len, MADV_POPULATE_READ) };
 }
 
 /// The kernel thread id (a syscall: callers cache it with their ring).

@@ -356,20 +356,110 @@ fn unwritable_dump_directory_leaves_the_program_running() {
     run_unwritable("/dev/null/ncclshim", &[]);
 }
 
+/// Runs `c` with `RLIMIT_FSIZE` at `bytes`: the file cannot grow past it, exactly as on a
+/// full disk (the writer checks the limit first, so the process never gets SIGXFSZ).
+fn with_file_size_limit(c: &mut Command, bytes: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit is async-signal-safe, and the closure touches nothing else.
+    unsafe {
+        c.pre_exec(move || {
+            let rl = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            libc::setrlimit(libc::RLIMIT_FSIZE, &rl);
+            Ok(())
+        });
+    }
+}
+
 #[test]
 fn full_disk_leaves_the_program_running() {
     if role().is_some() {
         return;
     }
-    // An arena larger than any disk here makes posix_fallocate fail (ENOSPC or EFBIG) exactly
-    // as a full disk would; the file must not be left behind.
+    // A file-size limit below the fixed part fails the creation as a full disk would; the
+    // file must not be left behind.
     let dir = tempfile::tempdir().unwrap();
-    run_unwritable(
-        dir.path().to_str().unwrap(),
-        &[("NCCLSHIM_ARENA_BYTES", "1024G")],
+    let mut c = child("unwritable", "role_unwritable_dir");
+    c.env("NCCLSHIM_DIR", dir.path());
+    with_file_size_limit(&mut c, 64 << 10);
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("program output intact recorded=false again=false"),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|l| l.starts_with("ncclshim:"))
+            .count(),
+        1,
+        "{stderr}"
     );
     assert!(
         dumps_in(dir.path()).is_empty(),
         "the half-made file is removed"
     );
+}
+
+#[test]
+fn role_ring_alloc_fails() {
+    if role().as_deref() != Some("ring_alloc") {
+        return;
+    }
+    let rec: &'static Recorder = Box::leak(Box::new(
+        Recorder::create(&RecorderConfig::defaults(
+            WriterKind::Synthetic,
+            std::env::var_os("NCCLSHIM_DIR").unwrap().into(),
+        ))
+        .unwrap(),
+    ));
+    std::thread::scope(|s| {
+        for t in 0..3u64 {
+            s.spawn(move || {
+                let ring = rec.claim_ring();
+                let mut e = Entry::new(RecordKind::Call, CallId::Test);
+                e.args[0] = t;
+                ring.begin(&e).complete(0);
+            });
+        }
+    });
+    println!("program output intact");
+}
+
+#[test]
+fn a_ring_that_cannot_be_allocated_sends_its_thread_to_the_overflow_ring() {
+    if role().is_some() {
+        return;
+    }
+    // Room for the fixed part only: every ring claim fails like on a full disk.
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = child("ring_alloc", "role_ring_alloc_fails");
+    c.env("NCCLSHIM_DIR", dir.path());
+    with_file_size_limit(&mut c, 320 << 10);
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("program output intact"));
+    let files = dumps_in(dir.path());
+    assert_eq!(files.len(), 1);
+    let d = read_dump(&files[0]).unwrap();
+    assert_eq!(d.header.ring_alloc_failed, 3);
+    assert_eq!(d.header.rings_materialized, 0);
+    assert_ne!(
+        d.header.flags & ncclshim_dump::layout::flags::ALLOC_FAILED,
+        0
+    );
+    let mut tags: Vec<u64> = d.records.iter().map(|r| r.args[0]).collect();
+    tags.sort();
+    assert_eq!(
+        tags,
+        vec![0, 1, 2],
+        "every thread's record is in the overflow ring"
+    );
+    assert!(d.rings.iter().all(|r| r.shared || r.records == 0));
+    assert!(std::fs::metadata(&files[0]).unwrap().len() <= 320 << 10);
 }

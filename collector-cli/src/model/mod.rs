@@ -210,6 +210,9 @@ pub struct ProcessModel {
     pub clock_offset: i128,
     /// How precisely that offset was measured (the calibration window).
     pub clock_uncertainty: u64,
+    /// The launcher's name for the run (`slurm`, `12345.0`; both empty when none named it).
+    pub run_source: String,
+    pub run_id: String,
 }
 
 /// A fatal signal as the shim's handler recorded it.
@@ -441,6 +444,10 @@ impl ProcessModel {
         self.comms_not_kept += o.comms_not_kept;
         self.notes.extend(o.notes);
         self.nccl_version = self.nccl_version.or(o.nccl_version);
+        if self.run_id.is_empty() {
+            self.run_source = o.run_source;
+            self.run_id = o.run_id;
+        }
     }
 
     fn add_dump(&mut self, d: &Dump, shown_path: String) {
@@ -485,6 +492,10 @@ impl ProcessModel {
             self.last_t = self.last_t.max(t);
         }
         self.comms_not_kept += h.comms_not_kept;
+        if self.run_id.is_empty() && !h.run.id.is_empty() {
+            self.run_source = h.run.source.clone();
+            self.run_id = h.run.id.clone();
+        }
         // Identity that never wraps: every communicator of the table is a membership, even
         // when the records of its creation were overwritten long ago.
         for c in &d.comms {

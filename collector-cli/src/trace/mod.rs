@@ -743,6 +743,7 @@ mod tests {
             boot_id: format!("boot-{host}"),
             hostname: host.into(),
             clocksource: "tsc".into(),
+            run: Default::default(),
         };
         let rec = Recorder::create_with_identity(&c.normalized(), &id).unwrap();
         let ring = rec.claim_ring();

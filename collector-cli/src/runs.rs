@@ -1,0 +1,370 @@
+//! Telling apart the runs that share a dump directory (a job resubmitted into the same
+//! `NCCLSHIM_DIR`, two `srun` steps of one allocation). A finding from one run must never
+//! become the primary of another, so the report is about one run: the most recent unless
+//! `--run` names another, and it says so.
+//!
+//! A run is named by its launcher (`slurm 812.0`, `torchelastic <id>`, ...: the dump header's
+//! run id). Processes no launcher named join a run by what they share with its processes: a
+//! communicator (the uniqueId hash every rank of it has) while their lifetimes overlap, or,
+//! without any communicator, an overlapping lifetime. Processes with different launcher ids
+//! are never joined.
+
+use crate::model::ProcessModel;
+use serde::Serialize;
+
+/// One run found in the directory.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct RunSummary {
+    /// What `--run` takes: the launcher's id, or `unnamed-N` (N: order of start) without one.
+    pub id: String,
+    /// `slurm`, `torchelastic`, ... (empty for an unnamed run).
+    pub source: String,
+    pub processes: usize,
+    pub hosts: usize,
+    /// Earliest record of the run (wall clock, ns since the epoch; 0 if none).
+    pub first_t_unix_ns: u64,
+    /// Latest record or sign of life (wall clock).
+    pub last_t_unix_ns: u64,
+    /// This is the run the report is about.
+    pub reported: bool,
+}
+
+impl RunSummary {
+    /// `slurm 812.0`, or `unnamed-1 (no launcher id)`.
+    pub fn label(&self) -> String {
+        if self.source.is_empty() {
+            format!("{} (no launcher id)", self.id)
+        } else {
+            format!("{} {}", self.source, self.id)
+        }
+    }
+}
+
+/// The processes (per-dump parts) of one run.
+pub struct RunParts {
+    pub summary: RunSummary,
+    pub parts: Vec<ProcessModel>,
+}
+
+struct Sets(Vec<usize>);
+
+impl Sets {
+    fn find(&mut self, i: usize) -> usize {
+        let mut r = i;
+        while self.0[r] != r {
+            r = self.0[r];
+        }
+        let mut j = i;
+        while self.0[j] != r {
+            let next = self.0[j];
+            self.0[j] = r;
+            j = next;
+        }
+        r
+    }
+
+    fn union(&mut self, a: usize, b: usize) {
+        let (ra, rb) = (self.find(a), self.find(b));
+        if ra != rb {
+            self.0[ra.max(rb)] = ra.min(rb);
+        }
+    }
+}
+
+fn span(p: &ProcessModel) -> (u64, u64) {
+    let last = p
+        .last_t
+        .max(p.last_alive.unwrap_or(0))
+        .max(p.exit_t.unwrap_or(0));
+    (p.first_t, last.max(p.first_t))
+}
+
+/// Ranks of one run live at the same time, up to the spread of their starts and ends (a rank
+/// that finished its work before another was started by a slow launcher): lifetimes within
+/// this of each other count as overlapping. Two runs written one after the other into one
+/// directory are normally minutes apart.
+const SAME_RUN_SLACK_NS: u64 = 1_000_000_000;
+
+fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 <= b.1.saturating_add(SAME_RUN_SLACK_NS) && b.0 <= a.1.saturating_add(SAME_RUN_SLACK_NS)
+}
+
+/// Splits per-dump parts into runs, oldest first.
+pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
+    let n = parts.len();
+    let mut sets = Sets((0..n).collect());
+    let named = |i: usize| !parts[i].run_id.is_empty();
+    let run_key = |i: usize| (parts[i].run_source.clone(), parts[i].run_id.clone());
+    // Parts of one process (shim and profiler dumps), and one launcher id, are one run.
+    for i in 0..n {
+        for j in i + 1..n {
+            let same_process = parts[i].key() == parts[j].key();
+            let same_run = named(i) && named(j) && run_key(i) == run_key(j);
+            if same_process || same_run {
+                sets.union(i, j);
+            }
+        }
+    }
+    // Unnamed parts join by a shared communicator (or, without any, by lifetime) while their
+    // lifetimes overlap; never across two different launcher ids.
+    let group_id = |sets: &mut Sets, i: usize, parts: &[ProcessModel]| {
+        let root = sets.find(i);
+        (0..parts.len())
+            .filter(|&k| sets.find(k) == root && !parts[k].run_id.is_empty())
+            .map(|k| parts[k].run_id.clone())
+            .next()
+    };
+    for i in 0..n {
+        if named(i) {
+            continue;
+        }
+        for j in 0..n {
+            if i == j || !overlaps(span(&parts[i]), span(&parts[j])) {
+                continue;
+            }
+            let shares_comm = parts[i].memberships.iter().any(|m| {
+                m.comm_hash != 0
+                    && parts[j]
+                        .memberships
+                        .iter()
+                        .any(|o| o.comm_hash == m.comm_hash)
+            });
+            let no_comms = parts[i].memberships.is_empty();
+            if !(shares_comm || no_comms) {
+                continue;
+            }
+            let (a, b) = (
+                group_id(&mut sets, i, &parts),
+                group_id(&mut sets, j, &parts),
+            );
+            if a.is_some() && b.is_some() && a != b {
+                continue;
+            }
+            sets.union(i, j);
+        }
+    }
+    let mut groups: std::collections::BTreeMap<usize, Vec<ProcessModel>> = Default::default();
+    for (i, p) in parts.into_iter().enumerate() {
+        let root = sets.find(i);
+        groups.entry(root).or_default().push(p);
+    }
+    let mut runs: Vec<RunParts> = groups
+        .into_values()
+        .map(|parts| {
+            let named = parts.iter().find(|p| !p.run_id.is_empty());
+            let mut keys: Vec<_> = parts.iter().map(ProcessModel::key).collect();
+            keys.sort();
+            keys.dedup();
+            let mut hosts: Vec<&str> = parts.iter().map(|p| p.host.as_str()).collect();
+            hosts.sort();
+            hosts.dedup();
+            let first = parts
+                .iter()
+                .map(|p| p.first_t)
+                .filter(|&t| t != 0)
+                .min()
+                .unwrap_or(0);
+            let last = parts.iter().map(|p| span(p).1).max().unwrap_or(0);
+            RunParts {
+                summary: RunSummary {
+                    id: named.map(|p| p.run_id.clone()).unwrap_or_default(),
+                    source: named.map(|p| p.run_source.clone()).unwrap_or_default(),
+                    processes: keys.len(),
+                    hosts: hosts.len(),
+                    first_t_unix_ns: first,
+                    last_t_unix_ns: last,
+                    reported: false,
+                },
+                parts,
+            }
+        })
+        .collect();
+    runs.sort_by_key(|r| (r.summary.first_t_unix_ns, r.summary.id.clone()));
+    let mut unnamed = 0;
+    for r in &mut runs {
+        if r.summary.id.is_empty() {
+            unnamed += 1;
+            r.summary.id = format!("unnamed-{unnamed}");
+        }
+    }
+    runs
+}
+
+/// Which run to report on: the one `wanted` names (its id, `source:id`, or a unique prefix of
+/// the id), else the most recent. `Err` names the runs there are.
+pub fn choose(runs: &[RunParts], wanted: Option<&str>) -> Result<usize, String> {
+    let Some(w) = wanted else {
+        return runs
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, r)| (r.summary.first_t_unix_ns, r.summary.last_t_unix_ns))
+            .map(|(i, _)| i)
+            .ok_or_else(|| "no runs".to_owned());
+    };
+    let ids = || {
+        runs.iter()
+            .map(|r| r.summary.id.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let exact = runs
+        .iter()
+        .position(|r| r.summary.id == w || format!("{}:{}", r.summary.source, r.summary.id) == w);
+    if let Some(i) = exact {
+        return Ok(i);
+    }
+    let prefixed: Vec<usize> = (0..runs.len())
+        .filter(|&i| runs[i].summary.id.starts_with(w))
+        .collect();
+    match prefixed.as_slice() {
+        [i] => Ok(*i),
+        [] => Err(format!("no run {w:?} in this directory (runs: {})", ids())),
+        _ => Err(format!("{w:?} names more than one run (runs: {})", ids())),
+    }
+}
+
+/// `2025-11-25 20:50:01 UTC` for a wall-clock time in ns since the epoch.
+pub fn utc_text(unix_ns: u64) -> String {
+    let secs = unix_ns / 1_000_000_000;
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil date from days since 1970-01-01 (H. Hinnant, "chrono-Compatible Low-Level Date Algorithms").
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// The report's note when the directory holds more than one run.
+pub fn note(runs: &[RunSummary]) -> Option<String> {
+    if runs.len() < 2 {
+        return None;
+    }
+    let list: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            format!(
+                "{} ({} process(es), started {})",
+                r.label(),
+                r.processes,
+                utc_text(r.first_t_unix_ns)
+            )
+        })
+        .collect();
+    let chosen = runs.iter().find(|r| r.reported)?;
+    let latest = runs
+        .iter()
+        .max_by_key(|r| (r.first_t_unix_ns, r.last_t_unix_ns))
+        .is_some_and(|r| r.id == chosen.id);
+    Some(format!(
+        "this directory holds {} runs: {}; reporting on run {}{}; use --run ID to choose",
+        runs.len(),
+        list.join(", "),
+        chosen.id,
+        if latest { " (the most recent)" } else { "" }
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Membership;
+
+    fn part(pid: u32, run: &str, comm: u64, t: (u64, u64)) -> ProcessModel {
+        let mut p = ProcessModel {
+            host: "h".into(),
+            pid,
+            first_t: t.0,
+            last_t: t.1,
+            run_id: run.into(),
+            run_source: if run.is_empty() { "" } else { "slurm" }.into(),
+            ..ProcessModel::default()
+        };
+        if comm != 0 {
+            p.memberships.push(Membership {
+                comm_hash: comm,
+                ..Membership::default()
+            });
+        }
+        p
+    }
+
+    fn ids(runs: &[RunParts]) -> Vec<(String, Vec<u32>)> {
+        runs.iter()
+            .map(|r| {
+                let mut pids: Vec<u32> = r.parts.iter().map(|p| p.pid).collect();
+                pids.sort();
+                (r.summary.id.clone(), pids)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn launcher_ids_separate_runs_even_with_one_communicator_hash() {
+        let runs = split(vec![
+            part(1, "7.0", 0xaa, (10, 20)),
+            part(2, "7.0", 0xaa, (11, 21)),
+            part(3, "8.0", 0xaa, (15, 40)),
+            part(4, "", 0xaa, (16, 30)),
+        ]);
+        // pid 4 overlaps both; it shares the communicator with both too, so it joins the
+        // first it meets and never bridges the two launcher ids.
+        let got = ids(&runs);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].0, "7.0");
+        assert_eq!(got[1].0, "8.0");
+        assert_eq!(got.iter().map(|g| g.1.len()).sum::<usize>(), 4);
+        assert_eq!(choose(&runs, None), Ok(1));
+        assert_eq!(choose(&runs, Some("7")), Ok(0));
+        assert_eq!(choose(&runs, Some("slurm:8.0")), Ok(1));
+        assert!(choose(&runs, Some("9"))
+            .unwrap_err()
+            .contains("runs: 7.0, 8.0"));
+    }
+
+    #[test]
+    fn unnamed_processes_split_by_communicator_and_lifetime() {
+        let runs = split(vec![
+            part(1, "", 0xaa, (10, 20)),
+            part(2, "", 0xaa, (12, 22)),
+            part(3, "", 0xaa, (5_000_000_050, 5_000_000_060)),
+            part(4, "", 0xaa, (5_000_000_061, 5_000_000_070)),
+            part(5, "", 0, (5_000_000_055, 5_000_000_056)),
+        ]);
+        assert_eq!(
+            ids(&runs),
+            vec![
+                ("unnamed-1".to_owned(), vec![1, 2]),
+                ("unnamed-2".to_owned(), vec![3, 4, 5])
+            ]
+        );
+        let mut sums: Vec<RunSummary> = runs.iter().map(|r| r.summary.clone()).collect();
+        sums[1].reported = true;
+        let n = note(&sums).unwrap();
+        assert!(n.starts_with("this directory holds 2 runs: unnamed-1 (no launcher id) (2 process(es), started 1970-01-01 00:00:00 UTC)"), "{n}");
+        assert!(
+            n.ends_with("reporting on run unnamed-2 (the most recent); use --run ID to choose"),
+            "{n}"
+        );
+    }
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc_text(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(
+            utc_text(1_764_103_801_000_000_000),
+            "2025-11-25 20:50:01 UTC"
+        );
+        assert_eq!(utc_text(951_782_400_000_000_000), "2000-02-29 00:00:00 UTC");
+    }
+}
