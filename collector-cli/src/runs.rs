@@ -11,6 +11,7 @@
 
 use crate::model::ProcessModel;
 use serde::Serialize;
+use std::collections::HashMap;
 
 /// One run found in the directory.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -46,9 +47,55 @@ pub struct RunParts {
     pub parts: Vec<ProcessModel>,
 }
 
-struct Sets(Vec<usize>);
+/// Union-find over per-dump parts, with the launcher ranks each set holds: one run has each
+/// launcher rank (RANK, SLURM_PROCID, ...) once, so two sets holding the same rank by different
+/// processes are two runs however close in time they ran.
+struct Sets(
+    /// Parent of each part.
+    Vec<usize>,
+    /// Per root: the (launcher rank, process) pairs its set holds.
+    Vec<std::collections::BTreeSet<(u64, (String, String, u32, u64))>>,
+    /// Per root: the launcher run id of its set, if any part has one.
+    Vec<Option<String>>,
+);
+
+/// The launcher's global rank of a process, from its recorded environment.
+fn launcher_rank(p: &ProcessModel) -> Option<u64> {
+    let env = p.env.as_ref()?;
+    crate::knowledge::launchers::lookup(env, crate::knowledge::launchers::Role::GlobalRank)?
+        .number()
+}
 
 impl Sets {
+    fn new(parts: &[ProcessModel]) -> Self {
+        Sets(
+            (0..parts.len()).collect(),
+            parts
+                .iter()
+                .map(|p| launcher_rank(p).map(|r| (r, p.key())).into_iter().collect())
+                .collect(),
+            parts
+                .iter()
+                .map(|p| (!p.run_id.is_empty()).then(|| p.run_id.clone()))
+                .collect(),
+        )
+    }
+
+    /// The launcher run id of the set holding `i`, if any of its parts has one.
+    fn named(&mut self, i: usize) -> Option<String> {
+        let r = self.find(i);
+        self.2[r].clone()
+    }
+
+    /// Whether joining the sets of `a` and `b` would give one launcher rank to two processes.
+    fn rank_clash(&mut self, a: usize, b: usize) -> bool {
+        let (ra, rb) = (self.find(a), self.find(b));
+        ra != rb
+            && self.1[ra]
+                .iter()
+                .any(|(r, k)| self.1[rb].iter().any(|(r2, k2)| r == r2 && k != k2))
+    }
+
     fn find(&mut self, i: usize) -> usize {
         let mut r = i;
         while self.0[r] != r {
@@ -66,7 +113,13 @@ impl Sets {
     fn union(&mut self, a: usize, b: usize) {
         let (ra, rb) = (self.find(a), self.find(b));
         if ra != rb {
-            self.0[ra.max(rb)] = ra.min(rb);
+            let (keep, gone) = (ra.min(rb), ra.max(rb));
+            self.0[gone] = keep;
+            let moved = std::mem::take(&mut self.1[gone]);
+            self.1[keep].extend(moved);
+            if self.2[keep].is_none() {
+                self.2[keep] = self.2[gone].take();
+            }
         }
     }
 }
@@ -92,56 +145,70 @@ fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
 /// Splits per-dump parts into runs, oldest first.
 pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
     let n = parts.len();
-    let mut sets = Sets((0..n).collect());
-    let named = |i: usize| !parts[i].run_id.is_empty();
-    let run_key = |i: usize| (parts[i].run_source.clone(), parts[i].run_id.clone());
-    // Parts of one process (shim and profiler dumps), and one launcher id, are one run.
-    for i in 0..n {
-        for j in i + 1..n {
-            let same_process = parts[i].key() == parts[j].key();
-            let same_run = named(i) && named(j) && run_key(i) == run_key(j);
-            if same_process || same_run {
-                sets.union(i, j);
+    let mut sets = Sets::new(&parts);
+    // Parts of one process (shim and profiler dumps), and one launcher id, are one run. Keyed
+    // lookups, not pairs: a 16k-rank job is 16k parts.
+    let mut by_process: HashMap<(String, String, u32, u64), usize> = HashMap::new();
+    let mut by_run: HashMap<(String, String), usize> = HashMap::new();
+    for (i, p) in parts.iter().enumerate() {
+        if let Some(&j) = by_process.get(&p.key()) {
+            sets.union(i, j);
+        } else {
+            by_process.insert(p.key(), i);
+        }
+        if !p.run_id.is_empty() {
+            let key = (p.run_source.clone(), p.run_id.clone());
+            match by_run.get(&key) {
+                Some(&j) => sets.union(i, j),
+                None => {
+                    by_run.insert(key, i);
+                }
             }
         }
     }
-    // Unnamed parts join by a shared communicator (or, without any, by lifetime) while their
-    // lifetimes overlap; never across two different launcher ids.
-    let group_id = |sets: &mut Sets, i: usize, parts: &[ProcessModel]| {
-        let root = sets.find(i);
-        (0..parts.len())
-            .filter(|&k| sets.find(k) == root && !parts[k].run_id.is_empty())
-            .map(|k| parts[k].run_id.clone())
-            .next()
-    };
-    for i in 0..n {
-        if named(i) {
-            continue;
-        }
-        for j in 0..n {
-            if i == j || !overlaps(span(&parts[i]), span(&parts[j])) {
+    // Unnamed parts join, in start order, the closest earlier part of the same communicator (or,
+    // without any communicator, the part started just before) while their lifetimes overlap; never
+    // across two launcher ids, and never when the join would give one launcher rank to two
+    // processes (the same job launched twice in a row).
+    let group_id = |sets: &mut Sets, i: usize| sets.named(i);
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| (parts[i].first_t, i));
+    let mut last_of_comm: HashMap<u64, usize> = HashMap::new();
+    let mut last_without_comm: Option<usize> = None;
+    let mut previous: Option<usize> = None;
+    for &i in &order {
+        // A part without a communicator can belong with anything that ran beside it: the part
+        // that started just before it. One with communicators: the latest part of each of them,
+        // and the latest part without any.
+        let candidates: Vec<usize> = if parts[i].memberships.is_empty() {
+            previous.into_iter().collect()
+        } else {
+            parts[i]
+                .memberships
+                .iter()
+                .filter(|m| m.comm_hash != 0)
+                .filter_map(|m| last_of_comm.get(&m.comm_hash).copied())
+                .chain(last_without_comm)
+                .collect()
+        };
+        for j in candidates {
+            let unnamed = parts[i].run_id.is_empty() || parts[j].run_id.is_empty();
+            if !unnamed || !overlaps(span(&parts[i]), span(&parts[j])) {
                 continue;
             }
-            let shares_comm = parts[i].memberships.iter().any(|m| {
-                m.comm_hash != 0
-                    && parts[j]
-                        .memberships
-                        .iter()
-                        .any(|o| o.comm_hash == m.comm_hash)
-            });
-            let no_comms = parts[i].memberships.is_empty();
-            if !(shares_comm || no_comms) {
-                continue;
-            }
-            let (a, b) = (
-                group_id(&mut sets, i, &parts),
-                group_id(&mut sets, j, &parts),
-            );
-            if a.is_some() && b.is_some() && a != b {
+            let (a, b) = (group_id(&mut sets, i), group_id(&mut sets, j));
+            if a.is_some() && b.is_some() && a != b || sets.rank_clash(i, j) {
                 continue;
             }
             sets.union(i, j);
         }
+        if parts[i].memberships.is_empty() {
+            last_without_comm = Some(i);
+        }
+        for m in parts[i].memberships.iter().filter(|m| m.comm_hash != 0) {
+            last_of_comm.insert(m.comm_hash, i);
+        }
+        previous = Some(i);
     }
     let mut groups: std::collections::BTreeMap<usize, Vec<ProcessModel>> = Default::default();
     for (i, p) in parts.into_iter().enumerate() {
@@ -330,6 +397,31 @@ mod tests {
         assert!(choose(&runs, Some("9"))
             .unwrap_err()
             .contains("runs: 7.0, 8.0"));
+    }
+
+    /// The same 2-rank job launched twice in a row within a second, without launcher ids or
+    /// communicators (both failed before creating one): the launcher ranks repeat, so the
+    /// processes form two runs, each with ranks 0 and 1.
+    #[test]
+    fn a_launcher_rank_seen_twice_means_two_runs() {
+        let ranked = |pid: u32, rank: &str, t: (u64, u64)| {
+            let mut p = part(pid, "", 0, t);
+            p.env = Some([("RANK".to_owned(), rank.to_owned())].into_iter().collect());
+            p
+        };
+        let runs = split(vec![
+            ranked(1, "0", (10, 30)),
+            ranked(2, "1", (11, 31)),
+            ranked(3, "0", (40, 60)),
+            ranked(4, "1", (41, 61)),
+        ]);
+        assert_eq!(
+            ids(&runs),
+            vec![
+                ("unnamed-1".to_owned(), vec![1, 2]),
+                ("unnamed-2".to_owned(), vec![3, 4])
+            ]
+        );
     }
 
     #[test]

@@ -136,7 +136,9 @@ pub fn nccl_result(n: i32) -> Option<&'static Code> {
 /// NCCL's runtime-call check printed it before it added the number). Returns the code found.
 pub fn cuda_error_in_text(text: &str) -> Option<&'static Code> {
     const MARK: &str = "Cuda failure ";
-    let at = text.find(MARK)? + MARK.len();
+    let Some(at) = text.find(MARK).map(|i| i + MARK.len()) else {
+        return cuda_error_string_in(text);
+    };
     let rest = &text[at..];
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     if let Ok(n) = digits.parse::<i32>() {
@@ -152,6 +154,23 @@ pub fn cuda_error_in_text(text: &str) -> Option<&'static Code> {
         .find(|e| !e.text.is_empty() && e.text.eq_ignore_ascii_case(msg))
 }
 
+/// A CUDA error string quoted anywhere in a text without NCCL's `Cuda failure` mark (a
+/// framework's wrapper, a plugin's log), the longest that matches. Short
+/// strings ("unknown error") are too generic to identify a code and are skipped.
+fn cuda_error_string_in(text: &str) -> Option<&'static Code> {
+    const MIN_SPECIFIC_LEN: usize = 16;
+    let lower = text.to_ascii_lowercase();
+    let c = cuda();
+    c.cu_result
+        .iter()
+        .chain(c.cuda_error.iter())
+        .filter(|e| e.text.len() >= MIN_SPECIFIC_LEN)
+        .filter(|e| lower.contains(&e.text.to_ascii_lowercase()))
+        // "operation not permitted when stream is capturing" contains "operation not
+        // permitted": the longest string is the one quoted.
+        .max_by_key(|e| e.text.len())
+}
+
 /// The verbs completion status NCCL's text reports (`... with status=12 opcode=...`).
 pub fn wc_status_in_text(text: &str) -> Option<&'static Code> {
     let at = text.find("status=")? + "status=".len();
@@ -165,6 +184,13 @@ pub fn wc_status_in_text(text: &str) -> Option<&'static Code> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cuda_error_string_without_nccls_mark_is_found() {
+        let c = cuda_error_in_text("operation not permitted when stream is capturing").unwrap();
+        assert_eq!(c.number, 900);
+        assert!(cuda_error_in_text("unknown error").is_none());
+    }
     use std::collections::HashSet;
 
     fn unique(codes: &[Code], what: &str) {

@@ -244,6 +244,7 @@ pub const RULES: &[(&str, RuleFn)] = &[
     ("missing", |j, _| generic::missing_ranks::check(j)),
     ("network", |j, _| generic::network_path::check(j)),
     ("threads", |j, _| generic::concurrent_comm::check(j)),
+    ("waiting", |j, _| generic::waiting_ranks::check(j)),
     ("uid", |j, _| generic::uid_split::check(j)),
     ("stuck", |j, o| generic::stuck::check(j, o.stall_after_ns)),
     ("env", |j, _| generic::env_diff::check(j)),

@@ -146,7 +146,14 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                         (best.fit != Fit::RuledOut && sig.causes.contains(&key))
                             .then_some(best.facts)
                     });
-                let by_result = c.is_cuda && sig.cu_results.contains(&c.rc);
+                // A driver call's CUresult, or the CUDA error NCCL's text quotes.
+                let quoted = c
+                    .error_text
+                    .as_deref()
+                    .and_then(crate::knowledge::codes::cuda_error_in_text)
+                    .and_then(|code| i32::try_from(code.number).ok());
+                let by_result = (c.is_cuda && sig.cu_results.contains(&c.rc))
+                    || quoted.is_some_and(|n| sig.cu_results.contains(&n));
                 if by_text.is_none() && !by_result {
                     continue;
                 }

@@ -17,3 +17,4 @@ pub mod stuck;
 pub mod transport_hang;
 pub mod uid_split;
 pub mod unknown;
+pub mod waiting_ranks;

@@ -1,0 +1,95 @@
+//! The ranks that did not fail but waited: after a failure, the other ranks of a job block in
+//! their next collective (or somewhere outside NCCL) until the launcher's timeout stops them.
+//! They are not causes, and no hang finding should send the user to debug them; but a user
+//! reading the report must see what each was doing and how it ended, so "which died how and
+//! when, and which were alive and waiting until killed" is answered for every rank.
+
+use crate::model::{JobModel, ProcessModel};
+use crate::names::signal_name;
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding, Severity};
+use ncclshim_dump::CallId;
+
+/// What a waiting process was doing at its end.
+fn waiting_in(pm: &ProcessModel) -> String {
+    let inside = pm
+        .in_flight_calls()
+        .filter(|(_, c)| c.call != Some(CallId::NcclCommGetAsyncError))
+        .last();
+    match inside {
+        Some((_, c)) => match c
+            .arg("seq")
+            .filter(|_| c.call.is_some_and(CallId::is_nccl_operation))
+        {
+            Some(s) => format!("blocked inside {} seq {s}", c.name),
+            None => format!("blocked inside {}", c.name),
+        },
+        None => match pm.calls.iter().rev().find(|c| !c.nested) {
+            Some(c) => format!("outside NCCL since {} returned", c.name),
+            None => "outside NCCL".to_owned(),
+        },
+    }
+}
+
+/// How a waiting process ended.
+fn ended_by(pm: &ProcessModel, first_t: u64) -> String {
+    let after = |t: u64| t.saturating_sub(first_t) / 1_000_000;
+    match (&pm.signal, pm.alive) {
+        (Some(s), _) if s.is_termination_request() => {
+            let by = if s.sender_pid != 0 {
+                format!(" from pid {}", s.sender_pid)
+            } else {
+                String::new()
+            };
+            format!(
+                "stopped by {}{by} {} ms after the first failure",
+                signal_name(s.signo),
+                after(s.t)
+            )
+        }
+        (_, true) => "still running when the dumps were read".to_owned(),
+        _ => {
+            let seen = pm.last_t.max(pm.last_alive.unwrap_or(0));
+            format!(
+                "ended without a mark (SIGKILL?) after its last sign of life, {} ms after the first failure",
+                after(seen)
+            )
+        }
+    }
+}
+
+pub fn check(job: &JobModel) -> Vec<Finding> {
+    let Some(first) = job.failures.first() else {
+        return Vec::new();
+    };
+    let mut f = Finding::new(
+        "ranks-waiting-when-stopped",
+        None,
+        "Ranks without an error of their own waited until they were stopped",
+        Severity::Contributing,
+        Confidence::High,
+    )
+    .remedy(
+        "Nothing to fix on these ranks: they waited for the failure above (a collective cannot \
+         complete without every rank). Debug the primary finding's rank.",
+    );
+    for (p, pm) in job.processes.iter().enumerate() {
+        let failed = job.failures.iter().any(|x| x.process == p);
+        let seen = pm.last_t.max(pm.last_alive.unwrap_or(0));
+        if failed || pm.clean_exit || seen < first.t || pm.calls.is_empty() {
+            continue;
+        }
+        f.involve(job, p);
+        let what = waiting_in(pm);
+        let end = ended_by(pm, first.t);
+        f.fact(
+            Evidence::new(EvidenceKind::Lifecycle, format!("{what}; {end}"))
+                .value("waiting_in", &what)
+                .value("ended", &end)
+                .of(job, p),
+        );
+    }
+    if f.process_ids.is_empty() {
+        return Vec::new();
+    }
+    vec![f]
+}
