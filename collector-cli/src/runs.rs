@@ -50,11 +50,14 @@ pub struct RunParts {
 /// Union-find over per-dump parts, with the launcher ranks each set holds: one run has each
 /// launcher rank (RANK, SLURM_PROCID, ...) once, so two sets holding the same rank by different
 /// processes are two runs however close in time they ran.
+/// A process's identity across its dumps ([`ProcessModel::key`]).
+type ProcessKey = (String, String, u32, u64);
+
 struct Sets(
     /// Parent of each part.
     Vec<usize>,
     /// Per root: the (launcher rank, process) pairs its set holds.
-    Vec<std::collections::BTreeSet<(u64, (String, String, u32, u64))>>,
+    Vec<std::collections::BTreeSet<(u64, ProcessKey)>>,
     /// Per root: the launcher run id of its set, if any part has one.
     Vec<Option<String>>,
 );
@@ -148,7 +151,7 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
     let mut sets = Sets::new(&parts);
     // Parts of one process (shim and profiler dumps), and one launcher id, are one run. Keyed
     // lookups, not pairs: a 16k-rank job is 16k parts.
-    let mut by_process: HashMap<(String, String, u32, u64), usize> = HashMap::new();
+    let mut by_process: HashMap<ProcessKey, usize> = HashMap::new();
     let mut by_run: HashMap<(String, String), usize> = HashMap::new();
     for (i, p) in parts.iter().enumerate() {
         if let Some(&j) = by_process.get(&p.key()) {
