@@ -1,3 +1,5 @@
+//! The release artifacts as users install them.
+//!
 //! `pip install ncclshim` end to end: the release wheel (scripts/build-wheel.sh: manylinux2014,
 //! built once into target/wheels and rebuilt incrementally) is installed into a fresh virtual
 //! environment by pip with no Rust toolchain on PATH, and everything after that runs from the
@@ -9,10 +11,14 @@
 //! - a Python program that loads an NCCL user through ctypes, started by a launcher with the
 //!   environment from `ncclshim.environ()` (LD_PRELOAD = `ncclshim.shim_path()`), whose dump the
 //!   report reads.
+//!
+//! The release tarball (scripts/build-tarball.sh, the wheel's files as bin/ and lib/): its
+//! `ncclshim run` preloads the libraries of its own tree, wherever it is unpacked.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -36,10 +42,10 @@ fn ok(cmd: &mut Command) -> Output {
     o
 }
 
-/// The release wheel, built (or brought up to date) by the project's script.
-fn wheel() -> PathBuf {
+/// Runs one of the project's build scripts and returns the path it prints last.
+fn build(script: &str, args: &[&Path]) -> PathBuf {
     let mut cmd = Command::new("bash");
-    cmd.arg(repo_root().join("scripts/build-wheel.sh"));
+    cmd.arg(repo_root().join("scripts").join(script)).args(args);
     // Variables cargo sets for a test are not meant for the cargo runs inside the script.
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
@@ -49,12 +55,16 @@ fn wheel() -> PathBuf {
     }
     let o = ok(&mut cmd);
     let stdout = String::from_utf8_lossy(&o.stdout);
-    let wheel = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
-    assert!(
-        wheel.is_file(),
-        "build-wheel.sh printed no wheel\n{}",
-        text(&o)
-    );
+    let built = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+    assert!(built.is_file(), "{script} printed no file\n{}", text(&o));
+    built
+}
+
+/// The release wheel, built (or brought up to date) once for the tests of this file, which run
+/// in parallel: the script rebuilds the same files.
+fn wheel() -> PathBuf {
+    static WHEEL: OnceLock<PathBuf> = OnceLock::new();
+    let wheel = WHEEL.get_or_init(|| build("build-wheel.sh", &[])).clone();
     let name = wheel.file_name().unwrap().to_string_lossy().into_owned();
     assert!(
         name.starts_with(&format!("ncclshim-{}-", env!("CARGO_PKG_VERSION")))
@@ -263,5 +273,48 @@ sys.exit(subprocess.call([sys.executable, sys.argv[2], sys.argv[3], "uniqueid"],
             .arg(&ctypes_dumps)
             .output()
             .unwrap(),
+    );
+}
+
+#[test]
+fn the_release_tarball_runs_with_its_own_libraries_wherever_it_is_unpacked() {
+    // From the wheel this file's other test installs, not rebuilding it under that test's feet.
+    let tarball = build("build-tarball.sh", &[&wheel()]);
+    let tmp = tempfile::tempdir().unwrap();
+    ok(Command::new("tar")
+        .arg("-xzf")
+        .arg(tarball)
+        .arg("-C")
+        .arg(tmp.path()));
+    let top = tmp.path().join(format!(
+        "ncclshim-{}-x86_64-linux",
+        env!("CARGO_PKG_VERSION")
+    ));
+    let moved = tmp.path().join("opt/somewhere/ncclshim");
+    std::fs::create_dir_all(moved.parent().unwrap()).unwrap();
+    std::fs::rename(&top, &moved).unwrap();
+    let o = ok(Command::new(moved.join("bin/ncclshim"))
+        .env_remove("NCCLSHIM_LIB_DIR")
+        .env_remove("LD_PRELOAD")
+        .env_remove("NCCL_PROFILER_PLUGIN")
+        .arg("run")
+        .arg("--dir")
+        .arg(tmp.path().join("dumps"))
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo \"$LD_PRELOAD|$NCCL_PROFILER_PLUGIN\"",
+        ]));
+    let lib = moved.join("lib").canonicalize().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        format!(
+            "{}|{}",
+            lib.join("libncclshim.so").display(),
+            lib.join("libnccl-profiler-ncclshim.so").display()
+        ),
+        "{}",
+        text(&o)
     );
 }
