@@ -23,6 +23,10 @@ sdist=0
 
 tools="$root/target/wheel-tools"
 pins="maturin==1.16.0 ziglang==0.17.1 auditwheel==6.8.2"
+python3 -c 'import venv, ensurepip' 2>/dev/null || {
+    echo "build-wheel: python3 with venv and ensurepip is needed (Debian/Ubuntu: apt-get install python3-venv)" >&2
+    exit 1
+}
 if [[ "$(cat "$tools/.pins" 2>/dev/null)" != "$pins" ]]; then
     echo "build-wheel: installing $pins into $tools" >&2
     rm -rf "$tools"

@@ -254,6 +254,14 @@ import ncclshim
 add = ncclshim.environ(dir=sys.argv[1])
 assert add["LD_PRELOAD"] == ncclshim.shim_path(), add
 assert add["NCCLSHIM_DIR"] == os.path.abspath(sys.argv[1]), add
+# What the launcher had stays: its preload after ours, its profiler instead of ours.
+kept = ncclshim.environ(dir="d", base={"LD_PRELOAD": "/x/other.so", "NCCL_PROFILER_PLUGIN": "mine"})
+assert kept["LD_PRELOAD"] == ncclshim.shim_path() + " /x/other.so", kept
+assert "NCCL_PROFILER_PLUGIN" not in kept, kept
+# Without dir: a fresh directory per run under $NCCLSHIM_DIR, as `ncclshim run` does.
+fresh = ncclshim.environ(base={"NCCLSHIM_DIR": "/shared/dumps"})
+assert os.path.dirname(fresh["NCCLSHIM_DIR"]) == "/shared/dumps", fresh
+assert fresh["NCCLSHIM_DIR"].endswith("-%d" % os.getpid()), fresh
 env = dict(os.environ, NCCL_SOCKET_IFNAME="eht0", **add)
 sys.exit(subprocess.call([sys.executable, sys.argv[2], sys.argv[3], "uniqueid"], env=env))
 "#;
