@@ -4,6 +4,9 @@
 # ("cannot be preloaded ... ignored"), and the recorder then silently records nothing.
 #
 #   scripts/check-glibc-floor.sh LIB [MAX]   check one library (MAX defaults to 2.17)
+#   scripts/check-glibc-floor.sh --wheel WHL [MAX]
+#                                            check every ELF file in a wheel (the pip package of
+#                                            scripts/build-wheel.sh: the executable and the libraries)
 #   scripts/check-glibc-floor.sh             build the release cdylibs (libncclshim.so and the
 #                                            profiler plugin) against glibc 2.17 with cargo-zigbuild
 #                                            (scripts/build-shim-release.sh) and check both
@@ -26,6 +29,22 @@ check() { # lib max
     fi
 }
 
+if [[ "${1:-}" == "--wheel" ]]; then
+    [[ -f "${2:-}" ]] || { echo "usage: $0 --wheel WHEEL [MAX]; no such wheel: ${2:-}" >&2; exit 2; }
+    unpacked="$(mktemp -d)"
+    trap 'rm -rf "$unpacked"' EXIT
+    python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$2" "$unpacked"
+    cd "$unpacked"
+    status=0 elves=0
+    while IFS= read -r -d '' f; do
+        [[ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" == '177ELF' ]] || continue
+        elves=$((elves + 1))
+        check "${f#./}" "${3:-2.17}" || status=1
+    done < <(find . -type f -print0 | sort -z)
+    [[ $elves -gt 0 ]] || { echo "no ELF file in $2" >&2; exit 1; }
+    echo "$elves ELF files in $(basename "$2")"
+    exit $status
+fi
 if [[ $# -ge 1 ]]; then
     check "$1" "${2:-2.17}"
     exit

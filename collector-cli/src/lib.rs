@@ -6,6 +6,7 @@
 pub mod doctor;
 pub mod dumpjson;
 pub mod knowledge;
+pub mod libdirs;
 pub mod load;
 pub mod model;
 pub mod names;

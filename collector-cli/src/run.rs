@@ -2,8 +2,9 @@
 //! selected and the dump directory set, all by absolute path (children `chdir`, and `torchrun`
 //! or `srun` pass the environment on to every rank), waits for it, and reports.
 //!
-//! The libraries are looked for next to the `ncclshim` binary (an install puts them side by
-//! side, cargo builds them into the same `target/<profile>/`), then in `../lib`.
+//! The libraries are looked for in `$NCCLSHIM_LIB_DIR`, next to the `ncclshim` binary (cargo
+//! builds them into the same `target/<profile>/`), in `../lib` (a release tarball) and where
+//! `pip install ncclshim` puts them ([`crate::libdirs`]).
 //!
 //! How the wrapper treats the job:
 //! - **Its own process group.** The job (and everything it starts) is one process group, so a
@@ -58,19 +59,14 @@ pub struct RunPlan {
     pub env: Vec<(String, OsString)>,
 }
 
-/// Directories to search for the recorder libraries.
+/// Directories to search for the recorder libraries, best first ([`crate::libdirs`]).
 pub fn library_dirs() -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    if let Ok(exe) = std::env::current_exe().and_then(|p| p.canonicalize()) {
-        if let Some(d) = exe.parent() {
-            dirs.push(d.to_path_buf());
-            dirs.push(d.join("../lib"));
-            // Under `cargo test` the binary is in target/<profile>/ while the freshly built
-            // cdylibs may only be in target/<profile>/deps/ (cargo does not always copy them up).
-            dirs.push(d.join("deps"));
+    match std::env::current_exe().and_then(|p| p.canonicalize()) {
+        Ok(exe) => {
+            crate::libdirs::candidates(&exe, std::env::var_os(crate::libdirs::LIB_DIR_VARIABLE))
         }
+        Err(_) => Vec::new(),
     }
-    dirs
 }
 
 pub fn find_in(dirs: &[PathBuf], names: &[&str]) -> Option<PathBuf> {
@@ -131,8 +127,9 @@ pub fn plan(
     let shim = find_in(&dirs, &[SHIM_NAME]);
     let Some(shim_path) = shim.clone() else {
         bail!(
-            "{SHIM_NAME} not found next to the ncclshim binary (looked in {}); build it with `cargo build --release --workspace`",
-            dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+            "{SHIM_NAME} not found for this ncclshim (looked in {}); `pip install ncclshim` brings both, a build from the repository has it after `cargo build --release --workspace`, or name its directory in {} (docs/install.md)",
+            dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+            crate::libdirs::LIB_DIR_VARIABLE
         );
     };
     let plugin = if with_plugin {
