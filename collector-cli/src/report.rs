@@ -184,8 +184,16 @@ fn evidence_gaps(job: &JobModel) -> Vec<Evidence> {
 pub const CROSS_HOST_MARGIN_NS: u64 = 1_000_000;
 
 impl Report {
-    pub fn build(job: &JobModel, findings: Vec<Finding>, problems: Vec<Problem>) -> Self {
+    pub fn build(job: &JobModel, mut findings: Vec<Finding>, problems: Vec<Problem>) -> Self {
         let firsts = job.first_failure_per_process();
+        for f in &mut findings {
+            f.explains_failures = firsts
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| crate::rules::explains_failure(f, e))
+                .map(|(i, _)| i)
+                .collect();
+        }
         let t0 = firsts.first().map(|f| f.t).unwrap_or(0);
         let failure_order: Vec<FailureLine> = firsts
             .iter()

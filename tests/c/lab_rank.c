@@ -60,7 +60,7 @@ int main(void) {
         else if (!strcmp(op, "ncclGetUniqueId")) { ncclUniqueId id; rc = ncclGetUniqueId(&id); n = 1; }
         else if (!strcmp(op, "ncclCommInitRank")) {
             ncclUniqueId id;
-            lab_unique_id(s->uid, id.internal);
+            lab_unique_id(s->uid, s->root, id.internal);
             rc = ncclCommInitRank(&comm, s->nranks, id, s->nranks ? s->rank : rank);
             n = 1;
         } else if (!strcmp(op, "ncclCommGetAsyncError")) {

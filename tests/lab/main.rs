@@ -5,6 +5,7 @@
 //! from the outcomes (`UPDATE_SCENARIOS=1 cargo test -p ncclshim-integration-tests --test lab`)
 //! and checked for drift. Needs root (namespaces); without it, says so and skips.
 
+mod contract;
 mod hosts;
 mod judge;
 mod runner;
@@ -112,6 +113,15 @@ fn scenario_lab() {
                 continue;
             }
         };
+        // The report contract holds for every report, pending scenarios included.
+        let broken = contract::violations(&ran.report);
+        if !broken.is_empty() {
+            failures.push(format!(
+                "{name}: report contract: {}\n    kept: {}",
+                broken.join("; "),
+                ran.dir.display()
+            ));
+        }
         let verdict = judge::judge(&s.expect, &ran.report);
         match (&s.pending, verdict) {
             (None, Ok(())) => {
@@ -124,7 +134,9 @@ fn scenario_lab() {
                         ));
                     }
                 }
-                let _ = std::fs::remove_dir_all(&ran.dir);
+                if broken.is_empty() {
+                    let _ = std::fs::remove_dir_all(&ran.dir);
+                }
                 outcomes.push((name.clone(), s.clone(), Outcome::Pass));
             }
             (None, Err(misses)) => {

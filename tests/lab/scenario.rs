@@ -168,6 +168,9 @@ pub struct Step {
     pub nranks: Option<u32>,
     pub rank: Option<u32>,
     pub uid: Option<u64>,
+    /// `ncclGetUniqueId` / `ncclCommInitRank`: the bootstrap root the uniqueId names,
+    /// `"a.b.c.d:port"` (default 10.0.0.1).
+    pub root: Option<String>,
     /// A CUDA driver call NCCL makes inside this step, and its CUresult.
     pub driver: Option<String>,
     pub driver_rc: Option<i32>,

@@ -112,6 +112,9 @@ fn step_line(s: &Step, place: &RankPlace) -> String {
         field(&mut l, "nranks", s.nranks.unwrap_or(place.world_size));
         field(&mut l, "rank", s.rank.unwrap_or(place.rank));
         field(&mut l, "uid", s.uid.unwrap_or(1));
+        if let Some(r) = &s.root {
+            field(&mut l, "root", r);
+        }
     }
     if let Some(d) = &s.driver {
         field(&mut l, "cu", d);

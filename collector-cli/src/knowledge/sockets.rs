@@ -26,22 +26,37 @@ pub struct SocketOutcome {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct File {
-    outcome: Vec<SocketOutcome>,
+struct LocalOnly {
+    prefixes: Vec<String>,
 }
 
-static OUTCOMES: LazyLock<Vec<SocketOutcome>> = LazyLock::new(|| {
-    super::parse::<File>("sockets.toml", include_str!("../../knowledge/sockets.toml")).outcome
-});
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    outcome: Vec<SocketOutcome>,
+    local_only_interfaces: LocalOnly,
+}
+
+static FILE: LazyLock<File> =
+    LazyLock::new(|| super::parse("sockets.toml", include_str!("../../knowledge/sockets.toml")));
 
 pub fn all() -> &'static [SocketOutcome] {
-    &OUTCOMES
+    &FILE.outcome
+}
+
+/// Whether an interface of this name exists only inside its host (a container or VM bridge,
+/// the host side of a veth pair), so an address on it is not reachable from other hosts.
+pub fn local_only_interface(name: &str) -> bool {
+    FILE.local_only_interfaces
+        .prefixes
+        .iter()
+        .any(|p| name.starts_with(p.as_str()))
 }
 
 /// The outcome whose text appears in `text` (case-insensitive), the first in the file's order.
 pub fn outcome_in(text: &str) -> Option<&'static SocketOutcome> {
     let lower = text.to_ascii_lowercase();
-    OUTCOMES
+    FILE.outcome
         .iter()
         .find(|o| lower.contains(&o.text.to_ascii_lowercase()))
 }
@@ -59,6 +74,24 @@ mod tests {
         texts.dedup();
         assert_eq!(texts.len(), all.len(), "duplicate texts");
         assert!(all.iter().all(|o| !o.meaning.is_empty()));
+    }
+
+    #[test]
+    fn host_local_interfaces_by_name() {
+        for n in [
+            "docker0",
+            "br-1a2b3c",
+            "veth3a1b",
+            "virbr0",
+            "cni0",
+            "cali12ab",
+        ] {
+            assert!(local_only_interface(n), "{n}");
+        }
+        // A container's own eth0 is a veth too, but it is the routable interface.
+        for n in ["eth0", "ens5", "ib0", "bond0", "enp65s0f0"] {
+            assert!(!local_only_interface(n), "{n}");
+        }
     }
 
     #[test]

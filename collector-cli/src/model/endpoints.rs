@@ -9,6 +9,7 @@
 //! process's host facts recorded, so every rule reasons about addresses the same way.
 
 use super::{CallEvent, JobModel};
+use crate::knowledge::sockets::local_only_interface as local_only;
 use ncclshim_dump::CallId;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -213,13 +214,15 @@ pub struct Owner {
     pub host: String,
     pub interface: String,
     pub prefix: u8,
-    pub virtual_if: bool,
+    /// The interface exists only inside its host (a container/VM bridge, a host-side veth):
+    /// its addresses are not reachable from other hosts.
+    pub local_only: bool,
     pub up: bool,
     /// Processes on that machine.
     pub processes: Vec<usize>,
 }
 
-/// A recorded interface of process `p`'s host: (name, address, prefix, virtual, up, loopback).
+/// One address of a recorded interface of a process's host.
 pub struct HostAddress<'a> {
     pub interface: &'a str,
     pub addr: IpAddr,
@@ -280,7 +283,7 @@ pub fn owners(job: &JobModel, addr: &IpAddr) -> Vec<Owner> {
                 host: pm.host.clone(),
                 interface: h.interface.to_owned(),
                 prefix: h.prefix,
-                virtual_if: h.virtual_if,
+                local_only: crate::knowledge::sockets::local_only_interface(h.interface),
                 up: h.up,
                 processes: vec![p],
             });
@@ -320,9 +323,9 @@ pub fn machines_with_interfaces(job: &JobModel) -> Vec<usize> {
     out
 }
 
-/// An interface name that every recorded machine has up, backed by a device (not virtual, not
-/// loopback), with an address in a subnet all of them share: what `NCCL_SOCKET_IFNAME` should
-/// name. None when the job has fewer than two machines with interfaces or none qualifies.
+/// An interface name that every recorded machine has up, not loopback and not host-local (a
+/// bridge or host-side veth), with an address in a subnet all of them share: what
+/// `NCCL_SOCKET_IFNAME` should name. None when the job has fewer than two machines with interfaces or none qualifies.
 pub fn shared_routable_interface(job: &JobModel) -> Option<String> {
     let hosts = machines_with_interfaces(job);
     if hosts.len() < 2 {
@@ -331,14 +334,14 @@ pub fn shared_routable_interface(job: &JobModel) -> Option<String> {
     let first = host_addresses(job, hosts[0]);
     let candidates = first
         .iter()
-        .filter(|h| !h.loopback && !h.virtual_if && h.up)
+        .filter(|h| !h.loopback && !local_only(h.interface) && h.up)
         .filter(|h| address_kind(&h.addr) == AddressKind::Other);
     for c in candidates {
         let everywhere = hosts[1..].iter().all(|&p| {
             host_addresses(job, p).iter().any(|h| {
                 h.interface == c.interface
                     && h.up
-                    && !h.virtual_if
+                    && !local_only(h.interface)
                     && same_subnet(&h.addr, &c.addr, c.prefix.min(h.prefix))
             })
         });

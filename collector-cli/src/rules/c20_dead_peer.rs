@@ -47,6 +47,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "These errors are a consequence. Diagnose the rank that failed first (its own finding, its \
          stderr, dmesg / OOM-killer logs, NIC health).",
     );
+    f.consequence = true;
     // Identical errors on many ranks are one item (a 1,024-rank job has 1,023 survivors):
     // `Finding::fact` joins equal facts.
     for &(p, i, _) in &remote {

@@ -101,7 +101,7 @@ pub struct Evidence {
     pub text: String,
     /// The fact without its subjects: part of what makes two items "the same fact".
     #[serde(skip)]
-    fact: String,
+    pub(crate) fact: String,
     /// Hosts named explicitly (a host fact), as opposed to those of `processes`.
     #[serde(skip)]
     host_subjects: Vec<String>,

@@ -65,6 +65,9 @@ pub struct Finding {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fixed_in: Option<String>,
     /// (process, call index) of the failures this finding accounts for.
+    /// Indices into the report's `failure_order` of the failures this finding accounts for
+    /// (filled by the report).
+    pub explains_failures: Vec<usize>,
     #[serde(skip)]
     pub explains: Vec<(usize, usize)>,
     #[serde(skip)]
@@ -72,7 +75,6 @@ pub struct Finding {
     /// The failures it explains echo a failure elsewhere (a peer closed the connection,
     /// teardown noise): such a finding is never chosen as primary while another explains a
     /// failure, and sorts after its equals.
-    #[serde(skip)]
     pub consequence: bool,
 }
 
@@ -95,6 +97,7 @@ impl Finding {
             remedy: String::new(),
             confidence,
             fixed_in: None,
+            explains_failures: Vec::new(),
             explains: Vec::new(),
             process_ids: BTreeSet::new(),
             consequence: false,
@@ -278,6 +281,32 @@ pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
             f.severity = Severity::Contributing;
         }
     }
+    // A finding that explains the very calls a hang is stuck in (an init waiting for an
+    // unreachable root) is its cause: the hang is then a consequence.
+    let explains_stuck_call = |f: &Finding, p: usize| {
+        f.explains
+            .iter()
+            .any(|&(fp, i)| fp == p && job.processes[p].calls.get(i).is_some_and(|c| c.in_flight()))
+    };
+    let hang_explained: Vec<bool> = findings
+        .iter()
+        .map(|s| {
+            s.id.starts_with("stuck-")
+                && !s.process_ids.is_empty()
+                && s.process_ids.iter().all(|&p| {
+                    findings.iter().any(|f| {
+                        !f.id.starts_with("stuck-")
+                            && f.severity == Severity::Primary
+                            && explains_stuck_call(f, p)
+                    })
+                })
+        })
+        .collect();
+    for (f, explained) in findings.iter_mut().zip(hang_explained) {
+        if explained {
+            f.severity = Severity::Contributing;
+        }
+    }
     demote_later_failures(job, &mut findings);
     for f in findings.iter_mut().filter(|f| f.id == "stuck-inside-nccl") {
         generic::transport_hang::annotate(job, f);
@@ -444,6 +473,7 @@ fn demote_later_failures(job: &JobModel, findings: &mut [Finding]) {
         });
         if let Some(e) = earlier {
             f.severity = Severity::Contributing;
+            f.consequence = true;
             f.evidence(format!(
                 "after an earlier failure ({}: {}), {} ms before: likely a consequence of it",
                 who(job, e.process),
@@ -454,7 +484,9 @@ fn demote_later_failures(job: &JobModel, findings: &mut [Finding]) {
     }
 }
 
-fn explains_failure(f: &Finding, e: &crate::model::JobFailure) -> bool {
+/// Whether finding `f` accounts for failure `e`: it explains that call, or (a death or signal,
+/// which is no call) it is about that process.
+pub fn explains_failure(f: &Finding, e: &crate::model::JobFailure) -> bool {
     match e.what {
         crate::model::FailureWhat::Call(i) | crate::model::FailureWhat::AsyncError(i) => {
             f.explains.contains(&(e.process, i))

@@ -160,11 +160,20 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 f.involve(job, p);
                 f.explain(p, i);
                 f.fact(Evidence::call(c).of(job, p));
+                let env: Vec<Evidence> = sig
+                    .env
+                    .iter()
+                    .map(|k| Evidence::env(k, pm.env_var(k), "").of(job, p))
+                    .collect();
+                // The facts the knowledge weighed, unless one is an environment value stated
+                // below already (one fact, once).
                 for (fact, _) in by_text.unwrap_or_default() {
-                    f.fact(Evidence::new(EvidenceKind::Inference, fact).of(job, p));
+                    if !env.iter().any(|e| e.fact == fact) {
+                        f.fact(Evidence::new(EvidenceKind::Inference, fact).of(job, p));
+                    }
                 }
-                for k in sig.env {
-                    f.fact(Evidence::env(k, pm.env_var(k), "").of(job, p));
+                for e in env {
+                    f.fact(e);
                 }
             }
         }

@@ -28,6 +28,7 @@ struct lab_step {
     int code;         /* exit status */
     int nranks, rank;
     unsigned long uid; /* seed of the uniqueId bytes */
+    char root[64];     /* "a.b.c.d:port": the bootstrap root the uniqueId names (default 10.0.0.1) */
     int peer;
     long count;
     int async;        /* ncclCommGetAsyncError's answer at the last poll */
@@ -53,6 +54,7 @@ static __attribute__((unused)) void lab_field(struct lab_step* s, const char* k,
     else if (!strcmp(k, "nranks")) s->nranks = atoi(v);
     else if (!strcmp(k, "rank")) s->rank = atoi(v);
     else if (!strcmp(k, "uid")) s->uid = strtoul(v, NULL, 0);
+    else if (!strcmp(k, "root")) snprintf(s->root, sizeof s->root, "%s", v);
     else if (!strcmp(k, "peer")) s->peer = atoi(v);
     else if (!strcmp(k, "count")) s->count = atol(v);
     else if (!strcmp(k, "async")) s->async = atoi(v);
@@ -121,12 +123,14 @@ static __attribute__((unused)) const struct lab_step* lab_next(struct lab_cursor
 
 /* The uniqueId bytes NCCL's root would hand out, from a seed every rank of the communicator
  * shares (rank 0 gets them from ncclGetUniqueId, the others build them, as if broadcast). */
-static __attribute__((unused)) void lab_unique_id(unsigned long seed, char out[128]) {
+static __attribute__((unused)) void lab_unique_id(unsigned long seed, const char* root, char out[128]) {
     memset(out, 0, 128);
     uint64_t magic = 0x9e3779b97f4a7c15ull * (seed + 1);
     memcpy(out, &magic, 8);
-    out[8] = 2; /* AF_INET */
-    out[10] = (char)0xa4; out[11] = (char)(0x10 + (seed & 0x3f)); /* a port per seed */
-    out[12] = 10; out[15] = 1;
+    out[8] = 2; /* AF_INET, as NCCL's ncclBootstrapHandle: magic, then the root's sockaddr */
+    unsigned a = 10, b = 0, c = 0, d = 1, port = 0xa410 + (seed & 0x3f); /* a port per seed */
+    if (root && root[0]) sscanf(root, "%u.%u.%u.%u:%u", &a, &b, &c, &d, &port);
+    out[10] = (char)(port >> 8); out[11] = (char)(port & 0xff);
+    out[12] = (char)a; out[13] = (char)b; out[14] = (char)c; out[15] = (char)d;
 }
 #endif

@@ -83,7 +83,7 @@ API(ncclGetVersion, int* v) {
 API(ncclGetUniqueId, ncclUniqueId* id) {
     int last = 0;
     const struct lab_step* s = lab_next(&cursor, "ncclGetUniqueId", 0, &last);
-    lab_unique_id(s ? s->uid : 0, id->internal);
+    lab_unique_id(s ? s->uid : 0, s ? s->root : NULL, id->internal);
     if (!s || !last) return 0;
     if (s->rc) snprintf(last_error, sizeof last_error, "%s", s->text);
     return s->rc;

@@ -3,7 +3,8 @@
 //! A failed connect names its peer (`Connect to 10.0.0.2<45763> failed : Connection refused`).
 //! Resolved against every host's recorded interfaces ([`crate::model::endpoints`]), the address
 //! tells the cause NCCL's words cannot:
-//! - link-local, on a software interface (veth, bridge), or carried by several hosts at once (a
+//! - link-local, on an interface that exists only inside its host (a container or VM bridge,
+//!   a host-side veth: `knowledge/sockets.toml`), or carried by several hosts at once (a
 //!   private bridge such as docker0): NCCL picked an interface that is not routable between
 //!   hosts (catalog C09);
 //! - a loopback address on a multi-host job: the root's hostname resolves to loopback, or
@@ -211,11 +212,11 @@ fn judge(
             ),
         ));
     };
-    if owner.virtual_if {
+    if owner.local_only {
         return Some((
             Verdict::Unroutable,
             format!(
-                "{}: {what} {shown} is {}'s software interface `{}` (veth/bridge/tunnel)",
+                "{}: {what} {shown} is on {}'s `{}`, an interface that exists only inside that host (a container or VM bridge)",
                 who(job, p),
                 owner.host,
                 owner.interface
@@ -537,9 +538,10 @@ mod tests {
         let f = find(&fs, "peer-address-not-routable").expect("C09 from the uniqueId");
         assert_eq!(f.severity, Severity::Primary);
         assert!(
-            f.evidence.iter().any(|e| e.contains(
-                "uniqueId's root address 172.17.0.1 port 41000 is a's software interface `docker0`"
-            )),
+            f.evidence
+                .iter()
+                .any(|e| e
+                    .contains("uniqueId's root address 172.17.0.1 port 41000 is on a's `docker0`")),
             "{:?}",
             f.evidence
         );

@@ -72,6 +72,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "Nothing to fix on these ranks: they waited for the failure above (a collective cannot \
          complete without every rank). Debug the primary finding's rank.",
     );
+    f.consequence = true;
     for (p, pm) in job.processes.iter().enumerate() {
         let failed = job.failures.iter().any(|x| x.process == p);
         let seen = pm.last_t.max(pm.last_alive.unwrap_or(0));
