@@ -4,6 +4,8 @@
 //! four-thread rank stay small, a process SIGKILLed while its threads keep claiming new rings
 //! (the file growing) still reads, and two runs written into one directory are reported apart.
 
+mod support;
+
 use ncclshim_dump::reader::read_dump;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -12,34 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// The release shim when `scripts/setup.sh` built it, else the one next to this test's binary.
-fn shim_so() -> PathBuf {
-    let rel = root().join("target/release/libncclshim.so");
-    if rel.exists() {
-        return rel;
-    }
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.join("libncclshim.so"),
-        deps.parent().unwrap().join("libncclshim.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-    .expect("libncclshim.so not built")
-}
-
-fn cc(args: &[&str]) {
-    let o = Command::new("cc").args(args).output().expect("cc");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
+use support::native::{cc, root, shim_so};
 
 /// Builds the double as `libnccl.so.2` and `program` (a `tests/c` source) linked to it.
 fn build(dir: &Path, program: &str) -> PathBuf {

@@ -14,35 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// The release shim when `scripts/setup.sh` built it (a 10-million-call job needs it), else
-/// the one next to this test's binary.
-fn shim_so() -> PathBuf {
-    let rel = root().join("target/release/libncclshim.so");
-    if rel.exists() {
-        return rel;
-    }
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.join("libncclshim.so"),
-        deps.parent().unwrap().join("libncclshim.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-    .expect("libncclshim.so not built")
-}
-
-fn cc(args: &[&str]) {
-    let o = Command::new("cc").args(args).output().expect("cc");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
+use support::native::{cc, root, shim_so};
 
 /// Builds the double as `libnccl.so.2` and the rank program linked to it.
 fn build(dir: &Path) -> PathBuf {

@@ -2,4 +2,5 @@
 // Each test file uses the helpers it needs.
 #![allow(dead_code)]
 
+pub mod native;
 pub mod schema;

@@ -257,6 +257,32 @@ fn judge(
     }
 }
 
+/// The finding of `verdict`, made on first use: one finding per cause, however many failures
+/// and ranks it covers.
+fn finding_for<'a>(
+    findings: &'a mut Vec<(Verdict, Finding)>,
+    verdict: Verdict,
+    severity: Severity,
+    shared_if: Option<&str>,
+) -> &'a mut Finding {
+    let k = match findings.iter().position(|(v, _)| *v == verdict) {
+        Some(k) => k,
+        None => {
+            let f = Finding::new(
+                verdict.id(),
+                verdict.catalog(),
+                verdict.title(),
+                severity,
+                verdict.confidence(),
+            )
+            .remedy(&verdict.remedy(shared_if));
+            findings.push((verdict, f));
+            findings.len() - 1
+        }
+    };
+    &mut findings[k].1
+}
+
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let shared_if = shared_routable_interface(job);
     let first_failure = job.failures.first().map(|f| (f.process, f.t));
@@ -276,22 +302,12 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             else {
                 continue;
             };
-            let idx = match findings.iter().position(|(v, _)| *v == verdict) {
-                Some(k) => k,
-                None => {
-                    let f = Finding::new(
-                        verdict.id(),
-                        verdict.catalog(),
-                        verdict.title(),
-                        Severity::Contributing,
-                        verdict.confidence(),
-                    )
-                    .remedy(&verdict.remedy(shared_if.as_deref()));
-                    findings.push((verdict, f));
-                    findings.len() - 1
-                }
-            };
-            let f = &mut findings[idx].1;
+            let f = finding_for(
+                &mut findings,
+                verdict,
+                Severity::Contributing,
+                shared_if.as_deref(),
+            );
             f.involve(job, p);
             // An address no host has is a fact about the failure, not its cause: the failure
             // stays unexplained (and so reported as such) unless another rule explains it.
@@ -338,27 +354,13 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             if verdict == Verdict::UnknownHost {
                 continue;
             }
-            let idx = match findings.iter().position(|(v, _)| *v == verdict) {
-                Some(k) => k,
-                None => {
-                    let f = Finding::new(
-                        verdict.id(),
-                        verdict.catalog(),
-                        verdict.title(),
-                        // An init hang has no failure to order by: this is then the cause.
-                        if job_failed {
-                            Severity::Contributing
-                        } else {
-                            Severity::Primary
-                        },
-                        verdict.confidence(),
-                    )
-                    .remedy(&verdict.remedy(shared_if.as_deref()));
-                    findings.push((verdict, f));
-                    findings.len() - 1
-                }
+            // An init hang has no failure to order by: this is then the cause.
+            let severity = if job_failed {
+                Severity::Contributing
+            } else {
+                Severity::Primary
             };
-            let f = &mut findings[idx].1;
+            let f = finding_for(&mut findings, verdict, severity, shared_if.as_deref());
             f.involve(job, p);
             f.explain(p, i);
             f.evidence(fact);

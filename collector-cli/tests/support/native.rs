@@ -1,0 +1,36 @@
+//! Building and preloading native test programs: the repository root, the release shim, and the
+//! C compiler, for the tests that run real processes under `LD_PRELOAD`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The release shim when `scripts/setup.sh` built it (a 10-million-call job needs it), else
+/// the one next to the test's binary.
+pub fn shim_so() -> PathBuf {
+    let rel = root().join("target/release/libncclshim.so");
+    if rel.exists() {
+        return rel;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    [
+        deps.join("libncclshim.so"),
+        deps.parent().unwrap().join("libncclshim.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .expect("libncclshim.so not built")
+}
+
+/// Runs `cc` with `args`; a failure shows the compiler's output.
+pub fn cc(args: &[&str]) {
+    let o = Command::new("cc").args(args).output().expect("cc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
