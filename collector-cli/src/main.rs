@@ -312,11 +312,17 @@ fn cmd_list_runs(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> 
         for r in &runs {
             writeln!(
                 out,
-                "{}\t{}\t{} process(es) on {} host(s)\tstarted {}",
+                "{}\t{}\t{} {} on {} {}\tstarted {}",
                 r.id,
                 if r.source.is_empty() { "-" } else { &r.source },
                 r.processes,
+                if r.processes == 1 {
+                    "process"
+                } else {
+                    "processes"
+                },
                 r.hosts,
+                if r.hosts == 1 { "host" } else { "hosts" },
                 collector_cli::runs::utc_text(r.first_t_unix_ns)
             )?;
         }

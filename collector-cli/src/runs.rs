@@ -324,9 +324,14 @@ pub fn note(runs: &[RunSummary]) -> Option<String> {
         .iter()
         .map(|r| {
             format!(
-                "{} ({} process(es), started {})",
+                "{} ({} {}, started {})",
                 r.label(),
                 r.processes,
+                if r.processes == 1 {
+                    "process"
+                } else {
+                    "processes"
+                },
                 utc_text(r.first_t_unix_ns)
             )
         })
@@ -446,7 +451,7 @@ mod tests {
         let mut sums: Vec<RunSummary> = runs.iter().map(|r| r.summary.clone()).collect();
         sums[1].reported = true;
         let n = note(&sums).unwrap();
-        assert!(n.starts_with("this directory holds 2 runs: unnamed-1 (no launcher id) (2 process(es), started 1970-01-01 00:00:00 UTC)"), "{n}");
+        assert!(n.starts_with("this directory holds 2 runs: unnamed-1 (no launcher id) (2 processes, started 1970-01-01 00:00:00 UTC)"), "{n}");
         assert!(
             n.ends_with("reporting on run unnamed-2 (the most recent); use --run ID to choose"),
             "{n}"

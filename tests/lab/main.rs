@@ -5,6 +5,7 @@
 //! from the outcomes (`UPDATE_SCENARIOS=1 cargo test -p ncclshim-integration-tests --test lab`)
 //! and checked for drift. Needs root (namespaces); without it, says so and skips.
 
+mod conformance;
 mod contract;
 mod hosts;
 mod judge;
@@ -113,8 +114,15 @@ fn scenario_lab() {
                 continue;
             }
         };
-        // The report contract holds for every report, pending scenarios included.
-        let broken = contract::violations(&ran.report);
+        // The report contract, the JSON schema and a valid trace hold for every report,
+        // pending scenarios included.
+        let mut broken = contract::violations(&ran.report);
+        broken.extend(conformance::violations(
+            &root(),
+            &kit.cli,
+            &ran.dir.join("dumps"),
+            &ran.report,
+        ));
         if !broken.is_empty() {
             failures.push(format!(
                 "{name}: report contract: {}\n    kept: {}",
