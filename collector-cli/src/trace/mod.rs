@@ -10,11 +10,11 @@
 //! rules): track ids are small and named by metadata, and every track's slices nest strictly
 //! (`layout` moves a slice that would overlap another to a second track of the same group).
 //!
-//! Clocks: each dump's CLOCK_MONOTONIC times are put on the wall clock with the dump's own
-//! calibration pair (so hosts line up to NTP/PTP quality), then each host is shifted by the
-//! median offset of the communicator-creation anchors it shares with the reference host:
-//! `ncclCommInitRank` returns on every rank right after a bootstrap allgather, so those moments
-//! are simultaneous to within network latency.
+//! Clocks: one alignment for the report and the trace, the model's ([`JobModel`]): each
+//! process's CLOCK_MONOTONIC times go on the wall clock with the best calibration pair of its
+//! machine (the smallest uncertainty among the processes of one boot), so the trace orders
+//! events exactly as the report's failure order does; across machines the wall clock (NTP/PTP)
+//! is all there is, and the report says when two failures are too close to order.
 
 pub mod validate;
 
@@ -67,52 +67,6 @@ fn process_key(d: &Dump) -> (String, String, u32, u64) {
         h.pid,
         h.pid_start_ticks,
     )
-}
-
-/// Per-host clock shifts (ns) from shared communicator-creation anchors.
-fn host_shifts(dumps: &[Dump]) -> HashMap<String, i128> {
-    // comm hash → host → creation times (wall clock).
-    let mut anchors: BTreeMap<u64, BTreeMap<String, Vec<i128>>> = BTreeMap::new();
-    for d in dumps {
-        for r in &d.records {
-            let hash = match r.call() {
-                Some(CallId::CommCreated) | Some(CallId::ProfInit) => r.args[0],
-                _ => continue,
-            };
-            if hash == 0 {
-                continue;
-            }
-            anchors
-                .entry(hash)
-                .or_default()
-                .entry(d.header.boot_id.clone())
-                .or_default()
-                .push(wall(d, r.t_enter_ns));
-        }
-    }
-    let Some(reference) = dumps.iter().map(|d| d.header.boot_id.clone()).min() else {
-        return HashMap::new();
-    };
-    let mut diffs: HashMap<String, Vec<i128>> = HashMap::new();
-    for hosts in anchors.values() {
-        let Some(base) = hosts.get(&reference).and_then(|v| v.iter().min().copied()) else {
-            continue;
-        };
-        for (host, times) in hosts {
-            if *host != reference {
-                if let Some(t) = times.iter().min() {
-                    diffs.entry(host.clone()).or_default().push(t - base);
-                }
-            }
-        }
-    }
-    diffs
-        .into_iter()
-        .map(|(h, mut v)| {
-            v.sort_unstable();
-            (h, v[v.len() / 2])
-        })
-        .collect()
 }
 
 fn named_args(r: &Record) -> Map<String, Value> {
@@ -216,9 +170,18 @@ fn unfinished(name: String, args: &mut Map<String, Value>) -> String {
 /// slices of a track nest strictly (slices that would overlap on one track go to a second
 /// track of the same name, marked "overlapping"), and events are sorted by time.
 pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
-    let shifts = host_shifts(dumps);
+    // The model's calibration of each process (one clock alignment for report and trace); a
+    // dump the model does not know keeps its own pair.
+    let offsets: HashMap<(String, String, u32, u64), i128> = job
+        .processes
+        .iter()
+        .map(|p| (p.key(), p.clock_offset))
+        .collect();
     let at = |d: &Dump, mono: u64| -> i128 {
-        wall(d, mono) - shifts.get(&d.header.boot_id).copied().unwrap_or(0)
+        match offsets.get(&process_key(d)) {
+            Some(off) => i128::from(mono) + off,
+            None => wall(d, mono),
+        }
     };
 
     // Trace pid per process, in the model's rank order.
@@ -566,17 +529,12 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
         e.insert("tid".into(), json!(tid));
         events.push(Value::Object(e));
     }
-    let shifts_json: Map<String, Value> = shifts
-        .into_iter()
-        .map(|(h, s)| (h, json!(s as i64)))
-        .collect();
     json!({
         "traceEvents": events,
         "displayTimeUnit": "ns",
         "otherData": {
             "generator": concat!("ncclshim ", env!("CARGO_PKG_VERSION")),
             "origin_unix_ns": origin as i64,
-            "host_clock_shifts_ns": shifts_json,
         },
     })
 }
@@ -802,9 +760,6 @@ mod tests {
             2,
             "ncclGroupEnd never returned on either rank"
         );
-        assert!(trace["otherData"]["host_clock_shifts_ns"]
-            .get("boot-b")
-            .is_some());
         for e in events.iter().filter(|e| e["ph"] == "X") {
             assert!(e["dur"].as_f64().unwrap() >= 0.0);
             assert!(e["ts"].as_f64().unwrap() >= 0.0);
