@@ -79,6 +79,38 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             .value("interfaces", &names)
             .of(job, p),
         );
+        // A typo of an existing name (`eht0` for `eth0`): name the interface it most likely
+        // meant. NCCL's syntax: `^` excludes, `=` asks for exact names, commas separate.
+        let wanted = value.trim_start_matches('^').trim_start_matches('=');
+        if let Some(close) = wanted
+            .split(',')
+            .filter(|w| !w.is_empty())
+            .flat_map(|w| {
+                // NCCL matches names by prefix (`eth` selects `eth0`): compare with the
+                // whole name and with its prefix of the asked length.
+                names.iter().filter(move |n| **n != "lo").map(move |n| {
+                    let prefix: String = n.chars().take(w.chars().count()).collect();
+                    let d = strsim::damerau_levenshtein(w, n)
+                        .min(strsim::damerau_levenshtein(w, &prefix));
+                    (d, w, *n)
+                })
+            })
+            .filter(|(d, w, _)| *d > 0 && *d <= 2 && *d < w.len())
+            .min()
+        {
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Inference,
+                    format!(
+                        "`{}` is {} edit(s) from the interface `{}`: a typo?",
+                        close.1, close.0, close.2
+                    ),
+                )
+                .value("asked", close.1)
+                .value("closest_interface", close.2)
+                .of(job, p),
+            );
+        }
         if let Some(v) = pm.nccl_version {
             // The release that changed the return code (knowledge/nccl-versions.toml).
             let since = crate::knowledge::bugs::introduced_code("socket-missing-interface-rc");
@@ -188,5 +220,30 @@ mod tests {
         assert_eq!(f.confidence, Confidence::High);
         assert!(f.evidence[0].contains("eth2") && f.evidence[0].contains("eth0"));
         assert_eq!(f.explains.len(), 1);
+        // eth2 is one edit from eth0: named as the likely typo.
+        assert!(
+            f.evidence
+                .iter()
+                .any(|e| e.text.contains("interface `eth0`: a typo?")),
+            "{:?}",
+            f.evidence
+        );
+    }
+
+    #[test]
+    fn a_name_far_from_every_interface_is_not_called_a_typo() {
+        let (_, fs) = analyze(&["n0"], |s| {
+            s.snapshot_all(22703);
+            let r = &s.ranks[0];
+            r.env(&[("NCCL_SOCKET_IFNAME", "ib")]);
+            r.get_unique_id(0, 5, Some("Bootstrap : no socket interface found"));
+            r.clean_exit();
+        });
+        let f = find(&fs, "socket-ifname-no-match").expect("C08");
+        assert!(
+            !f.evidence.iter().any(|e| e.text.contains("a typo?")),
+            "{:?}",
+            f.evidence
+        );
     }
 }
