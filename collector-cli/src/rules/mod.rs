@@ -267,6 +267,9 @@ pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
     let known = generic::known_bug::check(job, &findings);
     findings.extend(known);
     findings.extend(generic::unknown::check(job, &findings));
+    // What only the failing processes have, when nothing explains the failure clearly.
+    let differential = generic::differential::check(job, &findings);
+    findings.extend(differential);
     // A desync, or threads racing on one communicator, explains the hang it causes: the hang
     // is then a consequence.
     const HANG_CAUSES: &[&str] = &[
