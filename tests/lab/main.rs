@@ -7,6 +7,7 @@
 
 mod conformance;
 mod contract;
+mod golden;
 mod hosts;
 mod judge;
 mod runner;
@@ -100,6 +101,7 @@ fn scenario_lab() {
     let mut failures = Vec::new();
     let mut outcomes = Vec::new();
     let mut controls = 0;
+    let mut goldens = Vec::new();
     for (i, r) in results {
         let (name, s) = &all[i];
         let ran = match r {
@@ -141,6 +143,9 @@ fn scenario_lab() {
                             s.family
                         ));
                     }
+                }
+                if s.golden {
+                    goldens.push((name.clone(), golden::redact(&ran.report, &ran.dir)));
                 }
                 if broken.is_empty() {
                     let _ = std::fs::remove_dir_all(&ran.dir);
@@ -186,4 +191,13 @@ fn scenario_lab() {
         }
     }
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+    // After the verdicts, so a wrong diagnosis reads as one rather than as a snapshot diff.
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path("snapshots");
+    settings.set_prepend_module_to_snapshot(false);
+    settings.bind(|| {
+        for (name, report) in &goldens {
+            insta::assert_json_snapshot!(name.as_str(), report);
+        }
+    });
 }

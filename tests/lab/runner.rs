@@ -17,6 +17,8 @@ pub struct Kit {
     pub root: PathBuf,
     pub shim: PathBuf,
     pub cli: PathBuf,
+    /// The profiler plugin under the name NCCL derives (scripts/install-plugin.sh).
+    pub profiler: PathBuf,
     pub bin: PathBuf,
 }
 
@@ -36,12 +38,14 @@ impl Kit {
         let rel = root.join("target/release");
         let shim = rel.join("libncclshim.so");
         let cli = rel.join("ncclshim");
-        assert!(
-            shim.exists() && cli.exists(),
-            "{} / {} missing: run `bash scripts/setup.sh` first",
-            shim.display(),
-            cli.display()
-        );
+        let profiler = rel.join("libnccl-profiler-ncclshim.so");
+        for built in [&shim, &cli, &profiler] {
+            assert!(
+                built.exists(),
+                "{} missing: run `bash scripts/setup.sh` first",
+                built.display()
+            );
+        }
         std::fs::create_dir_all(bin).unwrap();
         let d = root.join("tests/doubles/lab");
         let p = |x: &Path| x.display().to_string();
@@ -94,6 +98,7 @@ impl Kit {
             root: root.to_path_buf(),
             shim,
             cli,
+            profiler,
             bin: bin.to_path_buf(),
         }
     }
@@ -122,9 +127,18 @@ impl Kit {
             std::os::unix::fs::symlink(n, lib.join("libnccl.so.2")).unwrap();
         }
         for l in &h.libraries {
-            let src = self.bin.join(l);
+            // `cu12/libnccl.so.2`: a second, real libnccl in a directory of its own (what a
+            // pip-installed NCCL next to the framework's own looks like), loaded by a `load` step.
+            let (src, dst) = match l.split_once('/') {
+                Some((cu @ ("cu12" | "cu11"), "libnccl.so.2")) => {
+                    std::fs::create_dir_all(lib.join(cu)).unwrap();
+                    let real = format!(".cache/nccl/{cu}/lib/libnccl.so.2");
+                    (self.root.join(real), lib.join(l))
+                }
+                _ => (self.bin.join(l), lib.join(l)),
+            };
             assert!(src.exists(), "host {host}: no lab library {l}");
-            std::os::unix::fs::symlink(src, lib.join(l)).unwrap();
+            std::os::unix::fs::symlink(src, dst).unwrap();
         }
     }
 }
@@ -183,7 +197,9 @@ pub fn run(kit: &Kit, s: &Scenario, dir: &Path) -> Result<Ran, String> {
                 };
                 *lr += 1;
                 let script = dir.join(format!("run{run}-rank{rank}.script"));
-                std::fs::write(&script, render(g, &place)).map_err(|e| e.to_string())?;
+                // `{lib}` in a step: the host's loader directory (as the rank sees it).
+                let text = render(g, &place).replace("{lib}", &libs.display().to_string());
+                std::fs::write(&script, text).map_err(|e| e.to_string())?;
                 let host = s.hosts.iter().find(|h| h.name == g.host).unwrap();
                 let mut c = Command::new("nsenter");
                 c.args([
@@ -206,6 +222,9 @@ pub fn run(kit: &Kit, s: &Scenario, dir: &Path) -> Result<Ran, String> {
                 .env("RANK", place.rank.to_string())
                 .env("LOCAL_RANK", place.local_rank.to_string())
                 .env("WORLD_SIZE", world.to_string());
+                if s.profiler {
+                    c.env("NCCL_PROFILER_PLUGIN", &kit.profiler);
+                }
                 for (k, v) in &g.env {
                     let v = v
                         .replace("{rank}", &place.rank.to_string())
@@ -258,6 +277,20 @@ pub fn run(kit: &Kit, s: &Scenario, dir: &Path) -> Result<Ran, String> {
     }
     std::fs::write(dir.join("launcher.log"), &log).map_err(|e| e.to_string())?;
     drop(fabric);
+    if s.profiler {
+        // The scenario is about what the plugin saw: without its dumps the verdict would be the
+        // shim's alone, so say so rather than judge it.
+        let prof = std::fs::read_dir(&dumps)
+            .map_err(|e| e.to_string())?
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".prof.ncclshim"))
+            .count();
+        if prof == 0 {
+            return Err(
+                "profiler = true but the plugin wrote no dump (see the rank output)".into(),
+            );
+        }
+    }
     let o = Command::new(&kit.cli)
         .args(["report"])
         .arg(&dumps)

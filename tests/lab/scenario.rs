@@ -18,6 +18,14 @@ pub struct Scenario {
     pub family: String,
     /// Why the scenario does not pass yet; the runner reports it as skipped and fails once it passes.
     pub pending: Option<String>,
+    /// NCCL loads ncclshim's profiler plugin (`NCCL_PROFILER_PLUGIN`): the scripted libnccl then
+    /// calls its init, a Coll event and a kernel channel per collective, and its finalize, so the
+    /// report also reads the plugin's dump. The real PyPI libnccl never gets that far here.
+    #[serde(default)]
+    pub profiler: bool,
+    /// Keep the report as a reviewed snapshot (`tests/lab/snapshots/<name>.snap`, redacted).
+    #[serde(default)]
+    pub golden: bool,
     #[serde(default)]
     pub launcher: Launcher,
     pub hosts: Vec<Host>,
@@ -78,7 +86,9 @@ pub struct Host {
     #[serde(default)]
     pub dirs: Vec<String>,
     /// Libraries on the host's loader path besides libnccl: `libcuda.so.1`, `libcudart.so.12`
-    /// (the lab's CUDA test doubles), `libibverbs.so.1` (an empty stand-in).
+    /// (the lab's CUDA test doubles), `libibverbs.so.1` (an empty stand-in), `cu12/libnccl.so.2`
+    /// / `cu11/libnccl.so.2` (a second, real PyPI libnccl in a subdirectory, for `load =
+    /// "{lib}/cu12/libnccl.so.2"`).
     #[serde(default)]
     pub libraries: Vec<String>,
     /// Which libnccl.so.2 the loader finds: `script` (the lab's test double, default), `cu12` /
@@ -158,6 +168,9 @@ pub struct Step {
     pub error: Option<String>,
     /// The (last) call never returns.
     pub hang: Option<bool>,
+    /// A collective: the (last) call returns, but its kernel never ends on the GPU (seen only
+    /// through the profiler plugin: its kernel channel never stops), nor do later ones'.
+    pub kernel_hang: Option<bool>,
     /// Delay after each call (polls, slow steps).
     pub every_ms: Option<u64>,
     /// `ncclCommGetAsyncError`: the async error the last poll reports.
@@ -179,7 +192,7 @@ pub struct Step {
     /// `SIGSEGV`, `SIGABRT`, `SIGKILL`, ...: the rank raises it.
     pub signal: Option<String>,
     pub exit: Option<i32>,
-    /// dlopen a library (as a framework loads libcudart).
+    /// dlopen a library (as a framework loads libcudart); `{lib}` is the host's loader directory.
     pub load: Option<String>,
 }
 

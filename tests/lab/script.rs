@@ -93,6 +93,9 @@ fn step_line(s: &Step, place: &RankPlace) -> String {
     if let Some(t) = &s.error {
         field(&mut l, "text", t);
     }
+    if s.kernel_hang == Some(true) {
+        field(&mut l, "khang", 1);
+    }
     if s.hang == Some(true) {
         field(&mut l, "hang", 1);
     }

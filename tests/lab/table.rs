@@ -48,7 +48,10 @@ pub fn render(outcomes: &[(String, Scenario, Outcome)]) -> String {
     s.push_str(
         "\n## How to add a scenario (one file)\n\n\
          Copy a file in `tests/scenarios/` to `tests/scenarios/<name>.toml` and edit it:\n\
-         - `title`, `catalog` (`C08`, optional), `family` (table grouping);\n\
+         - `title`, `catalog` (`C08`, optional), `family` (table grouping), `profiler = true` (the\n\
+           scripted libnccl loads ncclshim's profiler plugin through `NCCL_PROFILER_PLUGIN` and reports\n\
+           each communicator and collective to it, so the report also reads the plugin's dumps),\n\
+           `golden = true` (the report is also kept as a reviewed snapshot, `tests/lab/snapshots/`);\n\
          - `[[hosts]]`: `name`, optional `boot_id` (equal for containers on one machine),\n\
            `[[hosts.interfaces]]` (`name`, `address = \"10.0.0.1/24\"`, `mtu`, `kind = \"veth\"|\"dummy\"`),\n\
            `dev_shm`, `dev_shm_mode`, `memlock`, `files` (`/sys`, `/proc` paths → content), `dirs`,\n\
@@ -58,6 +61,7 @@ pub fn render(outcomes: &[(String, Scenario, Outcome)]) -> String {
            set like torchrun), `nccl_version`, `cuda = { driver, runtime, device, pci_bus, name }`,\n\
            and `script`: steps such as `{ call = \"ncclCommInitRank\", rc = 5, error = \"...\" }`,\n\
            `{ call = \"ncclAllReduce\", repeat = 1000, hang = true }`,\n\
+           `{ call = \"ncclAllReduce\", kernel_hang = true }` (returns; its kernel never ends: profiler only),\n\
            `{ call = \"ncclCommGetAsyncError\", repeat = 100, every_ms = 1, async_error = 6 }`,\n\
            `{ driver = ... }` inside a call (`driver = \"cuMemImportFromShareableHandle\", driver_rc = 101`),\n\
            `{ sleep_ms = 50 }`, `{ hang_outside = true }`, `{ signal = \"SIGSEGV\" }`, `{ exit = 1 }`,\n\

@@ -45,7 +45,11 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         if let Some(lp) = pm.env_var("LD_LIBRARY_PATH") {
             f.fact(Evidence::env("LD_LIBRARY_PATH", Some(lp), "").of(job, p));
         }
-        if pm.calls.iter().any(|c| c.failed()) {
+        // A process that failed with two NCCLs mapped: the mix is the likeliest cause of its
+        // failures (a call bound to the other build's symbols, an older NCCL than expected), so
+        // the finding explains them (and is primary) rather than sitting beside them.
+        for (i, _) in pm.calls.iter().enumerate().filter(|(_, c)| c.failed()) {
+            f.explain(p, i);
             f.severity = Severity::Primary;
             f.confidence = Confidence::Medium;
         }

@@ -23,6 +23,7 @@ struct lab_step {
     int rc;           /* result of the last of them */
     char text[LAB_TEXT]; /* ncclGetLastError() after a failure */
     int hang;         /* the last call never returns */
+    int khang;        /* a collective whose kernel never ends (the call itself returns) */
     long ms;          /* sleep / delay between polls */
     int sig;          /* signal to raise */
     int code;         /* exit status */
@@ -48,6 +49,7 @@ static __attribute__((unused)) void lab_field(struct lab_step* s, const char* k,
     else if (!strcmp(k, "rc")) s->rc = atoi(v);
     else if (!strcmp(k, "text")) snprintf(s->text, sizeof s->text, "%s", v);
     else if (!strcmp(k, "hang")) s->hang = atoi(v);
+    else if (!strcmp(k, "khang")) s->khang = atoi(v);
     else if (!strcmp(k, "ms")) s->ms = atol(v);
     else if (!strcmp(k, "sig")) s->sig = atoi(v);
     else if (!strcmp(k, "code")) s->code = atoi(v);

@@ -8,11 +8,19 @@
 #define _GNU_SOURCE
 #include "lab_script.h"
 #include <dlfcn.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int ncclResult_t;
 typedef struct { char internal[128]; } ncclUniqueId;
-struct script_comm { int nranks, rank, dev; };
+struct script_comm {
+    int nranks, rank, dev;
+    uint64_t comm_hash;
+    void* prof_ctx;   /* the profiler plugin's context (NULL: no plugin) */
+    int prof_mask;    /* the event types the plugin asked for */
+    uint64_t seq[4];  /* per-function collective counters, as NCCL's coll.seqNumber */
+    int kernel_stuck; /* a kernel on this communicator's stream never ended: nor do later ones */
+};
 typedef struct script_comm* ncclComm_t;
 
 static char last_error[LAB_TEXT];
@@ -70,6 +78,153 @@ static ncclResult_t play(const char* name) {
     return s->rc;
 }
 
+/* ---- The profiler plugin, loaded and driven as NCCL 2.28/2.29 do (docs/profiler.md,
+ * nccl-facts §1): NCCL_PROFILER_PLUGIN names the library (a path, or NAME for
+ * libnccl-profiler-NAME.so); the newest `ncclProfiler_vN` this NCCL knows is taken (v6 from
+ * 2.29, v5 from 2.28; both share the v5 descriptor); init per communicator with its commHash,
+ * then per collective a Coll event (started after the launch, stopped once enqueued) and one
+ * kernel channel whose GPU stop comes as state 22 (KernelChStop) — the channel never stops
+ * when the scripted call hangs, as a kernel stuck on the GPU — and finalize at destroy/abort. */
+struct prof_descr_v5 {          /* ncclProfilerEventDescr_v5_t, 112 bytes (offsets in nccl-facts §1.6) */
+    uint64_t type;
+    void* parent;
+    int rank;
+    union {
+        struct {
+            uint64_t seq; const char* func; const void* sendbuff; void* recvbuff; size_t count;
+            int root; const char* datatype; uint8_t nchannels, nwarps; const char* algo; const char* proto;
+            void* parent_group;
+        } coll;
+        struct { uint8_t channel; uint64_t ptimer; } kernel_ch;
+    };
+};
+_Static_assert(sizeof(struct prof_descr_v5) == 112, "ncclProfilerEventDescr_v5_t is 112 bytes");
+_Static_assert(__builtin_offsetof(struct prof_descr_v5, coll.parent_group) == 104, "coll.parentGroup @104");
+_Static_assert(__builtin_offsetof(struct prof_descr_v5, kernel_ch.ptimer) == 32, "kernelCh.pTimer @32");
+typedef void (*prof_log_t)(int, unsigned long, const char*, int, const char*, ...);
+struct prof_v5 {
+    const char* name;
+    int (*init)(void** ctx, uint64_t comm_id, int* mask, const char* comm_name, int nnodes, int nranks, int rank, prof_log_t log);
+    int (*start)(void* ctx, void** handle, struct prof_descr_v5* d);
+    int (*stop)(void* handle);
+    int (*record)(void* handle, int state, void* args);
+    int (*finalize)(void* ctx);
+};
+enum { PROF_COLL = 1 << 1, PROF_KERNEL_CH = 1 << 6, PROF_KERNEL_CH_STOP = 22 };
+
+static void prof_log(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+    (void)level; (void)flags; (void)file; (void)line; (void)fmt; /* NCCL_DEBUG is not played */
+}
+
+static const struct prof_v5* prof_plugin(void) {
+    static int looked;
+    static const struct prof_v5* plugin;
+    if (looked) return plugin;
+    looked = 1;
+    const char* env = getenv("NCCL_PROFILER_PLUGIN");
+    if (!env || !env[0] || !strcmp(env, "none")) return NULL;
+    char lib[512];
+    if (strchr(env, '/') || strstr(env, ".so")) snprintf(lib, sizeof lib, "%s", env);
+    else snprintf(lib, sizeof lib, "libnccl-profiler-%s.so", env);
+    void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) { fprintf(stderr, "nccl_script_double: profiler plugin %s: %s\n", lib, dlerror()); return NULL; }
+    const struct lab_step* id = lab_identity("nccl");
+    long version = id && id->version ? id->version : 22803;
+    if (version >= 22900) plugin = dlsym(h, "ncclProfiler_v6");
+    if (!plugin) plugin = dlsym(h, "ncclProfiler_v5");
+    if (!plugin) fprintf(stderr, "nccl_script_double: %s has no ncclProfiler_v5/v6\n", lib);
+    return plugin;
+}
+
+/* NCCL's getHash (hash.rs in the shim): commHash = getHash(uniqueId, 128). */
+static uint64_t nccl_hash(const unsigned char* bytes, size_t n) {
+    uint64_t a0 = 1 ^ n, a1 = 1;
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t w = 0;
+        memcpy(&w, bytes + i, n - i < 8 ? n - i : 8);
+        a0 += a1; a1 ^= a0; a0 ^= a0 >> 31; a0 *= 0x9de62bbc8cef3ce3ull;
+        a1 ^= a1 >> 32; a1 *= 0x485cd6311b599e79ull; a0 += w;
+    }
+    uint64_t h = a0;
+    h ^= h >> 31; h *= 0xbac3bd562846de6bull; h += a1; h ^= h >> 32;
+    return h * 0x995a187a14e7b445ull;
+}
+
+static uint64_t gpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void prof_init(struct script_comm* c, const ncclUniqueId* id) {
+    const struct prof_v5* p = prof_plugin();
+    if (!p) return;
+    c->comm_hash = nccl_hash((const unsigned char*)id->internal, sizeof id->internal);
+    c->prof_mask = 0;
+    if (p->init(&c->prof_ctx, c->comm_hash, &c->prof_mask, NULL, 1, c->nranks, c->rank, prof_log)) c->prof_ctx = NULL;
+}
+
+static const char* prof_datatype(int dt) {
+    static const char* names[] = {"ncclInt8", "Unknown", "ncclInt32", "ncclUint32", "ncclInt64", "ncclUint64",
+        "ncclFloat16", "ncclFloat32", "ncclFloat64", "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2"};
+    return dt >= 0 && dt < 12 ? names[dt] : "Unknown";
+}
+
+/* One enqueued collective; `hangs`: its kernel never ends. AllGather/Broadcast report bytes as ncclInt8. */
+static void prof_coll(struct script_comm* c, int f, const void* s, void* r, size_t n, int dt, int root, int hangs) {
+    static const char* funcs[] = {"AllReduce", "Broadcast", "AllGather", "ReduceScatter"};
+    const struct prof_v5* p = prof_plugin();
+    if (!p || !c || !c->prof_ctx || !(c->prof_mask & (PROF_COLL | PROF_KERNEL_CH))) return;
+    static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+    if (f == 1 || f == 2) { n *= dt >= 0 && dt < 12 ? sizes[dt] : 1; dt = 0; }
+    struct prof_descr_v5 d;
+    memset(&d, 0, sizeof d);
+    d.type = PROF_COLL;
+    d.rank = c->rank;
+    d.coll.seq = c->seq[f]++;
+    d.coll.func = funcs[f];
+    d.coll.sendbuff = s; d.coll.recvbuff = r; d.coll.count = n; d.coll.root = root;
+    d.coll.datatype = prof_datatype(dt);
+    d.coll.nchannels = 1; d.coll.nwarps = 16; d.coll.algo = "RING"; d.coll.proto = "SIMPLE";
+    void* coll = NULL;
+    p->start(c->prof_ctx, &coll, &d);
+    if (coll) p->stop(coll); /* handed to the proxy */
+    if (!(c->prof_mask & PROF_KERNEL_CH)) return;
+    struct prof_descr_v5 k;
+    memset(&k, 0, sizeof k);
+    k.type = PROF_KERNEL_CH;
+    k.parent = coll;
+    k.rank = c->rank;
+    k.kernel_ch.channel = 0;
+    k.kernel_ch.ptimer = gpu_ns();
+    void* ch = NULL;
+    p->start(c->prof_ctx, &ch, &k);
+    if (hangs) c->kernel_stuck = 1;
+    if (!ch || c->kernel_stuck) return;
+    uint64_t stop = gpu_ns();
+    p->record(ch, PROF_KERNEL_CH_STOP, &stop);
+    p->stop(ch);
+}
+
+static void prof_finalize(struct script_comm* c) {
+    const struct prof_v5* p = prof_plugin();
+    if (p && c && c->prof_ctx) p->finalize(c->prof_ctx);
+}
+
+/* A collective: played like any call, and reported to the profiler plugin when it is enqueued
+ * (not when it fails: NCCL returns such errors before enqueueing anything). */
+static ncclResult_t play_coll(const char* name, struct script_comm* comm, int f, const void* sb, void* rb,
+                              size_t n, int dt, int root) {
+    int last = 0;
+    const struct lab_step* s = lab_next(&cursor, name, 0, &last);
+    if (!s || !last) { prof_coll(comm, f, sb, rb, n, dt, root, 0); return 0; }
+    if (s->cu[0]) driver_call(s->cu);
+    if (s->hang) { prof_coll(comm, f, sb, rb, n, dt, root, 1); for (;;) pause(); }
+    if (s->rc) { snprintf(last_error, sizeof last_error, "%s", s->text); return s->rc; }
+    prof_coll(comm, f, sb, rb, n, dt, root, s->khang);
+    return 0;
+}
+
 #define API(name, ...) \
     ncclResult_t name(__VA_ARGS__) __attribute__((weak, alias("p" #name))); \
     ncclResult_t p##name(__VA_ARGS__)
@@ -89,23 +244,25 @@ API(ncclGetUniqueId, ncclUniqueId* id) {
     return s->rc;
 }
 
-static ncclResult_t init(const char* name, ncclComm_t* comm, int nranks, int rank) {
+/* `id` NULL: a split (its commHash derives from the parent's; no profiler context for now). */
+static ncclResult_t init(const char* name, ncclComm_t* comm, int nranks, int rank, const ncclUniqueId* id) {
     ncclResult_t rc = play(name);
     if (rc) { *comm = NULL; return rc; }
     struct script_comm* c = calloc(1, sizeof *c);
     c->nranks = nranks; c->rank = rank; c->dev = rank;
+    if (id) prof_init(c, id);
     *comm = c;
     return 0;
 }
 API(ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
-    (void)id; return init("ncclCommInitRank", comm, nranks, rank);
+    return init("ncclCommInitRank", comm, nranks, rank, &id);
 }
 API(ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, void* cfg) {
-    (void)id; (void)cfg; return init("ncclCommInitRankConfig", comm, nranks, rank);
+    (void)cfg; return init("ncclCommInitRankConfig", comm, nranks, rank, &id);
 }
 API(ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm, void* cfg) {
     (void)color; (void)cfg;
-    return init("ncclCommSplit", newcomm, comm ? comm->nranks : 1, key);
+    return init("ncclCommSplit", newcomm, comm ? comm->nranks : 1, key, NULL);
 }
 
 /* ncclCommGetAsyncError answers the scripted async error at the step's last poll. */
@@ -123,23 +280,27 @@ API(ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* err) {
 API(ncclCommCuDevice, ncclComm_t comm, int* dev) { *dev = comm ? comm->dev : 0; return 0; }
 API(ncclCommCount, ncclComm_t comm, int* n) { *n = comm ? comm->nranks : 0; return 0; }
 API(ncclCommUserRank, ncclComm_t comm, int* r) { *r = comm ? comm->rank : 0; return 0; }
-API(ncclCommDestroy, ncclComm_t comm) { ncclResult_t rc = play("ncclCommDestroy"); free(comm); return rc; }
-API(ncclCommAbort, ncclComm_t comm) { ncclResult_t rc = play("ncclCommAbort"); free(comm); return rc; }
+API(ncclCommDestroy, ncclComm_t comm) {
+    ncclResult_t rc = play("ncclCommDestroy"); prof_finalize(comm); free(comm); return rc;
+}
+API(ncclCommAbort, ncclComm_t comm) {
+    ncclResult_t rc = play("ncclCommAbort"); prof_finalize(comm); free(comm); return rc;
+}
 API(ncclCommFinalize, ncclComm_t comm) { (void)comm; return play("ncclCommFinalize"); }
 API(ncclGroupStart, void) { return play("ncclGroupStart"); }
 API(ncclGroupEnd, void) { return play("ncclGroupEnd"); }
 
 API(ncclAllReduce, const void* s, void* r, size_t n, int dt, int op, ncclComm_t comm, void* stream) {
-    (void)s; (void)r; (void)n; (void)dt; (void)op; (void)comm; (void)stream; return play("ncclAllReduce");
+    (void)stream; (void)op; return play_coll("ncclAllReduce", comm, 0, s, r, n, dt, 0);
 }
 API(ncclBroadcast, const void* s, void* r, size_t n, int dt, int root, ncclComm_t comm, void* stream) {
-    (void)s; (void)r; (void)n; (void)dt; (void)root; (void)comm; (void)stream; return play("ncclBroadcast");
+    (void)stream; return play_coll("ncclBroadcast", comm, 1, s, r, n, dt, root);
 }
 API(ncclAllGather, const void* s, void* r, size_t n, int dt, ncclComm_t comm, void* stream) {
-    (void)s; (void)r; (void)n; (void)dt; (void)comm; (void)stream; return play("ncclAllGather");
+    (void)stream; return play_coll("ncclAllGather", comm, 2, s, r, n, dt, 0);
 }
 API(ncclReduceScatter, const void* s, void* r, size_t n, int dt, int op, ncclComm_t comm, void* stream) {
-    (void)s; (void)r; (void)n; (void)dt; (void)op; (void)comm; (void)stream; return play("ncclReduceScatter");
+    (void)stream; (void)op; return play_coll("ncclReduceScatter", comm, 3, s, r, n, dt, 0);
 }
 API(ncclSend, const void* s, size_t n, int dt, int peer, ncclComm_t comm, void* stream) {
     (void)s; (void)n; (void)dt; (void)peer; (void)comm; (void)stream; return play("ncclSend");
