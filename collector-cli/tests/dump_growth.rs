@@ -4,7 +4,7 @@
 //! four-thread rank stay small, a process SIGKILLed while its threads keep claiming new rings
 //! (the file growing) still reads, and two runs written into one directory are reported apart.
 
-use ncclshim_dump::reader::read_dump;
+use ncclshim_format::reader::read_dump;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::MetadataExt;
