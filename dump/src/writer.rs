@@ -147,8 +147,8 @@ impl Recorder {
             cfg.rings,
             cfg.slots_per_ring,
             cfg.arena_bytes,
-            DEFAULT_KEEP_SLOTS,
-            DEFAULT_COMM_ENTRIES,
+            cfg.keep_slots,
+            cfg.comm_entries,
             cfg.slots_per_ring.min(DEFAULT_OVERFLOW_SLOTS),
         )
         .filter(|g| usize::try_from(g.max_file_size()).is_ok())
