@@ -1087,7 +1087,9 @@ enum Extent {
 
 fn read_extent<S: Source + ?Sized>(src: &S, g: &Geo, at: u64, end: u64) -> Extent {
     let mut hdr = [0u8; BLOB_HEADER_SIZE];
-    if at < g.arena_offset || !at.is_multiple_of(8) || at + BLOB_HEADER_SIZE as u64 > end {
+    // `at` may come from a record's blob field: any u64, so the sum is checked.
+    let header_end = at.checked_add(BLOB_HEADER_SIZE as u64);
+    if at < g.arena_offset || !at.is_multiple_of(8) || header_end.is_none_or(|e| e > end) {
         return Extent::Bad(format!("extent offset {at} outside the tail"));
     }
     if let Err(e) = src.read_at(at, &mut hdr) {
