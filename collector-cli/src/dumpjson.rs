@@ -2,9 +2,9 @@
 //! dump can be read with `jq` or diffed without this tool's analysis getting in the way.
 
 use crate::names::rc_name;
-use ncclshim_dump::reader::{Blob, Dump, Record};
-use ncclshim_dump::schema::slot_flags;
-use ncclshim_dump::{BlobKind, CallId, RecordKind};
+use ncclshim_format::reader::{Blob, Dump, Record};
+use ncclshim_format::schema::slot_flags;
+use ncclshim_format::{BlobKind, CallId, RecordKind};
 use serde_json::{json, Map, Value};
 use std::io::Write;
 
@@ -114,7 +114,7 @@ pub const PROF_STATE_FIELDS: &[&str] = &["start_ref", "state", "value", "value2"
 /// `args[0..]` of a `prof_state` record with state [`PROF_STATE_GPU_DONE`] (the operation's
 /// GPU span over its kernel channels).
 ///
-/// [`PROF_STATE_GPU_DONE`]: ncclshim_dump::schema::PROF_STATE_GPU_DONE
+/// [`PROF_STATE_GPU_DONE`]: ncclshim_format::schema::PROF_STATE_GPU_DONE
 pub const GPU_DONE_FIELDS: &[&str] =
     &["op_ref", "state", "gpu_start_ns", "gpu_stop_ns", "channels"];
 
@@ -148,7 +148,7 @@ fn profiler_names(c: CallId, a: &[u64; 9]) -> Option<Value> {
     };
     let mut v = json!({"func": func_name(func), "datatype": datatype_name(dt)});
     if c == CallId::ProfColl {
-        use ncclshim_dump::profnames::{unpack_algo_proto, NameTable};
+        use ncclshim_format::profnames::{unpack_algo_proto, NameTable};
         let (algo, proto) = unpack_algo_proto(a[7]);
         v["algo"] = json!(NameTable::Algo.name_of(algo).unwrap_or("other"));
         v["proto"] = json!(NameTable::Proto.name_of(proto).unwrap_or("other"));

@@ -2,7 +2,7 @@
 //! file stop the rest: each unreadable file becomes a [`Problem`] with a one-line reason.
 
 use crate::model::ProcessModel;
-use ncclshim_dump::reader::{read_dump, Dump};
+use ncclshim_format::reader::{read_dump, Dump};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -87,7 +87,7 @@ pub fn load_models(
     (models, problems)
 }
 
-fn problem(dir: &Path, p: &Path, e: ncclshim_dump::reader::DumpError) -> Problem {
+fn problem(dir: &Path, p: &Path, e: ncclshim_format::reader::DumpError) -> Problem {
     Problem {
         file: display_path(dir, p),
         // The error names the full path; the problem line names the file once.

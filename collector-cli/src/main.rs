@@ -285,7 +285,7 @@ fn cmd_doctor(json: bool, color: ColorChoice) -> anyhow::Result<ExitCode> {
 }
 
 fn cmd_dump(file: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let dump = ncclshim_dump::reader::read_dump(file)?;
+    let dump = ncclshim_format::reader::read_dump(file)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     match dumpjson::write_dump_lines(&dump, &mut out).and_then(|_| out.flush()) {

@@ -1,7 +1,7 @@
-//! Names for the profiler plugin's function and datatype codes (`ncclshim_dump::profnames`),
+//! Names for the profiler plugin's function and datatype codes (`ncclshim_format::profnames`),
 //! with a numeric fallback for codes a newer plugin may write.
 
-use ncclshim_dump::profnames::NameTable;
+use ncclshim_format::profnames::NameTable;
 
 pub fn func_name(code: u64) -> String {
     NameTable::Func

@@ -5,7 +5,7 @@
 
 use crate::profnames::{datatype_code, func_code};
 use crate::synth::{host_facts_json, libraries_json, Scenario, WHEEL_NCCL, WORLD_UID};
-use ncclshim_dump::CallId;
+use ncclshim_format::CallId;
 use serde_json::json;
 use std::path::Path;
 
@@ -347,7 +347,7 @@ pub fn bench_job(dir: &Path, ranks: usize, colls: u64, slots: u32) -> anyhow::Re
     let files = crate::load::find_dumps(dir)?;
     let mut bytes = 0;
     for f in files {
-        let d = ncclshim_dump::reader::read_dump(&f)?;
+        let d = ncclshim_format::reader::read_dump(&f)?;
         bytes += 4096 + d.summary.records * 128 + d.header.arena_used;
     }
     Ok(bytes)

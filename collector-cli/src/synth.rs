@@ -9,8 +9,9 @@
 
 use ncclshim_dump::config::RecorderConfig;
 use ncclshim_dump::identity::ProcessIdentity;
-use ncclshim_dump::schema::slot_flags;
-use ncclshim_dump::{BlobKind, CallId, Entry, RecordKind, Recorder, RingWriter, WriterKind};
+use ncclshim_dump::{Entry, Recorder, RingWriter};
+use ncclshim_format::schema::slot_flags;
+use ncclshim_format::{BlobKind, CallId, RecordKind, WriterKind};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 

@@ -4,9 +4,10 @@
 
 use collector_cli::dumpjson::{record_value, write_dump_lines};
 use ncclshim_dump::config::RecorderConfig;
-use ncclshim_dump::reader::{read_dump, Dump};
-use ncclshim_dump::schema::{slot_flags, PROF_STATE_GPU_DONE};
-use ncclshim_dump::{CallId, Entry, RecordKind, Recorder, WriterKind};
+use ncclshim_dump::{Entry, Recorder};
+use ncclshim_format::reader::{read_dump, Dump};
+use ncclshim_format::schema::{slot_flags, PROF_STATE_GPU_DONE};
+use ncclshim_format::{CallId, RecordKind, WriterKind};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -138,7 +139,7 @@ fn fixture_dirs() -> Vec<PathBuf> {
 }
 
 /// What a record line's `args` must hold, computed from the schema, not from `dumpjson`.
-fn expected_keys(r: &ncclshim_dump::reader::Record) -> Vec<String> {
+fn expected_keys(r: &ncclshim_format::reader::Record) -> Vec<String> {
     let call = r.call().unwrap();
     match r.kind().unwrap() {
         RecordKind::ProfStop => sorted(&["start_ref"]),

@@ -6,7 +6,7 @@
 
 mod support;
 
-use ncclshim_dump::reader::read_dump;
+use ncclshim_format::reader::read_dump;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::MetadataExt;

@@ -6,8 +6,8 @@
 
 mod support;
 
-use ncclshim_dump::reader::{read_dump, Dump};
-use ncclshim_dump::{CallId, RecordKind};
+use ncclshim_format::reader::{read_dump, Dump};
+use ncclshim_format::{CallId, RecordKind};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

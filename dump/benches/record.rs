@@ -18,7 +18,7 @@ use std::time::Instant;
 const ITERS: u64 = 200_000;
 const ROUNDS: usize = 21;
 
-static LAZY: ProcessRecorder = ProcessRecorder::new(WriterKind::Synthetic, 0, None);
+static LAZY: ProcessRecorder = ProcessRecorder::new(WriterKind::Synthetic, 0);
 
 fn time_per_op(mut f: impl FnMut(u64)) -> f64 {
     let start = Instant::now();

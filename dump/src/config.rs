@@ -1,7 +1,7 @@
 //! Where and how big a dump is: `NCCLSHIM_*` variables, their defaults, and the file name.
 //! Read once, when the recorder is created (the first NCCL event), never on the record path.
 
-use crate::layout::WriterKind;
+use crate::layout::{WriterKind, DEFAULT_COMM_ENTRIES, DEFAULT_KEEP_SLOTS};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -26,6 +26,12 @@ pub struct RecorderConfig {
     /// Rounded up to a power of two.
     pub slots_per_ring: u32,
     pub arena_bytes: u64,
+    /// Slots of the keep ring (rare records); rounded up to a power of two. Not an environment
+    /// setting: the default fits any job, and only tools that want a tiny file (the fuzzer's
+    /// seed, `examples/write_sample.rs`) lower it.
+    pub keep_slots: u32,
+    /// Entries of the communicator table (at least one).
+    pub comm_entries: u32,
 }
 
 /// The dump directory when `NCCLSHIM_DIR` is unset: `$TMPDIR/ncclshim-<uid>` (or `/tmp/...`).
@@ -174,6 +180,8 @@ impl RecorderConfig {
             rings,
             slots_per_ring: slots,
             arena_bytes: DEFAULT_ARENA_BYTES,
+            keep_slots: DEFAULT_KEEP_SLOTS,
+            comm_entries: DEFAULT_COMM_ENTRIES,
         }
         .normalized()
     }
@@ -204,9 +212,11 @@ impl RecorderConfig {
         cfg.normalized()
     }
 
-    /// Rounds the ring size to a power of two (the writer masks instead of dividing).
+    /// Rounds the ring sizes to powers of two (the writer masks instead of dividing).
     pub fn normalized(mut self) -> Self {
         self.slots_per_ring = self.slots_per_ring.max(2).next_power_of_two();
+        self.keep_slots = self.keep_slots.max(2).next_power_of_two();
+        self.comm_entries = self.comm_entries.max(1);
         self.rings = self.rings.max(1);
         self
     }

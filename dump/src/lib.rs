@@ -1,26 +1,20 @@
-//! The ncclshim dump format: the contract between the in-process recorders (`libncclshim.so`,
-//! the NCCL profiler plugin) and the `ncclshim` CLI.
+//! The ncclshim recorder runtime: the crash-safe writer of the dump format
+//! (`ncclshim-format`) and the process lifecycle the in-process recorders need.
 //!
-//! One file per writing component per process, laid out in [`layout`]: a header page, one
-//! single-writer ring of 128-byte slots per thread, and an append-only blob arena. The
-//! [`writer`] makes every record durable the moment it is stored (the file is `MAP_SHARED`), so a
-//! SIGKILLed or crashed process leaves a readable dump; [`process`] wraps it in the lazy,
-//! fork-aware, never-failing lifecycle the recorders need. The [`reader`] (feature `reader`)
-//! decodes any file, including corrupt, truncated and still-growing ones, without panicking.
-//! `docs/format.md` describes the format field by field.
+//! The [`writer`] makes every record durable the moment it is stored (the file is
+//! `MAP_SHARED`), so a SIGKILLed or crashed process leaves a readable dump; [`process`] wraps
+//! it in the lazy, fork-aware, never-failing lifecycle (atexit mark, disable-on-failure);
+//! [`clock`] picks and calibrates the time base, [`config`] reads the `NCCLSHIM_*` sizes,
+//! [`identity`] and [`run`] say who is writing. The format's vocabulary is re-exported so a
+//! recorder names one crate; readers depend on `ncclshim-format` alone.
 
 pub mod clock;
 pub mod config;
 pub mod identity;
-pub mod layout;
 pub mod process;
-pub mod profnames;
-#[cfg(feature = "reader")]
-pub mod reader;
 pub mod run;
-pub mod schema;
 pub mod writer;
 
-pub use layout::WriterKind;
-pub use schema::{BlobKind, CallId, RecordKind};
-pub use writer::{Entry, PendingCall, Recorder, RingWriter, SlotRef};
+pub use ncclshim_format::{layout, profnames, schema};
+pub use ncclshim_format::{BlobKind, CallId, RecordKind, SlotRef, WriterKind};
+pub use writer::{CommEntryWriter, Entry, PendingCall, Recorder, RingWriter};

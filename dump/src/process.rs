@@ -5,6 +5,11 @@
 //! State machine: `UNINIT → CREATING → READY`, or `→ DISABLED` (final for this process image;
 //! a forked child starts again at `UNINIT`). Events that arrive while another thread is creating
 //! the file are skipped and counted, never waited for: the host's threads never block on us.
+//!
+//! Creation calls nothing back: the one call that created the file is told so
+//! ([`with_ring_noting_creation`](ProcessRecorder::with_ring_noting_creation)), and the recorder's
+//! owner does its once-per-file work (signal handlers, first snapshot) there, in its own frame,
+//! under its own reentrancy and panic guards.
 
 use crate::config::{disabled_by_env, RecorderConfig};
 use crate::layout::{counters, flags, WriterKind};
@@ -25,7 +30,6 @@ pub const MAX_RECORDERS: usize = 2;
 pub struct ProcessRecorder {
     kind: WriterKind,
     tls_index: usize,
-    on_create: Option<fn(&'static Recorder)>,
     state: AtomicU8,
     recorder: AtomicPtr<Recorder>,
     /// Bumped in a forked child so thread-local ring caches from the parent are ignored.
@@ -59,16 +63,11 @@ static HOOKS_INSTALLED: AtomicBool = AtomicBool::new(false);
 impl ProcessRecorder {
     /// `tls_index` must be distinct for each recorder in one shared object (< `MAX_RECORDERS`).
     /// `on_create` runs once, on the thread that created the file (snapshots go there).
-    pub const fn new(
-        kind: WriterKind,
-        tls_index: usize,
-        on_create: Option<fn(&'static Recorder)>,
-    ) -> Self {
+    pub const fn new(kind: WriterKind, tls_index: usize) -> Self {
         assert!(tls_index < MAX_RECORDERS);
         Self {
             kind,
             tls_index,
-            on_create,
             state: AtomicU8::new(UNINIT),
             recorder: AtomicPtr::new(std::ptr::null_mut()),
             generation: AtomicU64::new(1),
@@ -91,8 +90,15 @@ impl ProcessRecorder {
     /// disabled, or when creation failed.
     #[inline]
     pub fn get(&'static self) -> Option<&'static Recorder> {
+        self.acquire().map(|(recorder, _)| recorder)
+    }
+
+    /// As [`get`](Self::get), with whether this very call created the file (true exactly once
+    /// per file: the caller that sees it does the once-per-file work).
+    #[inline]
+    pub fn acquire(&'static self) -> Option<(&'static Recorder, bool)> {
         match self.state.load(Ordering::Acquire) {
-            READY => self.existing(),
+            READY => self.existing().map(|r| (r, false)),
             UNINIT => self.create(),
             _ => {
                 self.skipped.fetch_add(1, Ordering::Relaxed);
@@ -101,14 +107,16 @@ impl ProcessRecorder {
         }
     }
 
+    /// Creates the file; `(recorder, true)` for the call that did.
     #[cold]
-    fn create(&'static self) -> Option<&'static Recorder> {
+    fn create(&'static self) -> Option<(&'static Recorder, bool)> {
         if self
             .state
             .compare_exchange(UNINIT, CREATING, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            return self.existing();
+            // Another thread got there first: it is the one told "created".
+            return self.existing().map(|r| (r, false));
         }
         if disabled_by_env() {
             self.state.store(DISABLED, Ordering::Release);
@@ -126,10 +134,7 @@ impl ProcessRecorder {
                     .store((r as *const Recorder).cast_mut(), Ordering::Release);
                 self.register();
                 self.state.store(READY, Ordering::Release);
-                if let Some(hook) = self.on_create {
-                    hook(r);
-                }
-                Some(r)
+                Some((r, true))
             }
             Err(e) => {
                 self.state.store(DISABLED, Ordering::Release);
@@ -181,7 +186,17 @@ impl ProcessRecorder {
         &'static self,
         f: impl FnOnce(&'static Recorder, &RingWriter) -> R,
     ) -> Option<R> {
-        let recorder = self.get()?;
+        self.with_ring_noting_creation(|r, w, _| f(r, w))
+    }
+
+    /// As [`with_ring`](Self::with_ring), telling `f` whether this call created the file
+    /// (`true` once per file, on the creating thread, with the ring its own record will use).
+    #[inline]
+    pub fn with_ring_noting_creation<R>(
+        &'static self,
+        f: impl FnOnce(&'static Recorder, &RingWriter, bool) -> R,
+    ) -> Option<R> {
+        let (recorder, created) = self.acquire()?;
         let generation = self.generation.load(Ordering::Relaxed);
         RINGS
             .try_with(|rings| {
@@ -196,7 +211,7 @@ impl ProcessRecorder {
                         let writer = recorder.claim_ring();
                         *cell = CachedRing { generation, writer };
                     }
-                    f(recorder, &(*cell).writer)
+                    f(recorder, &(*cell).writer, created)
                 }
             })
             .ok()

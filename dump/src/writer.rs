@@ -14,7 +14,7 @@ use crate::clock;
 use crate::config::{file_name, RecorderConfig};
 use crate::identity::ProcessIdentity;
 use crate::layout::*;
-use crate::schema::{BlobKind, CallId, RecordKind};
+use crate::schema::{BlobKind, CallId, RecordKind, SlotRef};
 use std::ffi::CString;
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;
@@ -64,33 +64,6 @@ pub struct Recorder {
 unsafe impl Send for Recorder {}
 // SAFETY: as above.
 unsafe impl Sync for Recorder {}
-
-/// A reference to a committed record: which ring and which sequence number. Profiler handles
-/// and stop/state records carry it encoded as one `u64`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SlotRef {
-    pub ring: u32,
-    pub seq: u64,
-}
-
-impl SlotRef {
-    pub const SEQ_BITS: u32 = 48;
-
-    /// `(ring + 1) << 48 | seq`: never 0, so 0 can mean "no record".
-    #[inline]
-    pub fn encode(self) -> u64 {
-        (u64::from(self.ring + 1) << Self::SEQ_BITS) | (self.seq & ((1 << Self::SEQ_BITS) - 1))
-    }
-
-    #[inline]
-    pub fn decode(v: u64) -> Option<Self> {
-        let ring = (v >> Self::SEQ_BITS) as u32;
-        (ring != 0).then(|| Self {
-            ring: ring - 1,
-            seq: v & ((1 << Self::SEQ_BITS) - 1),
-        })
-    }
-}
 
 /// The fields of one record, as the caller knows them at entry.
 #[derive(Debug, Clone, Copy)]
@@ -174,8 +147,8 @@ impl Recorder {
             cfg.rings,
             cfg.slots_per_ring,
             cfg.arena_bytes,
-            DEFAULT_KEEP_SLOTS,
-            DEFAULT_COMM_ENTRIES,
+            cfg.keep_slots,
+            cfg.comm_entries,
             cfg.slots_per_ring.min(DEFAULT_OVERFLOW_SLOTS),
         )
         .filter(|g| usize::try_from(g.max_file_size()).is_ok())
@@ -857,12 +830,52 @@ impl PendingCall {
     }
 }
 
-/// The writer's side of the communicator table: identity once, progress on every operation.
-/// Plain atomic stores (no read-modify-write): one thread issues a communicator's operations.
-impl CommTableEntry {
+/// The writer's side of the communicator table (the entry's layout is the format's; stamping
+/// times with the recorder's clock is the runtime's): identity once, progress on every
+/// operation. Plain atomic stores (no read-modify-write): one thread issues a communicator's
+/// operations.
+pub trait CommEntryWriter {
     /// Fills the identity of a newly claimed entry and publishes it (`state` last).
     #[allow(clippy::too_many_arguments)] // the communicator's identity, field by field
-    pub fn publish(
+    fn publish(
+        &self,
+        created_by: CallId,
+        comm: u64,
+        comm_hash: u64,
+        uid_hash: u64,
+        nranks: i32,
+        rank: i32,
+        parent: (u64, i32, i32),
+        ready: bool,
+    );
+
+    /// The communicator is ready: its size, rank (when they were unknown), device and NCCL
+    /// version. Called by the thread that created it, before it issues any operation.
+    fn ready(&self, nranks: i32, rank: i32, cuda_dev: i32, nccl_version: i32);
+
+    /// An operation was issued: its arguments first, then the count that publishes them.
+    #[allow(clippy::too_many_arguments)] // the operation's own arguments
+    fn issue(
+        &self,
+        seq: u64,
+        call: CallId,
+        count: u64,
+        datatype: i32,
+        redop: i32,
+        peer: i32,
+        t: u64,
+    );
+
+    /// The call of operation `seq` returned `rc`.
+    fn complete(&self, seq: u64, rc: i32);
+
+    /// The communicator was destroyed (or aborted).
+    fn end(&self, aborted: bool);
+}
+
+impl CommEntryWriter for CommTableEntry {
+    #[allow(clippy::too_many_arguments)] // the communicator's identity, field by field
+    fn publish(
         &self,
         created_by: CallId,
         comm: u64,
@@ -901,9 +914,7 @@ impl CommTableEntry {
         self.state.store(state, Ordering::Release);
     }
 
-    /// The communicator is ready: its size, rank (when they were unknown), device and NCCL
-    /// version. Called by the thread that created it, before it issues any operation.
-    pub fn ready(&self, nranks: i32, rank: i32, cuda_dev: i32, nccl_version: i32) {
+    fn ready(&self, nranks: i32, rank: i32, cuda_dev: i32, nccl_version: i32) {
         let me = (self as *const Self).cast_mut();
         // SAFETY: identity fields are written only by the creating thread (here, once the
         // communicator is ready); a concurrent reader may see the old or the new value of each
@@ -917,10 +928,9 @@ impl CommTableEntry {
         self.state.store(comm_state::LIVE, Ordering::Release);
     }
 
-    /// An operation was issued: its arguments first, then the count that publishes them.
     #[inline]
     #[allow(clippy::too_many_arguments)] // the operation's own arguments
-    pub fn issue(
+    fn issue(
         &self,
         seq: u64,
         call: CallId,
@@ -946,15 +956,13 @@ impl CommTableEntry {
         self.issued.store(seq.wrapping_add(1), Ordering::Release);
     }
 
-    /// The call of operation `seq` returned `rc`.
     #[inline]
-    pub fn complete(&self, seq: u64, rc: i32) {
+    fn complete(&self, seq: u64, rc: i32) {
         self.last_rc.store(rc, Ordering::Relaxed);
         self.completed.store(seq.wrapping_add(1), Ordering::Release);
     }
 
-    /// The communicator was destroyed (or aborted).
-    pub fn end(&self, aborted: bool) {
+    fn end(&self, aborted: bool) {
         self.ended_t.store(clock::now(), Ordering::Relaxed);
         let state = if aborted {
             comm_state::ABORTED

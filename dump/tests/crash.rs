@@ -6,8 +6,8 @@
 
 use ncclshim_dump::config::RecorderConfig;
 use ncclshim_dump::process::ProcessRecorder;
-use ncclshim_dump::reader::read_dump;
 use ncclshim_dump::{CallId, Entry, RecordKind, Recorder, WriterKind};
+use ncclshim_format::reader::read_dump;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -72,7 +72,7 @@ fn write_from_threads(
     });
 }
 
-fn check_record_integrity(r: &ncclshim_dump::reader::Record) -> (u64, u64) {
+fn check_record_integrity(r: &ncclshim_format::reader::Record) -> (u64, u64) {
     let [t, i, x, ni, i3, t7, i8, magic, ti] = r.args;
     assert_eq!(
         (x, ni, i3, t7, i8, magic, ti),
@@ -242,7 +242,7 @@ fn sigkill_at_random_moment_keeps_every_committed_record() {
     }
 }
 
-static FORK_RECORDER: ProcessRecorder = ProcessRecorder::new(WriterKind::Synthetic, 0, None);
+static FORK_RECORDER: ProcessRecorder = ProcessRecorder::new(WriterKind::Synthetic, 0);
 
 fn note(tag: u64) {
     FORK_RECORDER
@@ -304,7 +304,7 @@ fn forked_child_writes_its_own_file() {
     let dumps: Vec<_> = files.iter().map(|f| read_dump(f).unwrap()).collect();
     let (kid, parent): (Vec<_>, Vec<_>) = dumps.iter().partition(|d| d.header.pid == child_pid);
     let tags =
-        |d: &ncclshim_dump::reader::Dump| d.records.iter().map(|r| r.args[0]).collect::<Vec<_>>();
+        |d: &ncclshim_format::reader::Dump| d.records.iter().map(|r| r.args[0]).collect::<Vec<_>>();
     assert_eq!(tags(kid[0]), vec![100, 101]);
     assert_eq!(tags(parent[0]), vec![1, 2]);
     assert!(

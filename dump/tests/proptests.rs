@@ -3,8 +3,8 @@
 
 use ncclshim_dump::config::RecorderConfig;
 use ncclshim_dump::layout::SLOT_ARGS;
-use ncclshim_dump::reader::{decode_bytes, read_dump};
 use ncclshim_dump::{BlobKind, CallId, Entry, RecordKind, Recorder, WriterKind};
+use ncclshim_format::reader::{decode_bytes, read_dump};
 use proptest::prelude::*;
 use std::path::Path;
 

@@ -1,8 +1,8 @@
 //! Writer → reader round trips through a real file.
 
 use ncclshim_dump::config::RecorderConfig;
-use ncclshim_dump::reader::read_dump;
 use ncclshim_dump::{BlobKind, CallId, Entry, RecordKind, Recorder, WriterKind};
+use ncclshim_format::reader::read_dump;
 
 fn small_config(dir: &std::path::Path) -> RecorderConfig {
     let mut c = RecorderConfig::defaults(WriterKind::Synthetic, dir.to_path_buf());

@@ -28,8 +28,8 @@ use nccl_profiler_ncclshim::abi::{
 };
 use nccl_profiler_ncclshim::core::PROF;
 use nccl_profiler_ncclshim::v6;
-use ncclshim_dump::reader::read_dump;
 use ncclshim_dump::{CallId, Entry, RecordKind};
+use ncclshim_format::reader::read_dump;
 use std::ffi::c_void;
 use std::hint::black_box;
 use std::mem::MaybeUninit;

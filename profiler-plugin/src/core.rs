@@ -27,7 +27,7 @@ use std::sync::OnceLock;
 
 /// The plugin's dump (`*.prof.ncclshim`). TLS slot 1, so the shim's recorder (slot 0) and this
 /// one can share a library if the two are ever linked together (STATIC_PLUGIN).
-pub static PROF: ProcessRecorder = ProcessRecorder::new(WriterKind::Profiler, 1, None);
+pub static PROF: ProcessRecorder = ProcessRecorder::new(WriterKind::Profiler, 1);
 
 /// The process's activation mask: 0 (nothing) until the first init has read the environment.
 /// One relaxed load answers every "is this wanted" question on the hot path.

@@ -2,8 +2,8 @@
 //! profiler dump, decoded from their `ProfAggregates` blobs. A pure function of the dump.
 
 use crate::agg::{self, AggSnapshot};
-use ncclshim_dump::reader::Dump;
-use ncclshim_dump::BlobKind;
+use ncclshim_format::reader::Dump;
+use ncclshim_format::BlobKind;
 
 /// Every aggregate table in `dump`, in file order. Tables that do not decode are skipped.
 pub fn aggregates(dump: &Dump) -> Vec<AggSnapshot> {

@@ -9,9 +9,9 @@ mod v7driver;
 
 use nccl_profiler_ncclshim::abi::{self, CollV5, KernelCh};
 use nccl_profiler_ncclshim::v7::{self, KernelPhase};
-use ncclshim_dump::reader::{read_dump, Record};
 use ncclshim_dump::schema::slot_flags;
 use ncclshim_dump::{CallId, RecordKind};
+use ncclshim_format::reader::{read_dump, Record};
 use records::Completion;
 use v7driver::{init, start, state, stop, zeroed};
 

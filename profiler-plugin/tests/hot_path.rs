@@ -10,9 +10,9 @@ mod v7driver;
 use nccl_profiler_ncclshim::abi::{self, CollV5, KernelCh, P2pV5};
 use nccl_profiler_ncclshim::hot;
 use nccl_profiler_ncclshim::v7;
-use ncclshim_dump::reader::{read_dump, Record};
 use ncclshim_dump::schema::slot_flags;
 use ncclshim_dump::{CallId, RecordKind};
+use ncclshim_format::reader::{read_dump, Record};
 use std::ffi::c_void;
 use v7driver::{init, start, state, stop, zeroed, H};
 

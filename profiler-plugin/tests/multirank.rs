@@ -7,8 +7,8 @@ mod records;
 
 use emulator::{prof_dumps, Job};
 use nccl_profiler_ncclshim::agg;
-use ncclshim_dump::reader::read_dump;
 use ncclshim_dump::{BlobKind, CallId, RecordKind};
+use ncclshim_format::reader::read_dump;
 use records::Completion;
 
 #[test]
@@ -73,7 +73,7 @@ fn eight_ranks_one_stops_at_n() {
         let done = Completion::of(&d);
         // Default mask: an operation's kernel channels have no records; its GPU-done record
         // (both channels' span) says the kernel ended.
-        let finished = |c: &&ncclshim_dump::reader::Record| {
+        let finished = |c: &&ncclshim_format::reader::Record| {
             let kernels = d.records.iter().filter(|k| {
                 k.call() == Some(CallId::ProfKernelCh)
                     && k.kind() == Some(RecordKind::ProfStart)

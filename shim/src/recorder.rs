@@ -7,17 +7,20 @@ use ncclshim_dump::{Recorder, RingWriter, WriterKind};
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// The shim's dump (`*.shim.ncclshim`). `on_create` is set by the snapshot code.
-pub static SHIM: ProcessRecorder = ProcessRecorder::new(WriterKind::Shim, 0, Some(on_create));
+/// The shim's dump (`*.shim.ncclshim`), created by the first [`record`].
+pub static SHIM: ProcessRecorder = ProcessRecorder::new(WriterKind::Shim, 0);
 
 thread_local! {
     /// Depth of recording work on this thread; > 0 means we are inside our own code.
     static DEPTH: Cell<u32> = const { Cell::new(0) };
 }
 
-fn on_create(recorder: &'static Recorder) {
+/// The once-per-file work, done by the `record` call that created the file, in its frame (under
+/// its reentrancy guard, errno save and panic catch) before its own record.
+#[cold]
+fn on_create(recorder: &'static Recorder, ring: &RingWriter) {
     crate::signals::install(recorder);
-    crate::nccl::on_recorder_created(recorder);
+    crate::nccl::on_recorder_created(recorder, ring);
     crate::driver::on_recorder_created(recorder);
 }
 
@@ -72,7 +75,14 @@ pub fn record<R>(f: impl FnOnce(&'static Recorder, &RingWriter) -> R) -> Option<
     let errno_ptr = unsafe { libc::__errno_location() };
     // SAFETY: as above; reading an int.
     let saved = unsafe { *errno_ptr };
-    let out = catch_unwind(AssertUnwindSafe(|| SHIM.with_ring(f)));
+    let out = catch_unwind(AssertUnwindSafe(|| {
+        SHIM.with_ring_noting_creation(|r, w, created| {
+            if created {
+                on_create(r, w);
+            }
+            f(r, w)
+        })
+    }));
     // SAFETY: as above; restoring the caller's errno.
     unsafe { *errno_ptr = saved };
     match out {

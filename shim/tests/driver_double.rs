@@ -8,8 +8,8 @@
 mod driver_common;
 
 use driver_common::*;
-use ncclshim_dump::reader::read_dump;
 use ncclshim_dump::CallId;
+use ncclshim_format::reader::read_dump;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use ncclshim_dump::{BlobKind, CallId};
 
-fn fixture(name: &str) -> (ncclshim_dump::reader::Dump, String) {
+fn fixture(name: &str) -> (ncclshim_format::reader::Dump, String) {
     let dir = repo_root().join("tests/fixtures/real").join(name);
     let d = single_dump(&dir);
     let stdout = std::fs::read_to_string(dir.with_extension("stdout")).unwrap();

@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
-use ncclshim_dump::reader::read_dump;
 use ncclshim_dump::CallId;
+use ncclshim_format::reader::read_dump;
 use std::process::Command;
 
 fn assert_inert(program: &str, args: &[&str]) {

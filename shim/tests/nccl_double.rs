@@ -8,9 +8,9 @@ mod common;
 use common::*;
 use ncclshim::nccl::hash::{get_hash, split_hash};
 use ncclshim_dump::layout::counters;
-use ncclshim_dump::reader::Record;
 use ncclshim_dump::schema::slot_flags;
 use ncclshim_dump::{BlobKind, CallId, RecordKind};
+use ncclshim_format::reader::Record;
 use std::process::Command;
 
 fn build_double(dir: &std::path::Path) -> std::path::PathBuf {

@@ -9,8 +9,8 @@
 mod common;
 
 use common::*;
-use ncclshim_dump::reader::Dump;
 use ncclshim_dump::{BlobKind, CallId, RecordKind};
+use ncclshim_format::reader::Dump;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use ncclshim_dump::reader::{read_dump, SignalInfo};
+use ncclshim_format::reader::{read_dump, SignalInfo};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -10,7 +10,7 @@
 
 use super::{CallEvent, JobModel};
 use crate::knowledge::sockets::local_only_interface as local_only;
-use ncclshim_dump::CallId;
+use ncclshim_format::CallId;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// One address (with port and IPv6 scope when written) found in a text.

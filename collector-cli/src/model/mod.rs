@@ -9,9 +9,9 @@ pub mod facts;
 
 use crate::names::{nccl_version_string, rc_name};
 use facts::{GpuFacts, HostFacts, LibFacts};
-use ncclshim_dump::reader::{Dump, Record};
-use ncclshim_dump::schema::slot_flags;
-use ncclshim_dump::{BlobKind, CallId, RecordKind, WriterKind};
+use ncclshim_format::reader::{Dump, Record};
+use ncclshim_format::schema::slot_flags;
+use ncclshim_format::{BlobKind, CallId, RecordKind, WriterKind};
 use rayon::prelude::*;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -510,7 +510,7 @@ impl ProcessModel {
                     rank: c.rank as u32,
                     cuda_dev: (c.cuda_dev >= 0).then_some(i64::from(c.cuda_dev)),
                     comm_ptr: c.comm,
-                    established: c.state != ncclshim_dump::layout::comm_state::PENDING,
+                    established: c.state != ncclshim_format::layout::comm_state::PENDING,
                     init_call: None,
                     nccl_version: (v != 0).then_some(v),
                 });

@@ -38,7 +38,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         let no_hca =
             host.is_some_and(|h| h.infiniband.is_empty() && h.dev_infiniband == Some(false));
         for (i, c) in pm.calls.iter().enumerate() {
-            if !(c.is_init() || c.call == Some(ncclshim_dump::CallId::NcclGroupEnd)) || !c.failed()
+            if !(c.is_init() || c.call == Some(ncclshim_format::CallId::NcclGroupEnd))
+                || !c.failed()
             {
                 continue;
             }

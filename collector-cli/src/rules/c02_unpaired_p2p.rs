@@ -4,7 +4,7 @@
 
 use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
-use ncclshim_dump::CallId;
+use ncclshim_format::CallId;
 use std::collections::BTreeMap;
 
 const TEARDOWN: &[&str] = &[
@@ -179,7 +179,7 @@ mod wrap_tests {
     use crate::load::{find_dumps, load_files};
     use crate::model::JobModel;
     use crate::synth::{Geometry, Scenario};
-    use ncclshim_dump::CallId;
+    use ncclshim_format::CallId;
 
     #[test]
     fn wrapped_rings_are_not_counted() {

@@ -5,7 +5,7 @@
 use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
-use ncclshim_dump::CallId;
+use ncclshim_format::CallId;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(

@@ -138,7 +138,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             if c.failed()
                 && !c.is_cuda
                 && (text_has(c, &["no socket interface found", "is neither AF_INET"])
-                    || c.call == Some(ncclshim_dump::CallId::NcclGetUniqueId)
+                    || c.call == Some(ncclshim_format::CallId::NcclGetUniqueId)
                     || c.is_init())
             {
                 f.explain(p, i);

@@ -5,7 +5,7 @@
 use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 use crate::names::{datatype_name, redop_name};
-use ncclshim_dump::CallId;
+use ncclshim_format::CallId;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 

@@ -20,7 +20,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     for (p, pm) in job.processes.iter().enumerate() {
         for (i, c) in pm.calls.iter().enumerate() {
             let async_remote =
-                c.call == Some(ncclshim_dump::CallId::NcclCommGetAsyncError) && c.args[0] == 6;
+                c.call == Some(ncclshim_format::CallId::NcclCommGetAsyncError) && c.args[0] == 6;
             if (c.failed() && !c.is_cuda && (c.rc == 6 || text_has(c, REMOTE_TEXTS)))
                 || async_remote
             {
@@ -117,7 +117,7 @@ mod tests {
 
     use crate::rules::testutil::{analyze, find};
     use crate::rules::Severity;
-    use ncclshim_dump::CallId;
+    use ncclshim_format::CallId;
 
     #[test]
     fn survivors_point_at_the_rank_that_died() {

@@ -103,7 +103,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::rules::testutil::{analyze, find};
-    use ncclshim_dump::CallId;
+    use ncclshim_format::CallId;
 
     #[test]
     fn proto_set_on_one_node_only_with_truncation() {

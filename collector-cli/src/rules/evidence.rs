@@ -132,12 +132,12 @@ impl Evidence {
 
     /// An intercepted call: its name, return code and NCCL's / CUDA's text.
     pub fn call(c: &CallEvent) -> Self {
-        let rc_value = if c.call == Some(ncclshim_dump::CallId::NcclCommGetAsyncError) {
+        let rc_value = if c.call == Some(ncclshim_format::CallId::NcclCommGetAsyncError) {
             c.args[0] as i32
         } else {
             c.rc
         };
-        let rc_name = if c.call == Some(ncclshim_dump::CallId::NcclCommGetAsyncError) {
+        let rc_name = if c.call == Some(ncclshim_format::CallId::NcclCommGetAsyncError) {
             crate::names::rc_name(rc_value, false)
         } else {
             c.rc_name()

@@ -189,7 +189,7 @@ mod tests {
     use super::*;
     use crate::rules::testutil::{analyze, find};
     use crate::synth::{host_facts_json, WORLD_UID};
-    use ncclshim_dump::CallId;
+    use ncclshim_format::CallId;
 
     /// One real text per signature (NCCL's WARN as printed; see tests/signatures/ for sources).
     fn sample_text(catalog: &str) -> &'static str {

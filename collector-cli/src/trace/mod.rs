@@ -20,11 +20,11 @@ pub mod validate;
 
 use crate::model::JobModel;
 use crate::names::{rc_name, signal_name};
-use ncclshim_dump::profnames::{self, NameTable};
-use ncclshim_dump::reader::{Dump, GpuDone, Record};
-use ncclshim_dump::schema::slot_flags;
-use ncclshim_dump::writer::SlotRef;
-use ncclshim_dump::{CallId, RecordKind};
+use ncclshim_format::profnames::{self, NameTable};
+use ncclshim_format::reader::{Dump, GpuDone, Record};
+use ncclshim_format::schema::slot_flags;
+use ncclshim_format::SlotRef;
+use ncclshim_format::{CallId, RecordKind};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 
@@ -686,8 +686,9 @@ mod tests {
     use super::*;
     use ncclshim_dump::config::RecorderConfig;
     use ncclshim_dump::identity::ProcessIdentity;
-    use ncclshim_dump::reader::read_dump;
-    use ncclshim_dump::{Entry, Recorder, WriterKind};
+    use ncclshim_dump::{Entry, Recorder};
+    use ncclshim_format::reader::read_dump;
+    use ncclshim_format::WriterKind;
 
     fn rank_dump(dir: &std::path::Path, host: &str, pid: u32, rank: u64) -> Dump {
         let mut c = RecorderConfig::defaults(WriterKind::Synthetic, dir.to_path_buf());
@@ -772,7 +773,7 @@ mod tests {
     /// whose kernel never ended.
     #[test]
     fn summarized_operations_get_one_gpu_slice_each_placed_by_the_gpu_clock_offset() {
-        use ncclshim_dump::schema::{slot_flags, PROF_STATE_GPU_DONE};
+        use ncclshim_format::schema::{slot_flags, PROF_STATE_GPU_DONE};
         let dir = tempfile::tempdir().unwrap();
         let mut c = RecorderConfig::defaults(WriterKind::Profiler, dir.path().to_path_buf());
         c.rings = 2;

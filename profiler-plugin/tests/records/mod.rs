@@ -8,9 +8,9 @@
 
 #![allow(dead_code)]
 
-use ncclshim_dump::reader::{Dump, GpuDone, Record};
 use ncclshim_dump::schema::slot_flags;
 use ncclshim_dump::{CallId, RecordKind};
+use ncclshim_format::reader::{Dump, GpuDone, Record};
 use std::collections::{HashMap, HashSet};
 
 /// Argument index of `gpu_stop_ns` in KernelCh / KernelPhase start records.

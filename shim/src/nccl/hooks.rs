@@ -24,7 +24,7 @@ use crate::nccl::resolve::real;
 use crate::nccl::snapshot;
 use crate::recorder::{record_keep, SHIM};
 use ncclshim_dump::layout::{counters, SLOT_ARGS};
-use ncclshim_dump::{BlobKind, CallId, Entry, PendingCall, RecordKind};
+use ncclshim_dump::{BlobKind, CallId, CommEntryWriter, Entry, PendingCall, RecordKind};
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;

@@ -14,13 +14,8 @@ pub mod hooks;
 pub mod resolve;
 pub mod snapshot;
 
-use crate::recorder::SHIM;
-
-/// Called once when the shim's dump file is created (first NCCL event): take the snapshots.
-pub fn on_recorder_created(_recorder: &'static ncclshim_dump::Recorder) {
-    // The creating thread is inside `record`, so nothing here is recorded twice or re-entered;
-    // with_ring gives it the same ring its pending record will use.
-    SHIM.with_ring(|r, w| {
-        snapshot::take(r, &r.keep_writer_or(w), snapshot::Reason::FirstEvent, true)
-    });
+/// Called once when the shim's dump file is created (first NCCL event), on the creating
+/// thread inside `record`, with the ring its pending record will use: take the snapshots.
+pub fn on_recorder_created(r: &'static ncclshim_dump::Recorder, w: &ncclshim_dump::RingWriter) {
+    snapshot::take(r, &r.keep_writer_or(w), snapshot::Reason::FirstEvent, true);
 }

@@ -3,8 +3,8 @@
 //! the preload and reading the dump it left.
 #![allow(dead_code)]
 
-use ncclshim_dump::reader::{read_dump, Dump, Record};
 use ncclshim_dump::{BlobKind, CallId, RecordKind};
+use ncclshim_format::reader::{read_dump, Dump, Record};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;

@@ -4,8 +4,8 @@
 #![allow(dead_code)]
 
 use ncclshim_dump::layout::counters;
-use ncclshim_dump::reader::{Dump, Record};
 use ncclshim_dump::{CallId, RecordKind};
+use ncclshim_format::reader::{Dump, Record};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

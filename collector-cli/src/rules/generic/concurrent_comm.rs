@@ -9,7 +9,7 @@
 
 use crate::model::{CallEvent, JobModel};
 use crate::rules::{who, Confidence, Finding, Severity};
-use ncclshim_dump::CallId;
+use ncclshim_format::CallId;
 use std::collections::BTreeMap;
 
 /// Two calls on one communicator from different threads whose windows overlap.

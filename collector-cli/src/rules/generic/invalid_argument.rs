@@ -84,7 +84,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use crate::rules::testutil::{analyze, find};
-    use ncclshim_dump::CallId;
+    use ncclshim_format::CallId;
 
     #[test]
     fn null_comm_and_its_echoes() {

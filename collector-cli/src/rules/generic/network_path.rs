@@ -531,7 +531,7 @@ mod tests {
                 let (host, ifs) = if r < 2 { ("a", a) } else { ("b", b) };
                 s.ranks[r].host_facts(&host_with(host, ifs));
                 s.ranks[r].in_flight(
-                    ncclshim_dump::CallId::NcclCommInitRank,
+                    ncclshim_format::CallId::NcclCommInitRank,
                     0,
                     &[4, r as u64, 0x77, w[0], w[1], w[2], w[3], w[4], 0],
                 );

@@ -6,7 +6,7 @@
 
 use crate::model::{JobModel, ProcessModel};
 use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding, Severity};
-use ncclshim_dump::CallId;
+use ncclshim_format::CallId;
 
 /// Where a rank is stuck inside NCCL.
 #[derive(Debug)]
@@ -335,7 +335,7 @@ mod tests {
             1_000_000_000
         ));
     }
-    use ncclshim_dump::CallId;
+    use ncclshim_format::CallId;
 
     #[test]
     fn one_rank_never_issues_the_collective() {

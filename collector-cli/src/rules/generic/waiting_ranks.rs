@@ -7,7 +7,7 @@
 use crate::model::{JobModel, ProcessModel};
 use crate::names::signal_name;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding, Severity};
-use ncclshim_dump::CallId;
+use ncclshim_format::CallId;
 
 /// What a waiting process was doing at its end.
 fn waiting_in(pm: &ProcessModel) -> String {

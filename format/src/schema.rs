@@ -1,8 +1,9 @@
 //! What the numbers in a slot mean: record kinds, call ids (with the names of their nine
 //! arguments) and blob kinds. Writers store ids, never strings, so a record costs one 128-byte
-//! store; the reader turns ids back into names with these tables. Ids are append-only: a new
-//! id is a minor format change, and a reader that meets an id it does not know keeps the record
-//! under a numeric name instead of failing.
+//! store; the reader turns ids back into names with these tables. [`SlotRef`] is how one record
+//! names another in its arguments. Ids are append-only: a new id is a minor format change, and a
+//! reader that meets an id it does not know keeps the record under a numeric name instead of
+//! failing.
 
 /// What a slot holds.
 #[repr(u16)]
@@ -418,6 +419,33 @@ impl CallId {
         u16::try_from(index)
             .ok()
             .and_then(|i| Self::from_u16(0x0200 + i))
+    }
+}
+
+/// A reference to a committed record: which ring and which sequence number. Profiler handles
+/// and stop/state records carry it encoded as one `u64`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SlotRef {
+    pub ring: u32,
+    pub seq: u64,
+}
+
+impl SlotRef {
+    pub const SEQ_BITS: u32 = 48;
+
+    /// `(ring + 1) << 48 | seq`: never 0, so 0 can mean "no record".
+    #[inline]
+    pub fn encode(self) -> u64 {
+        (u64::from(self.ring + 1) << Self::SEQ_BITS) | (self.seq & ((1 << Self::SEQ_BITS) - 1))
+    }
+
+    #[inline]
+    pub fn decode(v: u64) -> Option<Self> {
+        let ring = (v >> Self::SEQ_BITS) as u32;
+        (ring != 0).then(|| Self {
+            ring: ring - 1,
+            seq: v & ((1 << Self::SEQ_BITS) - 1),
+        })
     }
 }
 

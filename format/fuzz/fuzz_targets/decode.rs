@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(dump) = ncclshim_dump::reader::decode_bytes(data, Path::new("fuzz-input")) {
+    if let Ok(dump) = ncclshim_format::reader::decode_bytes(data, Path::new("fuzz-input")) {
         assert_eq!(dump.summary.records as usize, dump.records.len());
         for r in &dump.records {
             let _ = r.call_name();

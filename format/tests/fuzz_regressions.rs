@@ -2,7 +2,7 @@
 //! same checks the fuzz target makes, so a fixed reader bug stays fixed in a plain `cargo test`
 //! (debug build, overflow checks on) without nightly or cargo-fuzz.
 
-use ncclshim_dump::reader::decode_bytes;
+use ncclshim_format::reader::decode_bytes;
 use std::path::{Path, PathBuf};
 
 fn regression_inputs() -> Vec<PathBuf> {

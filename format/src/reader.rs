@@ -6,10 +6,9 @@
 //! A file that is still being written is read with a seqlock check: slots whose commit word
 //! changed while they were copied are counted as torn instead of returned half-updated.
 
-use crate::identity::writer_may_be_alive;
 use crate::layout::*;
-use crate::schema::{BlobKind, CallId, RecordKind};
-use crate::writer::SlotRef;
+use crate::liveness::writer_may_be_alive;
+use crate::schema::{BlobKind, CallId, RecordKind, SlotRef};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
@@ -405,7 +404,7 @@ pub fn decode_bytes(bytes: &[u8], path: &Path) -> Result<Dump, DumpError> {
 }
 
 struct Geo {
-    time_base: crate::clock::TimeBase,
+    time_base: crate::timebase::TimeBase,
     /// Bytes actually present: every read is clipped to this, so a header that claims a huge
     /// geometry on a small file cannot make the reader allocate more than the file holds.
     len: u64,
@@ -547,12 +546,12 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
     let writer_kind_raw = u32_at(&h, 28);
     let clock_kind = u32_at(&h, 360);
     let tsc_hz = u64_at(&h, 368);
-    let anchors: Vec<(u64, u64)> = (0..crate::clock::ANCHORS)
+    let anchors: Vec<(u64, u64)> = (0..crate::timebase::ANCHORS)
         .map(|i| 376 + 24 * i)
         .filter(|&o| u64_at(&h, o) != 0)
         .map(|o| (u64_at(&h, o + 8), u64_at(&h, o + 16)))
         .collect();
-    let time_base = crate::clock::TimeBase::new(clock_kind, tsc_hz, &anchors);
+    let time_base = crate::timebase::TimeBase::new(clock_kind, tsc_hz, &anchors);
     if time_base.is_none() {
         warnings.push(Warning {
             offset: 360,
@@ -563,7 +562,7 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
     }
     let tb = time_base
         .clone()
-        .unwrap_or(crate::clock::TimeBase::Monotonic);
+        .unwrap_or(crate::timebase::TimeBase::Monotonic);
     let last_alive = u64_at(&h, x + 24);
     let sig = x + 40;
     let signo = u32_at(&h, sig);
@@ -638,7 +637,7 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
         writer_alive,
     };
     let g = Geo {
-        time_base: time_base.unwrap_or(crate::clock::TimeBase::Monotonic),
+        time_base: time_base.unwrap_or(crate::timebase::TimeBase::Monotonic),
         len,
         ring_dir_offset: geo.ring_dir_offset,
         rings_offset: geo.rings_offset,
@@ -1088,7 +1087,9 @@ enum Extent {
 
 fn read_extent<S: Source + ?Sized>(src: &S, g: &Geo, at: u64, end: u64) -> Extent {
     let mut hdr = [0u8; BLOB_HEADER_SIZE];
-    if at < g.arena_offset || !at.is_multiple_of(8) || at + BLOB_HEADER_SIZE as u64 > end {
+    // `at` may come from a record's blob field: any u64, so the sum is checked.
+    let header_end = at.checked_add(BLOB_HEADER_SIZE as u64);
+    if at < g.arena_offset || !at.is_multiple_of(8) || header_end.is_none_or(|e| e > end) {
         return Extent::Bad(format!("extent offset {at} outside the tail"));
     }
     if let Err(e) = src.read_at(at, &mut hdr) {
