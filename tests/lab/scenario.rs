@@ -78,7 +78,8 @@ pub struct Host {
     #[serde(default)]
     pub dirs: Vec<String>,
     /// Libraries on the host's loader path besides libnccl: `libcuda.so.1`, `libcudart.so.12`
-    /// (the lab's CUDA test doubles), `libibverbs.so.1` (an empty stand-in).
+    /// (the lab's CUDA test doubles), `libibverbs.so.1`, `libnccl-net-ofi.so`, `libfabric.so.1`
+    /// (empty stand-ins).
     #[serde(default)]
     pub libraries: Vec<String>,
     /// Which libnccl.so.2 the loader finds: `script` (the lab's test double, default), `cu12` /
