@@ -841,6 +841,20 @@ mod tests {
             "[[entry.cause]]\nid = \"c\"\nremedy = \"r\"\nwhen = [{ capture = \"zz\", matches = \"x\" }]\n"
         ))
         .is_err());
+        // The library / failed-call / at_least conditions: valid alone, refused when mixed or
+        // when the regex or the fact is bad.
+        let when = |w: &str| {
+            load(&base(&format!(
+                "[[entry.cause]]\nid = \"c\"\nremedy = \"r\"\nwhen = [{w}]\n"
+            )))
+        };
+        assert!(when("{ library = \"libnccl-net\" }").is_ok());
+        assert!(when("{ failed_call = \"^cuMulticast\" }").is_ok());
+        assert!(when("{ host = \"operations_completed\", at_least = 1000 }").is_ok());
+        assert!(when("{ library = \"(\" }").is_err());
+        assert!(when("{ library = \"x\", env = \"A\" }").is_err());
+        assert!(when("{ host = \"roce\", at_least = 1 }").is_err());
+        assert!(when("{ host = \"driver_gpus\", at_least = 3, below = 9 }").is_err());
         let bad_re =
             base("[[entry.cause]]\nid = \"c\"\nremedy = \"r\"\n").replace("['x']", "['(']");
         assert!(load(&bad_re).is_err());

@@ -327,6 +327,56 @@ mod tests {
         }
     }
 
+    /// One rank failing its first all-reduce with retry-exceeded on a host with `port`.
+    fn retry_exceeded_on(port: serde_json::Value, nccl: u64) -> Vec<Finding> {
+        let (_, fs) = analyze(&["n0"], move |s| {
+            s.snapshot_all(nccl as i32);
+            let mut h = host_facts_json("n0");
+            h["ib_ports"] = serde_json::json!([port]);
+            s.ranks[0].host_facts(&h);
+            s.ranks[0].init_rank(
+                1,
+                0,
+                WORLD_UID,
+                0,
+                6,
+                Some("NET/IB : Got completion from peer 10.0.0.2<4711> with error 12, opcode 0, len 0, vendor err 129"),
+                nccl,
+            );
+            s.ranks[0].clean_exit();
+        });
+        fs
+    }
+
+    #[test]
+    fn retry_exceeded_is_told_apart_by_the_gid_table_the_version_and_the_port_state() {
+        let roce = serde_json::json!({"device": "mlx5_0", "port": 1, "state": "4: ACTIVE",
+            "link_layer": "Ethernet", "gids": [
+                {"index": 0, "gid": "fe80:0000:0000:0000:0a42:a1ff:fe10:0001", "kind": "IB/RoCE v1"},
+                {"index": 3, "gid": "0000:0000:0000:0000:0000:ffff:0a00:0001", "kind": "RoCE v2"}]});
+        // NCCL 2.19 uses GID 0 when NCCL_IB_GID_INDEX is unset: link-local.
+        let fs = retry_exceeded_on(roce.clone(), 21903);
+        let f = find(&fs, "roce-gid-not-routable").expect("C12 on NCCL 2.19");
+        assert!(f
+            .evidence
+            .iter()
+            .any(|e| e.contains("selected_gid_link_local = true")));
+        assert!(find(&fs, "ib-link-failed").is_none());
+        // NCCL 2.22 selects the RoCE v2 GID itself: not C12.
+        let fs = retry_exceeded_on(roce, 22203);
+        assert!(find(&fs, "roce-gid-not-routable").is_none());
+        // InfiniBand, port ACTIVE, no history: neither a GID nor a link problem is claimed.
+        let mut ib = serde_json::json!({"device": "mlx5_0", "port": 1, "state": "4: ACTIVE",
+            "link_layer": "InfiniBand", "gids": []});
+        let fs = retry_exceeded_on(ib.clone(), 21903);
+        assert!(find(&fs, "roce-gid-not-routable").is_none());
+        assert!(find(&fs, "ib-link-failed").is_none());
+        // The same port DOWN: a link failure.
+        ib["state"] = "1: DOWN".into();
+        let fs = retry_exceeded_on(ib, 21903);
+        assert!(find(&fs, "ib-link-failed").is_some());
+    }
+
     #[test]
     fn cuda_result_alone_matches() {
         let (_, fs) = analyze(&["n0"], |s| {
