@@ -138,7 +138,8 @@ pub struct HostFacts {
     /// GPUs listed by the NVIDIA driver.
     #[serde(default)]
     pub driver_gpus: Vec<DriverGpu>,
-    /// `/dev/nvidia-nvswitch<N>` nodes (an NVSwitch system, where the Fabric Manager matters).
+    /// `/dev/nvidia-nvswitch<N>` nodes or `/proc/driver/nvidia-nvswitch/devices/<bus>` entries
+    /// (an NVSwitch system, where the Fabric Manager matters).
     #[serde(default)]
     pub nvswitch_devices: u32,
 }
@@ -478,14 +479,17 @@ pub fn collect_host_facts() -> HostFacts {
             .ok()
             .map(|mut d| d.next().is_some()),
         driver_gpus: driver_gpus(Path::new("/proc/driver/nvidia/gpus")),
-        nvswitch_devices: dir_names("/dev")
+        // The device nodes, or the switches the nvswitch driver lists in procfs (a container
+        // may see the latter without the nodes), whichever says more.
+        nvswitch_devices: (dir_names("/dev")
             .iter()
             .filter(|n| {
                 n.starts_with("nvidia-nvswitch")
                     && n[15..].bytes().all(|b| b.is_ascii_digit())
                     && n.len() > 15
             })
-            .count() as u32,
+            .count() as u32)
+            .max(dir_names("/proc/driver/nvidia-nvswitch/devices").len() as u32),
     }
 }
 

@@ -5,6 +5,7 @@
 //! from the outcomes (`UPDATE_SCENARIOS=1 cargo test -p ncclshim-integration-tests --test lab`)
 //! and checked for drift. Needs root (namespaces); without it, says so and skips.
 
+mod catalog;
 mod conformance;
 mod contract;
 mod golden;
@@ -47,6 +48,45 @@ fn scenarios() -> Vec<(String, Scenario)> {
 #[test]
 fn every_scenario_file_parses() {
     assert!(!scenarios().is_empty());
+}
+
+/// `docs/catalog.md` says, for every catalog case, which scenario proves it or why none can; it
+/// is generated from the scenarios, so a case loses its row's proof the moment its scenario goes.
+#[test]
+fn catalog_table_is_current() {
+    let text = std::fs::read_to_string(root().join("tests/lab/catalog.toml")).unwrap();
+    let cat = catalog::load(&text).unwrap();
+    assert_eq!(cat.cases.len(), 35, "the catalog has cases C01..C35");
+    let doc = catalog::render(&cat, &scenarios()).unwrap_or_else(|p| panic!("{}", p.join("\n")));
+    let path = root().join("docs/catalog.md");
+    if std::env::var_os("UPDATE_SCENARIOS").is_some() {
+        std::fs::write(&path, &doc).unwrap();
+    }
+    let current = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        current == doc,
+        "{} is out of date: regenerate with `UPDATE_SCENARIOS=1 cargo test -p ncclshim-integration-tests --test lab catalog_table_is_current`",
+        path.display()
+    );
+    // Every finding the table names is documented.
+    let documented = std::fs::read_to_string(root().join("docs/report-json.md")).unwrap();
+    let finding_column = doc
+        .lines()
+        .filter(|l| l.starts_with("| C"))
+        .filter_map(|l| l.split('|').nth(3));
+    for id in finding_column.flat_map(|c| c.split('`').skip(1).step_by(2)) {
+        assert!(
+            documented.contains(&format!("`{id}`")) || id == "none",
+            "docs/catalog.md names {id}, which docs/report-json.md does not document"
+        );
+    }
+}
+
+#[test]
+fn catalog_table_refuses_a_case_without_proof_or_reason() {
+    let cat = catalog::load("[cases]\nC01 = \"x\"\n").unwrap();
+    let err = catalog::render(&cat, &[]).unwrap_err();
+    assert!(err[0].contains("C01 has no scenario"), "{err:?}");
 }
 
 /// The outcome of one scenario, as the table shows it.

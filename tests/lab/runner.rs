@@ -78,13 +78,11 @@ impl Kit {
         ]);
         // An empty stand-in: only its presence on the loader path matters (host-facts' libibverbs check).
         std::fs::write(bin.join("empty.c"), "int lab_empty_library;\n").unwrap();
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-o",
-            &out("libibverbs.so.1"),
-            &out("empty.c"),
-        ]);
+        // Empty stand-ins too: the network plugin (aws-ofi-nccl's file name) and libfabric, whose
+        // presence in the process's maps is what the recorder sees.
+        for lib in ["libibverbs.so.1", "libnccl-net-ofi.so", "libfabric.so.1"] {
+            cc(&["-shared", "-fPIC", "-o", &out(lib), &out("empty.c")]);
+        }
         cc(&[
             "-O2",
             "-o",

@@ -86,9 +86,9 @@ pub struct Host {
     #[serde(default)]
     pub dirs: Vec<String>,
     /// Libraries on the host's loader path besides libnccl: `libcuda.so.1`, `libcudart.so.12`
-    /// (the lab's CUDA test doubles), `libibverbs.so.1` (an empty stand-in), `cu12/libnccl.so.2`
-    /// / `cu11/libnccl.so.2` (a second, real PyPI libnccl in a subdirectory, for `load =
-    /// "{lib}/cu12/libnccl.so.2"`).
+    /// (the lab's CUDA test doubles), `libibverbs.so.1`, `libnccl-net-ofi.so`, `libfabric.so.1`
+    /// (empty stand-ins), `cu12/libnccl.so.2` / `cu11/libnccl.so.2` (a second, real PyPI
+    /// libnccl in a subdirectory, for `load = "{lib}/cu12/libnccl.so.2"`).
     #[serde(default)]
     pub libraries: Vec<String>,
     /// Which libnccl.so.2 the loader finds: `script` (the lab's test double, default), `cu12` /

@@ -55,7 +55,7 @@ pub fn render(outcomes: &[(String, Scenario, Outcome)]) -> String {
          - `[[hosts]]`: `name`, optional `boot_id` (equal for containers on one machine),\n\
            `[[hosts.interfaces]]` (`name`, `address = \"10.0.0.1/24\"`, `mtu`, `kind = \"veth\"|\"dummy\"`),\n\
            `dev_shm`, `dev_shm_mode`, `memlock`, `files` (`/sys`, `/proc` paths → content), `dirs`,\n\
-           `libraries` (`libcuda.so.1`, `libcudart.so.12`, `libibverbs.so.1`), `nccl = \"script\"|\"cu12\"|\"cu11\"|\"none\"`;\n\
+           `libraries` (`libcuda.so.1`, `libcudart.so.12`, `libibverbs.so.1`, `libnccl-net-ofi.so`, `libfabric.so.1`), `nccl = \"script\"|\"cu12\"|\"cu11\"|\"none\"`;\n\
          - `[[ranks]]`: `host`, `count`, `run` (several runs share one dump directory), `env`\n\
            (`{rank}`, `{local_rank}`, `{world_size}` are substituted; RANK, LOCAL_RANK, WORLD_SIZE are\n\
            set like torchrun), `nccl_version`, `cuda = { driver, runtime, device, pci_bus, name }`,\n\

@@ -75,12 +75,19 @@ impl Role {
     }
 }
 
-/// Numeric host facts a cause can depend on.
+/// Numeric facts of a process and its host a cause can depend on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HostNumber {
     DevShmBytes,
     MemlockSoftBytes,
+    /// NVSwitch devices the host exposes (an HGX/DGX NVLink fabric when > 0).
+    NvswitchDevices,
+    /// GPUs the NVIDIA kernel driver lists on the host.
+    DriverGpus,
+    /// NCCL operations of this process whose call returned before it failed: a long healthy
+    /// history tells a link that failed mid-run from a setup that never worked.
+    OperationsCompleted,
 }
 
 /// Boolean host facts a cause can depend on.
@@ -93,6 +100,13 @@ pub enum HostFlag {
     IbDevices,
     InContainer,
     PeermemLoaded,
+    /// A recorded IB port runs over Ethernet (RoCE).
+    Roce,
+    /// On a RoCE port, the GID NCCL selects (NCCL_IB_GID_INDEX, index 0 when unset before
+    /// NCCL 2.21 auto-selected) is link-local (`fe80::`) or absent: not routable across subnets.
+    SelectedGidLinkLocal,
+    /// A recorded IB port is not ACTIVE.
+    IbPortDown,
 }
 
 /// What a cause's conditions are evaluated against: the recorded facts of one process.
@@ -106,6 +120,11 @@ pub trait Facts {
     fn local_interface(&self, value: &str) -> Option<bool>;
     /// NCCL's version code (22703 for 2.27.3).
     fn nccl_version(&self) -> Option<u64>;
+    /// Paths of the libraries the process had loaded; `None` when not recorded.
+    fn libraries(&self) -> Option<Vec<String>>;
+    /// Names of the calls (NCCL and CUDA driver) that failed in the process; `None` when the
+    /// process's calls were not recorded.
+    fn failed_calls(&self) -> Option<Vec<String>>;
 }
 
 /// One condition of a cause, compiled.
@@ -117,7 +136,12 @@ pub enum Condition {
     CaptureMatches(String, Regex),
     CaptureLocal(String, bool),
     HostBelow(HostNumber, u64),
+    HostAtLeast(HostNumber, u64),
     HostIs(HostFlag, bool),
+    /// A loaded library's path matches.
+    Library(Regex),
+    /// A call whose name matches failed in the process (the failing call's context).
+    FailedCall(Regex),
     NcclBelow(u64),
     NcclAtLeast(u64),
 }
@@ -137,6 +161,11 @@ impl Condition {
                 .and_then(|v| facts.local_interface(v))
                 .map(|local| local == *want),
             Condition::HostBelow(f, limit) => facts.host_number(*f).map(|v| v < *limit),
+            Condition::HostAtLeast(f, n) => facts.host_number(*f).map(|v| v >= *n),
+            Condition::Library(re) => facts.libraries().map(|l| l.iter().any(|p| re.is_match(p))),
+            Condition::FailedCall(re) => facts
+                .failed_calls()
+                .map(|l| l.iter().any(|c| re.is_match(c))),
             Condition::HostIs(f, want) => facts.host_flag(*f).map(|v| v == *want),
             Condition::NcclBelow(code) => facts.nccl_version().map(|v| v < *code),
             Condition::NcclAtLeast(code) => facts.nccl_version().map(|v| v >= *code),
@@ -162,9 +191,23 @@ impl Condition {
                     format!("{v} is not an interface of this host")
                 }
             }
-            Condition::HostBelow(f, _) => {
+            Condition::HostBelow(f, _) | Condition::HostAtLeast(f, _) => {
                 let v = facts.host_number(*f)?;
-                format!("{} = {} MiB", f.name(), v >> 20)
+                if f.is_bytes() {
+                    format!("{} = {} MiB", f.name(), v >> 20)
+                } else {
+                    format!("{} = {v}", f.name())
+                }
+            }
+            Condition::Library(re) => match facts.libraries()?.iter().find(|p| re.is_match(p)) {
+                Some(p) => format!("loaded {p}"),
+                None => format!("no library matching '{}' loaded", bare_regex(re)),
+            },
+            Condition::FailedCall(re) => {
+                match facts.failed_calls()?.iter().find(|c| re.is_match(c)) {
+                    Some(c) => format!("{c} failed"),
+                    None => format!("no call matching '{}' failed", bare_regex(re)),
+                }
             }
             Condition::HostIs(f, _) => format!("{} = {}", f.name(), facts.host_flag(*f)?),
             Condition::NcclBelow(_) | Condition::NcclAtLeast(_) => {
@@ -174,12 +217,24 @@ impl Condition {
     }
 }
 
+/// A condition's regex as written in the file (without the case-insensitive flag).
+fn bare_regex(re: &Regex) -> &str {
+    re.as_str().trim_start_matches("(?i)")
+}
+
 impl HostNumber {
     pub fn name(self) -> &'static str {
         match self {
             HostNumber::DevShmBytes => "dev_shm_bytes",
             HostNumber::MemlockSoftBytes => "memlock_soft_bytes",
+            HostNumber::NvswitchDevices => "nvswitch_devices",
+            HostNumber::DriverGpus => "driver_gpus",
+            HostNumber::OperationsCompleted => "operations_completed",
         }
+    }
+
+    fn is_bytes(self) -> bool {
+        matches!(self, HostNumber::DevShmBytes | HostNumber::MemlockSoftBytes)
     }
 }
 
@@ -192,6 +247,9 @@ impl HostFlag {
             HostFlag::IbDevices => "ib_devices",
             HostFlag::InContainer => "in_container",
             HostFlag::PeermemLoaded => "peermem_loaded",
+            HostFlag::Roce => "roce",
+            HostFlag::SelectedGidLinkLocal => "selected_gid_link_local",
+            HostFlag::IbPortDown => "ib_port_down",
         }
     }
 }
@@ -359,9 +417,12 @@ struct RawCondition {
     local_interface: Option<bool>,
     host: Option<String>,
     below: Option<u64>,
+    at_least: Option<u64>,
     is: Option<bool>,
     nccl_below: Option<String>,
     nccl_at_least: Option<String>,
+    library: Option<String>,
+    failed_call: Option<String>,
 }
 
 /// `2.27.3` → 22703 (NCCL_VERSION_CODE for 2.x).
@@ -396,11 +457,27 @@ fn condition(
         local_interface,
         host,
         below,
+        at_least,
         is,
         nccl_below,
         nccl_at_least,
+        library,
+        failed_call,
     } = raw;
     let version = |v: String| version_code(&v).ok_or(format!("bad NCCL version {v:?}"));
+    let regex = |what: &str, re: String| {
+        Regex::new(&format!("(?i){re}")).map_err(|e| format!("{what} {re:?}: {e}"))
+    };
+    match (library, failed_call) {
+        (Some(re), None) if env.is_none() && capture.is_none() && host.is_none() => {
+            return regex("library", re).map(Condition::Library)
+        }
+        (None, Some(re)) if env.is_none() && capture.is_none() && host.is_none() => {
+            return regex("failed_call", re).map(Condition::FailedCall)
+        }
+        (None, None) => {}
+        _ => return Err("library / failed_call stand alone in a condition".into()),
+    }
     match (env, capture, host, nccl_below, nccl_at_least) {
         (Some(k), None, None, None, None) => match (equals, set) {
             (Some(v), None) => Ok(Condition::EnvEquals(k, v)),
@@ -425,20 +502,22 @@ fn condition(
         }
         (None, None, Some(h), None, None) => {
             let fact = toml::Value::String(h.clone());
-            match (below, is) {
-                (Some(n), None) => HostNumber::deserialize(fact)
-                    .map(|f| Condition::HostBelow(f, n))
-                    .map_err(|_| format!("unknown numeric host fact {h:?}")),
-                (None, Some(b)) => HostFlag::deserialize(fact)
+            let number = |fact| {
+                HostNumber::deserialize(fact).map_err(|_| format!("unknown numeric host fact {h:?}"))
+            };
+            match (below, at_least, is) {
+                (Some(n), None, None) => number(fact).map(|f| Condition::HostBelow(f, n)),
+                (None, Some(n), None) => number(fact).map(|f| Condition::HostAtLeast(f, n)),
+                (None, None, Some(b)) => HostFlag::deserialize(fact)
                     .map(|f| Condition::HostIs(f, b))
                     .map_err(|_| format!("unknown boolean host fact {h:?}")),
-                _ => Err(format!("host {h}: give exactly one of below / is")),
+                _ => Err(format!("host {h}: give exactly one of below / at_least / is")),
             }
         }
         (None, None, None, Some(v), None) => Ok(Condition::NcclBelow(version(v)?)),
         (None, None, None, None, Some(v)) => Ok(Condition::NcclAtLeast(version(v)?)),
         _ => Err(
-            "a condition names exactly one of env / capture / host / nccl_below / nccl_at_least"
+            "a condition names exactly one of env / capture / host / nccl_below / nccl_at_least / library / failed_call"
                 .into(),
         ),
     }
@@ -762,6 +841,20 @@ mod tests {
             "[[entry.cause]]\nid = \"c\"\nremedy = \"r\"\nwhen = [{ capture = \"zz\", matches = \"x\" }]\n"
         ))
         .is_err());
+        // The library / failed-call / at_least conditions: valid alone, refused when mixed or
+        // when the regex or the fact is bad.
+        let when = |w: &str| {
+            load(&base(&format!(
+                "[[entry.cause]]\nid = \"c\"\nremedy = \"r\"\nwhen = [{w}]\n"
+            )))
+        };
+        assert!(when("{ library = \"libnccl-net\" }").is_ok());
+        assert!(when("{ failed_call = \"^cuMulticast\" }").is_ok());
+        assert!(when("{ host = \"operations_completed\", at_least = 1000 }").is_ok());
+        assert!(when("{ library = \"(\" }").is_err());
+        assert!(when("{ library = \"x\", env = \"A\" }").is_err());
+        assert!(when("{ host = \"roce\", at_least = 1 }").is_err());
+        assert!(when("{ host = \"driver_gpus\", at_least = 3, below = 9 }").is_err());
         let bad_re =
             base("[[entry.cause]]\nid = \"c\"\nremedy = \"r\"\n").replace("['x']", "['(']");
         assert!(load(&bad_re).is_err());
@@ -872,7 +965,7 @@ mod tests {
         fn host_number(&self, f: HostNumber) -> Option<u64> {
             match f {
                 HostNumber::DevShmBytes => self.dev_shm,
-                HostNumber::MemlockSoftBytes => None,
+                _ => None,
             }
         }
         fn host_flag(&self, f: HostFlag) -> Option<bool> {
@@ -886,6 +979,12 @@ mod tests {
         }
         fn nccl_version(&self) -> Option<u64> {
             Some(22703)
+        }
+        fn libraries(&self) -> Option<Vec<String>> {
+            None
+        }
+        fn failed_calls(&self) -> Option<Vec<String>> {
+            None
         }
     }
 

@@ -3,6 +3,7 @@
 //! What was not recorded stays unknown, so it never counts for or against a cause.
 
 use crate::knowledge::messages::{Facts, HostFlag, HostNumber};
+use crate::model::facts::IbPort;
 use crate::model::ProcessModel;
 
 pub struct ProcessFacts<'a>(pub &'a ProcessModel);
@@ -28,10 +29,19 @@ impl Facts for ProcessFacts<'_> {
     }
 
     fn host_number(&self, fact: HostNumber) -> Option<u64> {
+        if fact == HostNumber::OperationsCompleted {
+            return self.operations_completed();
+        }
         let h = self.0.host_facts.as_ref()?;
         match fact {
             HostNumber::DevShmBytes => h.dev_shm_bytes,
             HostNumber::MemlockSoftBytes => h.memlock_soft_bytes,
+            HostNumber::NvswitchDevices => Some(u64::from(h.nvswitch_devices)),
+            // Zero listed GPUs means the driver's list was not readable, not "no GPU".
+            HostNumber::DriverGpus => {
+                (!h.driver_gpus.is_empty()).then_some(h.driver_gpus.len() as u64)
+            }
+            HostNumber::OperationsCompleted => unreachable!("answered above"),
         }
     }
 
@@ -46,6 +56,13 @@ impl Facts for ProcessFacts<'_> {
             HostFlag::PeermemLoaded => h
                 .peermem_exists("nvidia_peermem/version")
                 .or_else(|| h.peermem_exists("nv_mem/version")),
+            HostFlag::Roce => (!h.ib_ports.is_empty()).then(|| h.ib_ports.iter().any(is_roce)),
+            HostFlag::SelectedGidLinkLocal => self.selected_gid_link_local(),
+            HostFlag::IbPortDown => (!h.ib_ports.is_empty()).then(|| {
+                h.ib_ports
+                    .iter()
+                    .any(|p| p.state.as_deref().is_some_and(|s| !s.contains("ACTIVE")))
+            }),
         }
     }
 
@@ -61,7 +78,76 @@ impl Facts for ProcessFacts<'_> {
     fn nccl_version(&self) -> Option<u64> {
         self.0.nccl_version
     }
+
+    fn libraries(&self) -> Option<Vec<String>> {
+        let l = self.0.libs.as_ref()?;
+        Some(l.libs.iter().map(|(_, p)| p.clone()).collect())
+    }
+
+    fn failed_calls(&self) -> Option<Vec<String>> {
+        self.0.has_shim.then(|| {
+            self.0
+                .calls
+                .iter()
+                .filter(|c| c.reports_error())
+                .map(|c| c.name.to_string())
+                .collect()
+        })
+    }
 }
+
+fn is_roce(p: &IbPort) -> bool {
+    p.link_layer
+        .as_deref()
+        .is_some_and(|l| l.eq_ignore_ascii_case("ethernet"))
+}
+
+impl ProcessFacts<'_> {
+    /// Operations whose call returned: the communicator table's count (never lost to ring
+    /// wrap), or the recorded operation calls when there is no table.
+    fn operations_completed(&self) -> Option<u64> {
+        let pm = self.0;
+        if !pm.has_shim {
+            return None;
+        }
+        let returned = |ok: bool| {
+            pm.ops
+                .iter()
+                .filter(|o| {
+                    pm.calls
+                        .get(o.call_index)
+                        .is_some_and(|c| !c.in_flight() && (c.rc == 0) == ok)
+                })
+                .count() as u64
+        };
+        // The table counts every returned call, the failing one too.
+        let table: u64 = pm.progress.iter().map(|c| c.completed).sum();
+        Some(table.saturating_sub(returned(false)).max(returned(true)))
+    }
+
+    /// Whether the GID at NCCL_IB_GID_INDEX (index 0, NCCL's old default, when unset) of a
+    /// RoCE port is link-local or missing. Which NCCL versions use index 0 when the variable
+    /// is unset is the knowledge's business (a `nccl_below` condition next to this one).
+    fn selected_gid_link_local(&self) -> Option<bool> {
+        let h = self.0.host_facts.as_ref()?;
+        let roce: Vec<&IbPort> = h.ib_ports.iter().filter(|p| is_roce(p)).collect();
+        if roce.is_empty() {
+            return None;
+        }
+        let index = match self.env(GID_INDEX_VAR)? {
+            Some(v) => v.trim().parse::<u32>().ok()?,
+            None => 0,
+        };
+        Some(roce.iter().any(|p| {
+            p.gids
+                .iter()
+                .find(|g| g.index == index)
+                .is_none_or(|g| g.gid.to_ascii_lowercase().starts_with("fe80:"))
+        }))
+    }
+}
+
+const GID_INDEX_VAR: &str = "NCCL_IB_GID_INDEX";
 
 #[cfg(test)]
 mod tests {

@@ -107,6 +107,70 @@ pub const SIGNATURES: &[Signature] = &[
         env: &["NCCL_IB_DISABLE"],
         confidence: Confidence::Medium,
     },
+    Signature {
+        catalog: "C12",
+        id: "roce-gid-not-routable",
+        title: "RoCE traffic uses a link-local GID: the peer never answers (retry exceeded)",
+        causes: &[
+            ("ib-completion-error", "roce-gid"),
+            ("ib-completion-error", "roce-gid-default"),
+        ],
+        cu_results: &[],
+        env: &["NCCL_IB_GID_INDEX"],
+        confidence: Confidence::High,
+    },
+    Signature {
+        catalog: "C14",
+        id: "gdr-local-protection",
+        title: "GPUDirect RDMA rejected by the PCIe path (IB local protection error with peermem)",
+        causes: &[("ib-completion-error", "gdr-acs")],
+        cu_results: &[],
+        env: &["NCCL_NET_GDR_LEVEL"],
+        confidence: Confidence::Medium,
+    },
+    Signature {
+        catalog: "C16",
+        id: "nvls-fabric-manager-restarted",
+        title: "NVLS multicast setup fails with 'invalid argument': Fabric Manager restarted without a GPU reset",
+        causes: &[("cuda-error", "nvls-fabric-manager-restarted")],
+        cu_results: &[],
+        env: &["NCCL_NVLS_ENABLE"],
+        confidence: Confidence::Medium,
+    },
+    Signature {
+        catalog: "C22",
+        id: "ofi-devices-not-exposed",
+        title: "The OFI network plugin (aws-ofi-nccl) finds no EFA/RDMA device",
+        causes: &[("net-plugin-init-failed", "efa-not-exposed")],
+        cu_results: &[],
+        env: &["FI_PROVIDER", "NCCL_NET"],
+        confidence: Confidence::High,
+    },
+    Signature {
+        catalog: "C30",
+        id: "ib-link-failed",
+        title: "An InfiniBand/RoCE link failed during the run",
+        causes: &[
+            ("ib-completion-error", "link-port-down"),
+            ("ib-completion-error", "link"),
+            ("ib-async-event", "link-flap"),
+        ],
+        cu_results: &[],
+        env: &["NCCL_IB_HCA", "NCCL_IB_TIMEOUT"],
+        confidence: Confidence::Medium,
+    },
+    Signature {
+        catalog: "C34",
+        id: "net-plugin-incompatible",
+        title: "The network plugin does not fit this NCCL / libfabric",
+        causes: &[
+            ("net-plugin-invalid", "plugin-version"),
+            ("net-plugin-init-failed", "plugin-incompatible"),
+        ],
+        cu_results: &[],
+        env: &["NCCL_NET_PLUGIN"],
+        confidence: Confidence::Medium,
+    },
 ];
 
 /// The remedy of a signature: its first cause's, from the knowledge file.
@@ -116,6 +180,18 @@ fn remedy_of(sig: &Signature) -> &'static str {
         .and_then(|e| e.causes.iter().find(|c| c.id == cause))
         .map(|c| c.remedy.as_str())
         .unwrap_or_default()
+}
+
+/// The CUDA driver calls that failed while `outer` (an NCCL call) was running, in the same
+/// process: NCCL made them.
+fn failed_driver_calls_inside<'a>(
+    pm: &'a crate::model::ProcessModel,
+    outer: &'a crate::model::CallEvent,
+) -> impl Iterator<Item = (usize, &'a crate::model::CallEvent)> + 'a {
+    let end = outer.t_exit.unwrap_or(u64::MAX);
+    pm.calls.iter().enumerate().filter(move |(_, d)| {
+        d.is_cuda && d.failed() && d.tid == outer.tid && (outer.t_enter..=end).contains(&d.t_enter)
+    })
 }
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
@@ -160,6 +236,14 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 f.involve(job, p);
                 f.explain(p, i);
                 f.fact(Evidence::call(c).of(job, p));
+                // The driver calls that failed inside this NCCL call are the same failure
+                // (the failing call's context the knowledge may have weighed).
+                if !c.is_cuda {
+                    for (j, d) in failed_driver_calls_inside(pm, c) {
+                        f.explain(p, j);
+                        f.fact(Evidence::call_worded(d, "inside it: ", "").of(job, p));
+                    }
+                }
                 let env: Vec<Evidence> = sig
                     .env
                     .iter()
@@ -192,8 +276,11 @@ mod tests {
     use ncclshim_format::CallId;
 
     /// One real text per signature (NCCL's WARN as printed; see tests/signatures/ for sources).
-    fn sample_text(catalog: &str) -> &'static str {
-        match catalog {
+    /// `None`: the signature's cause rests on host facts (RoCE GID tables, NVSwitches, loaded
+    /// plugins, a long history) that the synthetic host lacks; its lab scenario
+    /// (tests/scenarios/cNN-*.toml) proves it through the real shim.
+    fn sample_text(catalog: &str) -> Option<&'static str> {
+        Some(match catalog {
             "C15" => "Cuda failure 802 'system not yet initialized'",
             "C17" => "Cuda failure 401 'the operation cannot be performed in the present state'",
             "C21" => "Cuda failure 'an illegal memory access was encountered'",
@@ -202,15 +289,19 @@ mod tests {
             "C32" => "Cuda failure 217 'peer access is not supported between these two devices'",
             "C33" => "Attribute busid of node nic not found",
             "C11" => "Call to ibv_create_qp failed",
+            "C12" | "C14" | "C16" | "C22" | "C30" | "C34" => return None,
             other => panic!("no sample text for {other}"),
-        }
+        })
     }
 
     #[test]
     fn every_signature_matches_its_own_text() {
         for sig in SIGNATURES {
             assert!(!remedy_of(sig).is_empty(), "{}: remedy", sig.id);
-            let text = sample_text(sig.catalog).to_owned();
+            let Some(text) = sample_text(sig.catalog) else {
+                continue;
+            };
+            let text = text.to_owned();
             let (_, fs) = analyze(&["n0"], move |s| {
                 s.snapshot_all(22703);
                 // A limited locked-memory limit: the fact C11's cause depends on.
@@ -234,6 +325,56 @@ mod tests {
             assert_eq!(f.explains.len(), 1);
             assert!(find(&fs, "unexplained-error").is_none());
         }
+    }
+
+    /// One rank failing its first all-reduce with retry-exceeded on a host with `port`.
+    fn retry_exceeded_on(port: serde_json::Value, nccl: u64) -> Vec<Finding> {
+        let (_, fs) = analyze(&["n0"], move |s| {
+            s.snapshot_all(nccl as i32);
+            let mut h = host_facts_json("n0");
+            h["ib_ports"] = serde_json::json!([port]);
+            s.ranks[0].host_facts(&h);
+            s.ranks[0].init_rank(
+                1,
+                0,
+                WORLD_UID,
+                0,
+                6,
+                Some("NET/IB : Got completion from peer 10.0.0.2<4711> with error 12, opcode 0, len 0, vendor err 129"),
+                nccl,
+            );
+            s.ranks[0].clean_exit();
+        });
+        fs
+    }
+
+    #[test]
+    fn retry_exceeded_is_told_apart_by_the_gid_table_the_version_and_the_port_state() {
+        let roce = serde_json::json!({"device": "mlx5_0", "port": 1, "state": "4: ACTIVE",
+            "link_layer": "Ethernet", "gids": [
+                {"index": 0, "gid": "fe80:0000:0000:0000:0a42:a1ff:fe10:0001", "kind": "IB/RoCE v1"},
+                {"index": 3, "gid": "0000:0000:0000:0000:0000:ffff:0a00:0001", "kind": "RoCE v2"}]});
+        // NCCL 2.19 uses GID 0 when NCCL_IB_GID_INDEX is unset: link-local.
+        let fs = retry_exceeded_on(roce.clone(), 21903);
+        let f = find(&fs, "roce-gid-not-routable").expect("C12 on NCCL 2.19");
+        assert!(f
+            .evidence
+            .iter()
+            .any(|e| e.contains("selected_gid_link_local = true")));
+        assert!(find(&fs, "ib-link-failed").is_none());
+        // NCCL 2.22 selects the RoCE v2 GID itself: not C12.
+        let fs = retry_exceeded_on(roce, 22203);
+        assert!(find(&fs, "roce-gid-not-routable").is_none());
+        // InfiniBand, port ACTIVE, no history: neither a GID nor a link problem is claimed.
+        let mut ib = serde_json::json!({"device": "mlx5_0", "port": 1, "state": "4: ACTIVE",
+            "link_layer": "InfiniBand", "gids": []});
+        let fs = retry_exceeded_on(ib.clone(), 21903);
+        assert!(find(&fs, "roce-gid-not-routable").is_none());
+        assert!(find(&fs, "ib-link-failed").is_none());
+        // The same port DOWN: a link failure.
+        ib["state"] = "1: DOWN".into();
+        let fs = retry_exceeded_on(ib, 21903);
+        assert!(find(&fs, "ib-link-failed").is_some());
     }
 
     #[test]

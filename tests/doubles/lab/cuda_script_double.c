@@ -76,6 +76,7 @@ EXPORT int cuMemImportFromShareableHandle(void* h, void* os, int type) { (void)h
 EXPORT int cuMemCreate(void* h, size_t n, const void* p, unsigned long long f) { (void)h; (void)n; (void)p; (void)f; return answer("cuMemCreate"); }
 EXPORT int cuMemExportToShareableHandle(void* o, uint64_t h, int t, unsigned long long f) { (void)o; (void)h; (void)t; (void)f; return answer("cuMemExportToShareableHandle"); }
 EXPORT int cuMulticastBindMem(uint64_t a, size_t b, uint64_t c, size_t d, size_t e, unsigned long long f) { (void)a; (void)b; (void)c; (void)d; (void)e; (void)f; return answer("cuMulticastBindMem"); }
+EXPORT int cuMulticastCreate(uint64_t* h, const void* prop) { (void)h; (void)prop; return answer("cuMulticastCreate"); }
 EXPORT int cuMemMap(uint64_t a, size_t b, size_t c, uint64_t d, unsigned long long e) { (void)a; (void)b; (void)c; (void)d; (void)e; return answer("cuMemMap"); }
 
 static const struct { const char* name; void* fn; } TABLE[] = {
@@ -86,6 +87,7 @@ static const struct { const char* name; void* fn; } TABLE[] = {
     {"cuMemImportFromShareableHandle", (void*)cuMemImportFromShareableHandle},
     {"cuMemCreate", (void*)cuMemCreate}, {"cuMemExportToShareableHandle", (void*)cuMemExportToShareableHandle},
     {"cuMulticastBindMem", (void*)cuMulticastBindMem}, {"cuMemMap", (void*)cuMemMap},
+    {"cuMulticastCreate", (void*)cuMulticastCreate},
 };
 EXPORT int cuGetProcAddress_v2(const char* sym, void** pfn, int ver, uint64_t flags, int* status) {
     (void)ver; (void)flags;

@@ -63,6 +63,8 @@ static void driver_call(const char* name) {
         ((int (*)(void*, uint64_t, int, unsigned long long))fn)(&fd, 0x1000, 1, 0);
     else if (!strcmp(name, "cuMulticastBindMem"))
         ((int (*)(uint64_t, size_t, uint64_t, size_t, size_t, unsigned long long))fn)(0x2000, 0, 0x1000, 0, 2u << 20, 0);
+    else if (!strcmp(name, "cuMulticastCreate"))
+        ((int (*)(uint64_t*, const void*))fn)(&handle, prop);
     else if (!strcmp(name, "cuMemMap"))
         ((int (*)(uint64_t, size_t, size_t, uint64_t, unsigned long long))fn)(0x7f0000000000ull, 2u << 20, 0, 0x1000, 0);
 }
