@@ -56,9 +56,14 @@ pub fn display_path(dir: &Path, p: &Path) -> String {
     p.strip_prefix(dir).unwrap_or(p).display().to_string()
 }
 
+/// Completed collectives kept per thread (and profiler Coll events per communicator) once a
+/// dump is read: the rules look at the last operations before a failure, never at thousands,
+/// and keeping a ring's worth of each of 16k ranks would take gigabytes.
+pub const KEEP_OPERATIONS: usize = 256;
+
 /// Reads `files` in parallel and turns each into its part of a process model right away, so a
-/// file's raw records are freed before the next one is read (peak memory stays at the model,
-/// not model plus every decoded dump).
+/// file's raw records are freed before the next one is read and its long history is compacted
+/// ([`ProcessModel::compact`]): peak memory follows ranks x a small model, not ranks x dump.
 pub fn load_models(
     dir: &Path,
     files: &[PathBuf],
@@ -68,7 +73,11 @@ pub fn load_models(
         .par_iter()
         .map(|p| {
             let r = read_dump(p)
-                .map(|d| ProcessModel::from_dump(&d, display_path(dir, p)))
+                .map(|d| {
+                    let mut m = ProcessModel::from_dump(&d, display_path(dir, p));
+                    m.compact(KEEP_OPERATIONS);
+                    m
+                })
                 .map_err(|e| problem(dir, p, e));
             if let Some(pb) = progress {
                 pb.inc(1);

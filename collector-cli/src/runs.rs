@@ -93,10 +93,22 @@ impl Sets {
     /// Whether joining the sets of `a` and `b` would give one launcher rank to two processes.
     fn rank_clash(&mut self, a: usize, b: usize) -> bool {
         let (ra, rb) = (self.find(a), self.find(b));
-        ra != rb
-            && self.1[ra]
-                .iter()
-                .any(|(r, k)| self.1[rb].iter().any(|(r2, k2)| r == r2 && k != k2))
+        if ra == rb {
+            return false;
+        }
+        // Each of the smaller set's ranks looked up in the larger one: a run of 16k unnamed
+        // processes joins one process at a time, and all pairs would be quadratic.
+        let (small, large) = if self.1[ra].len() <= self.1[rb].len() {
+            (&self.1[ra], &self.1[rb])
+        } else {
+            (&self.1[rb], &self.1[ra])
+        };
+        small.iter().any(|(r, k)| {
+            large
+                .range((*r, ProcessKey::default())..)
+                .take_while(|(r2, _)| r2 == r)
+                .any(|(_, k2)| k2 != k)
+        })
     }
 
     fn find(&mut self, i: usize) -> usize {
@@ -118,7 +130,11 @@ impl Sets {
         if ra != rb {
             let (keep, gone) = (ra.min(rb), ra.max(rb));
             self.0[gone] = keep;
-            let moved = std::mem::take(&mut self.1[gone]);
+            let mut moved = std::mem::take(&mut self.1[gone]);
+            // The smaller set moves into the larger (each element moves O(log n) times).
+            if moved.len() > self.1[keep].len() {
+                std::mem::swap(&mut moved, &mut self.1[keep]);
+            }
             self.1[keep].extend(moved);
             if self.2[keep].is_none() {
                 self.2[keep] = self.2[gone].take();

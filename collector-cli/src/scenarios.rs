@@ -352,3 +352,101 @@ pub fn bench_job(dir: &Path, ranks: usize, colls: u64, slots: u32) -> anyhow::Re
     }
     Ok(bytes)
 }
+
+/// Sizes of the scale job's dumps (see [`scale_job`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ScaleSizes {
+    /// All-reduces each rank made (the victim one fewer, then one in flight).
+    pub colls: u64,
+    /// Slots of the shim's thread ring (the shim's default: 2,048).
+    pub shim_slots: u32,
+    /// Slots of the profiler dump's thread ring (the plugin's default: 8,192); 0: no profiler dumps.
+    pub prof_slots: u32,
+}
+
+/// The scale benchmark job: `ranks` ranks, 8 per host, one world communicator, each rank with a
+/// shim dump and a profiler dump of the writers' real format-2 geometry (ring directory of 64 /
+/// 16 entries, 4 MB blob budget, one recording thread whose ring wraps when `colls` exceeds its
+/// slots), the standard snapshots, `colls` all-reduces, and the profiler's Coll events with their
+/// kernel. Rank `ranks / 2` dies inside its last all-reduce; the others then report
+/// `ncclRemoteError` and exit cleanly. Ranks are written in parallel and closed one by one, so
+/// any number of ranks can be made. Returns the dump files' total size.
+pub fn scale_job(dir: &Path, ranks: usize, sizes: ScaleSizes) -> anyhow::Result<u64> {
+    use rayon::prelude::*;
+    std::fs::create_dir_all(dir)?;
+    let geometry = |slots| crate::synth::Geometry {
+        rings: 64,
+        slots_per_ring: slots,
+        arena_bytes: 4 << 20,
+    };
+    let victim = ranks / 2;
+    let n = ranks as u64;
+    let write_rank = |i: usize| -> anyhow::Result<()> {
+        let host = format!("node{:04}", i / 8);
+        let mut r =
+            crate::synth::SynthRank::create(dir, &host, i as u32, geometry(sizes.shim_slots))?;
+        r.set_prof_geometry(crate::synth::Geometry {
+            rings: 16,
+            ..geometry(sizes.prof_slots)
+        });
+        r.standard_snapshots(22703, ranks);
+        r.get_version(22703);
+        let rank = i as u64;
+        let c = r.init_rank(n, rank, WORLD_UID, rank % 8, 0, None, 22703);
+        let profile = sizes.prof_slots > 0;
+        if profile {
+            r.prof_init(WORLD_UID, n, rank);
+        }
+        let done = if i == victim {
+            sizes.colls - 1
+        } else {
+            sizes.colls
+        };
+        for seq in 0..done {
+            r.coll(CallId::NcclAllReduce, c, seq, 1 << 20, F32, SUM, 0, 0, None);
+            if profile {
+                r.prof_coll(
+                    WORLD_UID,
+                    seq,
+                    func_code("AllReduce"),
+                    1 << 20,
+                    datatype_code("ncclFloat32"),
+                    0,
+                    true,
+                    true,
+                );
+            }
+        }
+        if i == victim {
+            r.coll_in_flight(CallId::NcclAllReduce, c, done, 1 << 20, F32, SUM, 0);
+            if profile {
+                r.prof_coll(
+                    WORLD_UID,
+                    done,
+                    func_code("AllReduce"),
+                    1 << 20,
+                    datatype_code("ncclFloat32"),
+                    0,
+                    false,
+                    false,
+                );
+            }
+        } else {
+            r.async_error(c, 6, Some("socketProgressOpt: Call to recv from 10.0.0.9<40001> failed : Connection reset by peer"));
+            r.clean_exit();
+        }
+        Ok(())
+    };
+    // The victim first: the survivors' errors come after its death.
+    write_rank(victim)?;
+    std::thread::sleep(std::time::Duration::from_millis(3));
+    (0..ranks)
+        .into_par_iter()
+        .filter(|&i| i != victim)
+        .try_for_each(write_rank)?;
+    let mut bytes = 0;
+    for f in crate::load::find_dumps(dir)? {
+        bytes += std::fs::metadata(f)?.len();
+    }
+    Ok(bytes)
+}

@@ -42,7 +42,7 @@ pub struct SynthRank {
     prof: Option<(Recorder, RingWriter)>,
     identity: ProcessIdentity,
     dir: PathBuf,
-    geometry: Geometry,
+    prof_geometry: Geometry,
     next_comm: u64,
 }
 
@@ -75,36 +75,7 @@ impl Scenario {
         std::fs::create_dir_all(dir)?;
         let mut ranks = Vec::with_capacity(hosts.len());
         for (i, spec) in hosts.iter().enumerate() {
-            let (host, machine) = spec.split_once('@').unwrap_or((spec, spec));
-            let identity = ProcessIdentity {
-                pid: 10_000 + i as u32,
-                ppid: 9_999,
-                start_ticks: 70_000 + i as u64,
-                boot_id: format!("synthetic-boot-{machine}"),
-                hostname: host.to_owned(),
-                clocksource: "synthetic".into(),
-                // One generated job is one run (the CLI separates runs by this id).
-                run: ncclshim_dump::run::RunIdentity {
-                    source: "synthetic".into(),
-                    id: "synthetic-job".into(),
-                    rank: i as i32,
-                },
-            };
-            let rec =
-                Recorder::create_with_identity(&config(dir, WriterKind::Synthetic, g), &identity)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
-            let ring = rec.claim_ring();
-            ranks.push(SynthRank {
-                host: host.to_owned(),
-                rank: i as u32,
-                rec,
-                ring,
-                prof: None,
-                identity,
-                dir: dir.to_path_buf(),
-                geometry: g,
-                next_comm: 0x7f00_0000_1000 + ((i as u64) << 20),
-            });
+            ranks.push(SynthRank::create(dir, spec, i as u32, g)?);
         }
         Ok(Self {
             dir: dir.to_path_buf(),
@@ -191,6 +162,47 @@ pub fn libraries_json(nccl_path: &str, nccl_version: i32, driver: i32, runtime: 
 pub const WHEEL_NCCL: &str = "/opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2";
 
 impl SynthRank {
+    /// Rank `i` of a generated job on host `spec` (`name@machine` as in [`Scenario::new`]):
+    /// its shim dump is created now. Ranks can be made one at a time (and dropped, closing their
+    /// files) when a job is too large to hold every rank open at once.
+    pub fn create(dir: &Path, spec: &str, i: u32, g: Geometry) -> anyhow::Result<Self> {
+        let (host, machine) = spec.split_once('@').unwrap_or((spec, spec));
+        let identity = ProcessIdentity {
+            pid: 10_000 + i,
+            ppid: 9_999,
+            start_ticks: 70_000 + u64::from(i),
+            boot_id: format!("synthetic-boot-{machine}"),
+            hostname: host.to_owned(),
+            clocksource: "synthetic".into(),
+            // One generated job is one run (the CLI separates runs by this id).
+            run: ncclshim_dump::run::RunIdentity {
+                source: "synthetic".into(),
+                id: "synthetic-job".into(),
+                rank: i as i32,
+            },
+        };
+        let rec = Recorder::create_with_identity(&config(dir, WriterKind::Synthetic, g), &identity)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let ring = rec.claim_ring();
+        Ok(SynthRank {
+            host: host.to_owned(),
+            rank: i,
+            rec,
+            ring,
+            prof: None,
+            identity,
+            dir: dir.to_path_buf(),
+            prof_geometry: g,
+            next_comm: 0x7f00_0000_1000 + (u64::from(i) << 20),
+        })
+    }
+
+    /// The geometry of the profiler dump this rank makes on its first profiler event (the
+    /// shim dump's by default).
+    pub fn set_prof_geometry(&mut self, g: Geometry) {
+        self.prof_geometry = g;
+    }
+
     pub fn path(&self) -> &Path {
         self.rec.path()
     }
@@ -415,7 +427,7 @@ impl SynthRank {
 
     fn prof(&mut self) -> &(Recorder, RingWriter) {
         if self.prof.is_none() {
-            let mut cfg = config(&self.dir, WriterKind::Synthetic, self.geometry);
+            let mut cfg = config(&self.dir, WriterKind::Synthetic, self.prof_geometry);
             // Same identity, same writer kind: the file name gets a `.1` suffix from O_EXCL.
             cfg.writer_kind = WriterKind::Synthetic;
             let rec = Recorder::create_with_identity(&cfg, &self.identity).expect("profiler dump");

@@ -175,6 +175,8 @@ pub struct ProcessModel {
     pub alive: bool,
     pub disabled: bool,
     pub lost: u64,
+    /// Completed collectives dropped from `calls` by [`ProcessModel::compact`].
+    pub pruned: u64,
     pub torn: u64,
     pub first_t: u64,
     pub last_t: u64,
@@ -349,6 +351,78 @@ impl ProcessModel {
         p
     }
 
+    /// Drops what no diagnosis reads from a long history, so a 16k-rank job's model stays
+    /// small: of each thread's successful, completed collectives (thousands per ring) only the
+    /// last `keep` stay, and of the profiler's
+    /// finished Coll events the last `keep` per communicator. Failed, in-flight and
+    /// non-operation calls (init, destroy, async-error polls, driver calls) all stay, as do the
+    /// communicator table's progress counters that never wrap. `pruned` counts the calls
+    /// dropped.
+    pub fn compact(&mut self, keep: usize) {
+        let mut seen_per_tid: HashMap<u32, usize> = HashMap::new();
+        let mut keep_call = vec![true; self.calls.len()];
+        for (i, c) in self.calls.iter().enumerate().rev() {
+            // Point-to-point calls stay: pairing sends with receives needs all of them.
+            let prunable = c.call.is_some_and(|id| {
+                id.is_nccl_operation() && !matches!(id, CallId::NcclSend | CallId::NcclRecv)
+            }) && !c.in_flight()
+                && !c.reports_error()
+                && !c.nested;
+            if prunable {
+                let n = seen_per_tid.entry(c.tid).or_default();
+                *n += 1;
+                keep_call[i] = *n <= keep;
+            }
+        }
+        let dropped = keep_call.iter().filter(|k| !**k).count();
+        if dropped > 0 {
+            // Old index -> new index, for the indices the model holds into `calls`.
+            let mut new_index = vec![usize::MAX; self.calls.len()];
+            let mut next = 0;
+            for (i, k) in keep_call.iter().enumerate() {
+                if *k {
+                    new_index[i] = next;
+                    next += 1;
+                }
+            }
+            let mut i = 0;
+            self.calls.retain(|_| {
+                i += 1;
+                keep_call[i - 1]
+            });
+            self.calls.shrink_to_fit();
+            self.ops.retain_mut(|op| {
+                op.call_index = new_index[op.call_index];
+                op.call_index != usize::MAX
+            });
+            self.ops.shrink_to_fit();
+            for m in &mut self.memberships {
+                m.init_call = m
+                    .init_call
+                    .map(|i| new_index[i])
+                    .filter(|&i| i != usize::MAX);
+            }
+            self.pruned += dropped as u64;
+        }
+        let mut seen_per_comm: HashMap<Option<u64>, usize> = HashMap::new();
+        let mut keep_op = vec![true; self.prof_ops.len()];
+        for (i, o) in self.prof_ops.iter().enumerate().rev() {
+            if !o.p2p && o.stopped && o.kernel_stopped {
+                let n = seen_per_comm.entry(o.comm_hash).or_default();
+                *n += 1;
+                keep_op[i] = *n <= keep;
+            }
+        }
+        if keep_op.iter().any(|k| !*k) {
+            let mut i = 0;
+            self.prof_ops.retain(|_| {
+                i += 1;
+                keep_op[i - 1]
+            });
+            self.prof_ops.shrink_to_fit();
+        }
+    }
+
     /// Moves every time by `delta` ns (re-basing on another calibration of the same clock).
     pub fn shift(&mut self, delta: i128) {
         if delta == 0 {
@@ -408,6 +482,7 @@ impl ProcessModel {
         self.alive |= o.alive;
         self.disabled |= o.disabled;
         self.lost += o.lost;
+        self.pruned += o.pruned;
         self.torn += o.torn;
         self.damaged.extend(o.damaged);
         if o.first_t != 0 && (self.first_t == 0 || o.first_t < self.first_t) {

@@ -8,6 +8,7 @@ use super::message_facts::ProcessFacts;
 use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::knowledge::messages::{self, Fit};
 use crate::model::JobModel;
+use std::collections::HashMap;
 
 /// One recognisable signature.
 pub struct Signature {
@@ -194,7 +195,62 @@ fn failed_driver_calls_inside<'a>(
     })
 }
 
+/// (message entry id, cause id) in `knowledge/messages.toml`.
+type CauseKey = (&'static str, &'static str);
+
+/// What one error-reporting call says, independent of the signature asked about.
+struct ErrorCall {
+    process: usize,
+    call: usize,
+    /// (message entry id, best cause id) and the facts that decided it, unless ruled out.
+    best: Option<(CauseKey, Vec<(String, bool)>)>,
+    /// The CUresult: a driver call's own, or the CUDA error NCCL's text quotes.
+    quoted: Option<i32>,
+    is_cuda_rc: Option<i32>,
+}
+
+/// Every error-reporting call of the job with its classification: each call is classified once
+/// (not once per signature) and each distinct text once (the survivors of a 16k-rank job
+/// report the same few texts).
+fn error_calls(job: &JobModel) -> Vec<ErrorCall> {
+    let mut by_text: HashMap<&str, Option<messages::Match>> = HashMap::new();
+    let mut out = Vec::new();
+    for (p, pm) in job.processes.iter().enumerate() {
+        let facts = ProcessFacts(pm);
+        for (i, c) in pm.calls.iter().enumerate() {
+            if !c.reports_error() {
+                continue;
+            }
+            let text = c.error_text.as_deref();
+            let classified = text.and_then(|t| {
+                by_text
+                    .entry(t)
+                    .or_insert_with(|| messages::classify(t))
+                    .as_ref()
+            });
+            // The cause the knowledge ranks first for this text and this process's facts.
+            let best = classified.and_then(|m| {
+                let best = m.entry.assess(m, &facts).into_iter().next()?;
+                (best.fit != Fit::RuledOut)
+                    .then_some(((m.entry.id.as_str(), best.cause.id.as_str()), best.facts))
+            });
+            let quoted = text
+                .and_then(crate::knowledge::codes::cuda_error_in_text)
+                .and_then(|code| i32::try_from(code.number).ok());
+            out.push(ErrorCall {
+                process: p,
+                call: i,
+                best,
+                quoted,
+                is_cuda_rc: c.is_cuda.then_some(c.rc),
+            });
+        }
+    }
+    out
+}
+
 pub fn check(job: &JobModel) -> Vec<Finding> {
+    let errors = error_calls(job);
     let mut out = Vec::new();
     for sig in SIGNATURES {
         let mut f = Finding::new(
@@ -205,60 +261,46 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             sig.confidence,
         )
         .remedy(remedy_of(sig));
-        for (p, pm) in job.processes.iter().enumerate() {
-            let facts = ProcessFacts(pm);
-            for (i, c) in pm.calls.iter().enumerate() {
-                if !c.reports_error() {
-                    continue;
+        for e in &errors {
+            let (p, i) = (e.process, e.call);
+            let pm = &job.processes[p];
+            let c = &pm.calls[i];
+            let by_text = e
+                .best
+                .as_ref()
+                .filter(|(key, _)| sig.causes.contains(key))
+                .map(|(_, facts)| facts.clone());
+            // A driver call's CUresult, or the CUDA error NCCL's text quotes.
+            let by_result = e.is_cuda_rc.is_some_and(|rc| sig.cu_results.contains(&rc))
+                || e.quoted.is_some_and(|n| sig.cu_results.contains(&n));
+            if by_text.is_none() && !by_result {
+                continue;
+            }
+            f.involve(job, p);
+            f.explain(p, i);
+            f.fact(Evidence::call(c).of(job, p));
+            // The driver calls that failed inside this NCCL call are the same failure (the
+            // failing call's context the knowledge may have weighed).
+            if !c.is_cuda {
+                for (j, d) in failed_driver_calls_inside(pm, c) {
+                    f.explain(p, j);
+                    f.fact(Evidence::call_worded(d, "inside it: ", "").of(job, p));
                 }
-                // The cause the knowledge ranks first for this text and these facts.
-                let by_text = c
-                    .error_text
-                    .as_deref()
-                    .and_then(messages::classify)
-                    .and_then(|m| {
-                        let best = m.entry.assess(&m, &facts).into_iter().next()?;
-                        let key = (m.entry.id.as_str(), best.cause.id.as_str());
-                        (best.fit != Fit::RuledOut && sig.causes.contains(&key))
-                            .then_some(best.facts)
-                    });
-                // A driver call's CUresult, or the CUDA error NCCL's text quotes.
-                let quoted = c
-                    .error_text
-                    .as_deref()
-                    .and_then(crate::knowledge::codes::cuda_error_in_text)
-                    .and_then(|code| i32::try_from(code.number).ok());
-                let by_result = (c.is_cuda && sig.cu_results.contains(&c.rc))
-                    || quoted.is_some_and(|n| sig.cu_results.contains(&n));
-                if by_text.is_none() && !by_result {
-                    continue;
+            }
+            let env: Vec<Evidence> = sig
+                .env
+                .iter()
+                .map(|k| Evidence::env(k, pm.env_var(k), "").of(job, p))
+                .collect();
+            // The facts the knowledge weighed, unless one is an environment value stated
+            // below already (one fact, once).
+            for (fact, _) in by_text.unwrap_or_default() {
+                if !env.iter().any(|e| e.fact == fact) {
+                    f.fact(Evidence::new(EvidenceKind::Inference, fact).of(job, p));
                 }
-                f.involve(job, p);
-                f.explain(p, i);
-                f.fact(Evidence::call(c).of(job, p));
-                // The driver calls that failed inside this NCCL call are the same failure
-                // (the failing call's context the knowledge may have weighed).
-                if !c.is_cuda {
-                    for (j, d) in failed_driver_calls_inside(pm, c) {
-                        f.explain(p, j);
-                        f.fact(Evidence::call_worded(d, "inside it: ", "").of(job, p));
-                    }
-                }
-                let env: Vec<Evidence> = sig
-                    .env
-                    .iter()
-                    .map(|k| Evidence::env(k, pm.env_var(k), "").of(job, p))
-                    .collect();
-                // The facts the knowledge weighed, unless one is an environment value stated
-                // below already (one fact, once).
-                for (fact, _) in by_text.unwrap_or_default() {
-                    if !env.iter().any(|e| e.fact == fact) {
-                        f.fact(Evidence::new(EvidenceKind::Inference, fact).of(job, p));
-                    }
-                }
-                for e in env {
-                    f.fact(e);
-                }
+            }
+            for e in env {
+                f.fact(e);
             }
         }
         if !f.process_ids.is_empty() {
