@@ -99,7 +99,7 @@ pub struct Report {
 /// The gaps in the evidence, one item per process and kind (records lost on threads are summed
 /// per process; the thread with the most losses is named); the same gap on many processes
 /// (every rank of a job killed at once) is one item with their ranks.
-fn evidence_gaps(job: &JobModel) -> Vec<Evidence> {
+fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
     let mut out = Vec::new();
     let gap = |what: &str, fact: String| Evidence::new(EvidenceKind::Gap, fact).value("gap", what);
     for (i, p) in job.processes.iter().enumerate() {
@@ -176,6 +176,37 @@ fn evidence_gaps(job: &JobModel) -> Vec<Evidence> {
             );
         }
     }
+    // A job stopped from outside (SIGTERM/SIGINT from a launcher or a user) while no rank was
+    // inside NCCL, nothing failed and no finding speaks of the rank: it did not finish, yet
+    // nothing NCCL-side shows why. Say so,
+    // so a silent report is never read as "all was well".
+    if job.failures.is_empty() {
+        let stopped: Vec<usize> = job
+            .processes
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| {
+                !p.clean_exit
+                    && (p.signal.is_some_and(|s| s.is_termination_request())
+                        || p.signals
+                            .iter()
+                            .any(|(s, _)| crate::model::is_termination_signal(*s)))
+                    && p.in_flight_calls().next().is_none()
+                    && !findings.iter().any(|f| f.process_ids.contains(i))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if !stopped.is_empty() {
+            evidence::add(
+                &mut out,
+                gap(
+                    "stopped_outside_nccl",
+                    "stopped by a termination signal while outside NCCL (its last calls had returned): the job did not finish, and nothing recorded in NCCL shows why (a GPU-side hang is visible only with the profiler plugin; a hang outside NCCL needs a stack of the process)".to_owned(),
+                )
+                .of_all(job, &stopped),
+            );
+        }
+    }
     out
 }
 
@@ -237,6 +268,7 @@ impl Report {
             })
             .collect();
         let dumps = job.processes.iter().map(|p| p.files.len()).sum();
+        let evidence_gaps = evidence_gaps(job, &findings);
         let ordering_note = match firsts.as_slice() {
             [a, b, ..] => {
                 let (pa, pb) = (&job.processes[a.process], &job.processes[b.process]);
@@ -268,7 +300,7 @@ impl Report {
             ordering_note,
             findings,
             problems,
-            evidence_gaps: evidence_gaps(job),
+            evidence_gaps,
             runs: Vec::new(),
             run_note: None,
         }
@@ -460,6 +492,35 @@ impl Report {
 mod tests {
     use crate::rules::testutil::analyze;
     use crate::synth::WORLD_UID;
+    use ncclshim_dump::CallId;
+
+    /// Two ranks finish their collectives, then hang outside NCCL until the launcher SIGTERMs
+    /// both: nothing failed and no rule speaks, yet the job did not finish; the report says so.
+    #[test]
+    fn a_job_stopped_outside_nccl_is_an_evidence_gap() {
+        let (job, findings) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22703);
+            let comms = s.init_world(22703);
+            for (r, c) in s.ranks.iter().zip(&comms) {
+                r.coll(CallId::NcclAllReduce, *c, 0, 1024, 7, 0, 0, 0, None);
+            }
+            s.step();
+            for r in &s.ranks {
+                r.fatal_signal(15);
+            }
+        });
+        assert!(findings.is_empty(), "{findings:?}");
+        let r = super::Report::build(&job, findings, Vec::new());
+        let gap = r
+            .evidence_gaps
+            .iter()
+            .find(|g| {
+                g.text
+                    .contains("stopped by a termination signal while outside NCCL")
+            })
+            .unwrap_or_else(|| panic!("{:?}", r.evidence_gaps));
+        assert_eq!(gap.ranks, vec![0, 1]);
+    }
 
     fn report(step: bool) -> super::Report {
         let (job, findings) = analyze(&["host-a", "host-b"], |s| {

@@ -100,12 +100,18 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         }
         None => {
             f.confidence = Confidence::Medium;
+            // Say what the dumps show: ranks missing from a communicator, or every rank present
+            // and none failing first (the cause is then outside what the recorders see).
+            let missing = job.comms.values().any(|c| !c.missing().is_empty());
+            let what = if missing {
+                "the rank that failed first left no dump here (a rank of the communicator has no dump)"
+            } else {
+                "every rank left a dump and none failed before these errors: the peer's failure is                  outside what was recorded (the network path or NIC between them, or a rank that                  stopped without any mark)"
+            };
             f.fact(
-                Evidence::new(
-                    EvidenceKind::Inference,
-                    "the rank that failed first left no dump here (its dump is missing or it never recorded)",
-                )
-                .value("first_failure", Option::<String>::None),
+                Evidence::new(EvidenceKind::Inference, what)
+                    .value("first_failure", Option::<String>::None)
+                    .value("ranks_missing", missing),
             );
         }
     }
