@@ -14,36 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::native::{cc, root, shim_so};
-
-/// Builds the double as `libnccl.so.2` and `program` (a `tests/c` source) linked to it.
-fn build(dir: &Path, program: &str) -> PathBuf {
-    let lib = dir.join("libnccl.so.2");
-    if !lib.exists() {
-        let double = root().join("shim/tests/doubles/nccl_double.c");
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-O2",
-            "-o",
-            lib.to_str().unwrap(),
-            double.to_str().unwrap(),
-        ]);
-    }
-    let prog = dir.join(program);
-    let src = root().join(format!("tests/c/{program}.c"));
-    cc(&[
-        "-O2",
-        "-pthread",
-        "-o",
-        prog.to_str().unwrap(),
-        src.to_str().unwrap(),
-        &format!("-L{}", dir.display()),
-        "-l:libnccl.so.2",
-        &format!("-Wl,-rpath,{}", dir.display()),
-    ]);
-    prog
-}
+use support::native::{build_against_double, shim_so};
 
 fn preloaded(prog: &Path, dumps: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(prog);
@@ -76,7 +47,7 @@ fn sizes(p: &Path) -> (u64, u64) {
 #[test]
 fn a_one_call_process_writes_under_one_megabyte() {
     let tmp = tempfile::tempdir().unwrap();
-    let prog = build(tmp.path(), "thread_calls");
+    let prog = build_against_double(tmp.path(), "thread_calls");
     let dumps = tmp.path().join("dumps");
     let out = preloaded(&prog, &dumps, &["0", "0"]).output().unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -95,7 +66,7 @@ fn a_one_call_process_writes_under_one_megabyte() {
 #[test]
 fn a_four_thread_rank_stays_under_eight_megabytes_however_long_it_runs() {
     let tmp = tempfile::tempdir().unwrap();
-    let prog = build(tmp.path(), "thread_calls");
+    let prog = build_against_double(tmp.path(), "thread_calls");
     let dumps = tmp.path().join("dumps");
     // 20,000 all-reduces per thread wrap every 2,048-slot ring many times.
     let out = preloaded(&prog, &dumps, &["4", "20000"]).output().unwrap();
@@ -118,7 +89,7 @@ fn a_four_thread_rank_stays_under_eight_megabytes_however_long_it_runs() {
 #[test]
 fn a_process_killed_while_its_file_grows_still_reads() {
     let tmp = tempfile::tempdir().unwrap();
-    let prog = build(tmp.path(), "thread_calls");
+    let prog = build_against_double(tmp.path(), "thread_calls");
     for (round, delay_ms) in [5u64, 60, 250].into_iter().enumerate() {
         let dumps = tmp.path().join(format!("dumps{round}"));
         // Every thread claims a fresh ring (4,096 of them), so the file grows the whole time.
@@ -216,7 +187,7 @@ fn fatal_signal_found(v: &Value) -> bool {
 #[test]
 fn two_runs_in_one_directory_are_reported_apart() {
     let tmp = tempfile::tempdir().unwrap();
-    let prog = build(tmp.path(), "job_rank");
+    let prog = build_against_double(tmp.path(), "job_rank");
     for named in [true, false] {
         let dumps = tmp.path().join(if named { "named" } else { "unnamed" });
         let (first, second) = if named {

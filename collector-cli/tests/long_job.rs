@@ -10,38 +10,11 @@ use ncclshim_format::reader::{read_dump, Dump};
 use ncclshim_format::{CallId, RecordKind};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::native::{cc, root, shim_so};
-
-/// Builds the double as `libnccl.so.2` and the rank program linked to it.
-fn build(dir: &Path) -> PathBuf {
-    let lib = dir.join("libnccl.so.2");
-    let prog = dir.join("job_rank");
-    let double = root().join("shim/tests/doubles/nccl_double.c");
-    let src = root().join("tests/c/job_rank.c");
-    cc(&[
-        "-shared",
-        "-fPIC",
-        "-O2",
-        "-o",
-        lib.to_str().unwrap(),
-        double.to_str().unwrap(),
-    ]);
-    cc(&[
-        "-O2",
-        "-o",
-        prog.to_str().unwrap(),
-        src.to_str().unwrap(),
-        &format!("-L{}", dir.display()),
-        "-l:libnccl.so.2",
-        &format!("-Wl,-rpath,{}", dir.display()),
-        "-pthread",
-    ]);
-    prog
-}
+use support::native::{build_against_double, shim_so};
 
 struct Rank {
     child: Child,
@@ -143,7 +116,7 @@ fn findings(v: &Value) -> &Vec<Value> {
 #[test]
 fn a_ten_million_collective_job_keeps_identity_and_names_the_rank_that_stopped() {
     let tmp = tempfile::tempdir().unwrap();
-    let prog = build(tmp.path());
+    let prog = build_against_double(tmp.path(), "job_rank");
     let dumps = tmp.path().join("dumps");
     const OPS: u64 = 2_600_000; // x 4 ranks: 10.4 million collectives
     const STOPPED_AT: u64 = OPS - 7_000;
@@ -227,7 +200,7 @@ fn a_ten_million_collective_job_keeps_identity_and_names_the_rank_that_stopped()
 #[test]
 fn crashed_killed_and_hung_ranks_are_told_apart() {
     let tmp = tempfile::tempdir().unwrap();
-    let prog = build(tmp.path());
+    let prog = build_against_double(tmp.path(), "job_rank");
     let dumps = tmp.path().join("dumps");
     let plan = [(0, "block"), (1, "segv"), (2, "sleep"), (3, "block")];
     let mut ranks: Vec<Rank> = plan
@@ -307,7 +280,7 @@ fn crashed_killed_and_hung_ranks_are_told_apart() {
 #[test]
 fn two_threads_on_one_communicator_are_named_as_the_cause_of_the_hang() {
     let tmp = tempfile::tempdir().unwrap();
-    let prog = build(tmp.path());
+    let prog = build_against_double(tmp.path(), "job_rank");
     let dumps = tmp.path().join("dumps");
     let mut ranks = vec![
         spawn(&prog, &dumps, 0, 2, 100, "wait"),

@@ -34,3 +34,33 @@ pub fn cc(args: &[&str]) {
     let o = Command::new("cc").args(args).output().expect("cc");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// Builds the NCCL TEST DOUBLE (`shim/tests/doubles/nccl_double.c`) as `dir/libnccl.so.2` (once)
+/// and `program` (a `tests/c` source) linked to it.
+pub fn build_against_double(dir: &Path, program: &str) -> PathBuf {
+    let lib = dir.join("libnccl.so.2");
+    if !lib.exists() {
+        let double = root().join("shim/tests/doubles/nccl_double.c");
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-o",
+            lib.to_str().unwrap(),
+            double.to_str().unwrap(),
+        ]);
+    }
+    let prog = dir.join(program);
+    let src = root().join(format!("tests/c/{program}.c"));
+    cc(&[
+        "-O2",
+        "-pthread",
+        "-o",
+        prog.to_str().unwrap(),
+        src.to_str().unwrap(),
+        &format!("-L{}", dir.display()),
+        "-l:libnccl.so.2",
+        &format!("-Wl,-rpath,{}", dir.display()),
+    ]);
+    prog
+}
