@@ -68,6 +68,31 @@ fn catalog_table_is_current() {
         "{} is out of date: regenerate with `UPDATE_SCENARIOS=1 cargo test -p ncclshim-integration-tests --test lab catalog_table_is_current`",
         path.display()
     );
+    // The README carries the same table between markers, links relative to the root.
+    let table = catalog::render_table(&cat, &scenarios(), "").unwrap();
+    let readme_path = root().join("README.md");
+    let readme = std::fs::read_to_string(&readme_path).unwrap();
+    let (begin, end) = (
+        "<!-- catalog-table:begin -->\n",
+        "<!-- catalog-table:end -->",
+    );
+    let start = readme
+        .find(begin)
+        .expect("README.md has the catalog-table markers")
+        + begin.len();
+    let stop = readme[start..]
+        .find(end)
+        .expect("README.md closes the catalog table")
+        + start;
+    if std::env::var_os("UPDATE_SCENARIOS").is_some() {
+        let updated = format!("{}{table}{}", &readme[..start], &readme[stop..]);
+        std::fs::write(&readme_path, updated).unwrap();
+    } else {
+        assert!(
+            readme[start..stop] == table,
+            "README.md's catalog table is out of date: regenerate with `UPDATE_SCENARIOS=1 cargo test -p ncclshim-integration-tests --test lab catalog_table_is_current`"
+        );
+    }
     // Every finding the table names is documented.
     let documented = std::fs::read_to_string(root().join("docs/report-json.md")).unwrap();
     let finding_column = doc
