@@ -118,6 +118,7 @@ fn main() -> ExitCode {
         } => {
             let options = collector_cli::rules::Options {
                 stall_after_ns: u64::try_from(stall_after.as_nanos()).unwrap_or(u64::MAX),
+                ..Default::default()
             };
             if list_runs {
                 cmd_list_runs(&dir, json)

@@ -210,13 +210,29 @@ pub struct Options {
     /// How long the live ranks of a communicator must have recorded nothing before an operation
     /// that has not completed is called a hang ([`generic::stuck::DEFAULT_STALL_NS`] by default).
     pub stall_after_ns: u64,
+    /// The time of the analysis (ns since the Unix epoch): the diagnosis is a pure function of
+    /// the job and this instant, so a test can replay "read while running" and "read later".
+    pub now_ns: u64,
+}
+
+impl Options {
+    /// The default options at the instant `now_ns`.
+    pub fn at(now_ns: u64) -> Self {
+        Self {
+            stall_after_ns: generic::stuck::DEFAULT_STALL_NS,
+            now_ns,
+        }
+    }
 }
 
 impl Default for Options {
+    /// The default options now: the one place the diagnosis reads the clock.
     fn default() -> Self {
-        Self {
-            stall_after_ns: generic::stuck::DEFAULT_STALL_NS,
-        }
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        Self::at(now_ns)
     }
 }
 
@@ -249,7 +265,9 @@ pub const RULES: &[(&str, RuleFn)] = &[
     ("threads", |j, _| generic::concurrent_comm::check(j)),
     ("waiting", |j, _| generic::waiting_ranks::check(j)),
     ("uid", |j, _| generic::uid_split::check(j)),
-    ("stuck", |j, o| generic::stuck::check(j, o.stall_after_ns)),
+    ("stuck", |j, o| {
+        generic::stuck::check(j, o.now_ns, o.stall_after_ns)
+    }),
     ("env", |j, _| generic::env_diff::check(j)),
     ("libs", |j, _| generic::lib_diff::check(j)),
 ];

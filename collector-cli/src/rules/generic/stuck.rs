@@ -141,13 +141,6 @@ fn state(pm: &ProcessModel, p: usize, rank: u32, comm: u64) -> RankState {
 /// step (a big all-reduce, a data-loader pause) of a job read while it runs is not called hung.
 pub const DEFAULT_STALL_NS: u64 = 10_000_000_000;
 
-fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
-
 /// Whether the communicator has stopped making progress: every rank's process is gone, or the
 /// newest record of any live rank is older than `stall_ns`.
 fn stalled(job: &JobModel, members: &[(u32, usize)], now: u64, stall_ns: u64) -> bool {
@@ -167,8 +160,9 @@ fn stalled(job: &JobModel, members: &[(u32, usize)], now: u64, stall_ns: u64) ->
     now.saturating_sub(newest) >= stall_ns
 }
 
-/// The hang findings; `stall_ns`: how long live ranks must have been quiet (see [`DEFAULT_STALL_NS`]).
-pub fn check(job: &JobModel, stall_ns: u64) -> Vec<Finding> {
+/// The hang findings at the instant `now_ns`; `stall_ns`: how long live ranks must have been
+/// quiet (see [`DEFAULT_STALL_NS`]).
+pub fn check(job: &JobModel, now_ns: u64, stall_ns: u64) -> Vec<Finding> {
     let mut out = Vec::new();
     for &comm in job.comms.keys() {
         let members = job.comm_members(comm);
@@ -178,7 +172,7 @@ pub fn check(job: &JobModel, stall_ns: u64) -> Vec<Finding> {
         }
         // Read while the job runs: an operation in progress is not a hang until the
         // communicator's ranks have recorded nothing for a while.
-        if !stalled(job, &members, now_ns(), stall_ns) {
+        if !stalled(job, &members, now_ns, stall_ns) {
             continue;
         }
         // A rank with an error of its own explains the hang better than the hang does.
@@ -376,6 +370,32 @@ mod tests {
         let f = find(&fs, "stuck-inside-nccl").expect("stuck inside");
         assert_eq!(f.ranks, vec![0, 1]);
         assert!(find(&fs, "stuck-outside-nccl").is_none());
+    }
+
+    /// The diagnosis is a function of the job and the instant of analysis: the same dumps of
+    /// live ranks inside one collective are "still running" a second after the last record and
+    /// a hang once the stall threshold has passed.
+    #[test]
+    fn the_instant_of_analysis_is_an_input() {
+        let (mut job, _) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22203);
+            s.init_world(22203);
+            for r in s.ranks.iter_mut() {
+                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_coll(crate::synth::WORLD_UID, 0, 2, 4096, 7, 0, false, false);
+            }
+        });
+        for p in &mut job.processes {
+            p.alive = true;
+        }
+        let newest = job.processes.iter().map(|p| p.last_t).max().unwrap();
+        let at = |now_ns| crate::rules::diagnose_with(&job, &crate::rules::Options::at(now_ns));
+        assert!(find(&at(newest + 1_000_000_000), "stuck-inside-nccl").is_none());
+        let later = at(newest + super::DEFAULT_STALL_NS);
+        assert_eq!(
+            find(&later, "stuck-inside-nccl").expect("hang").ranks,
+            vec![0, 1]
+        );
     }
 
     /// Kernels of one communicator end in issue order: an operation whose end was not recorded
