@@ -666,13 +666,18 @@ pub fn classify_all(text: &str) -> Vec<Match> {
         .collect()
 }
 
-/// The message that best explains a text: the first root-cause message (a root, internal or
-/// non-fatal entry) if there is one, else the first consequence. Texts often hold a consequence
-/// ("connection closed") after the message that caused it, or teardown noise after both.
+/// The message that best explains a text: the first root message if there is one, else the first
+/// internal one, else the first non-fatal one, else the first consequence. Texts often hold a
+/// consequence ("connection closed") after the message that caused it, teardown noise after
+/// both, or a warning NCCL carried on from ("Failed to open libibverbs", then a socket fallback)
+/// before the failure itself.
 pub fn classify(text: &str) -> Option<Match> {
     let all = classify_all(text);
-    let root = all.iter().position(|m| !m.entry.role.is_consequence());
-    let i = root.or((!all.is_empty()).then_some(0))?;
+    let first = |role: Role| all.iter().position(|m| m.entry.role == role);
+    let i = first(Role::Root)
+        .or_else(|| first(Role::Internal))
+        .or_else(|| first(Role::NonFatal))
+        .or((!all.is_empty()).then_some(0))?;
     all.into_iter().nth(i)
 }
 
@@ -946,6 +951,16 @@ mod tests {
             classify("socketProgress: Connection closed by remote peer 10.0.0.3<5000>").unwrap();
         assert!(only.entry.role.is_consequence());
         assert_eq!(only.capture("peer_addr"), Some("10.0.0.3<5000>"));
+    }
+
+    #[test]
+    fn root_message_wins_over_an_earlier_warning_nccl_carried_on_from() {
+        // Old NCCL warned about libibverbs, fell back to sockets, then failed in topology.
+        let t = "h:1:1 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]\n\
+                 h:1:2 [0] graph/xml.cc:332 NCCL WARN Could not find real path of /sys/class/pci_bus/0000:01/../../0000:01:00.0";
+        let all = classify_all(t);
+        assert_eq!(all[0].entry.role, Role::NonFatal);
+        assert_eq!(classify(t).expect("classified").entry.id, "topo-detection");
     }
 
     struct FakeFacts {
