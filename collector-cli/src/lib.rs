@@ -5,6 +5,7 @@
 
 pub mod doctor;
 pub mod dumpjson;
+pub mod heap;
 pub mod knowledge;
 pub mod libdirs;
 pub mod load;

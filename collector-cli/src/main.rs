@@ -101,6 +101,7 @@ enum Command {
 const TOOL_FAILED: u8 = 2;
 
 fn main() -> ExitCode {
+    collector_cli::heap::reuse_freed_memory();
     let cli = Cli::parse();
     let json = matches!(
         cli.command,

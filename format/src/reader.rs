@@ -798,6 +798,14 @@ fn drop_kept_copies(dump: &mut Dump) {
     dump.summary.records = dump.summary.records.saturating_sub(dropped);
 }
 
+/// A scratch buffer larger than this (a ring of unusual size) is freed after use, not kept.
+const SCRATCH_KEPT_MAX: usize = 16 << 20;
+
+thread_local! {
+    /// One ring's slot bytes while they are decoded (see `read_ring`).
+    static RING_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Reads one ring whose directory entry is `e` and whose slots start at `ring_offset`.
 #[allow(clippy::too_many_arguments)] // one ring's coordinates, all needed
 fn read_ring<S: Source + ?Sized>(
@@ -829,12 +837,16 @@ fn read_ring<S: Source + ?Sized>(
             });
             used = present;
         }
-        let mut buf = vec![0u8; used as usize * SLOT_SIZE];
+        // The slots are copied into this thread's scratch buffer, reused from ring to ring and
+        // dump to dump: a fresh zeroed buffer per ring cost page faults on every dump.
+        let mut buf = RING_SCRATCH.with_borrow_mut(std::mem::take);
+        buf.resize(used as usize * SLOT_SIZE, 0);
         if let Err(err) = src.read_at(ring_offset, &mut buf) {
             dump.warnings.push(Warning {
                 offset: ring_offset,
                 message: format!("ring {ring} unreadable: {err}"),
             });
+            RING_SCRATCH.set(buf);
             return;
         }
         let recheck = if live {
@@ -853,7 +865,7 @@ fn read_ring<S: Source + ?Sized>(
             torn: 0,
             lost: 0,
         };
-        let mut kept = Vec::new();
+        let mut kept = Vec::with_capacity(used as usize);
         for idx in 0..used as usize {
             let s = &buf[idx * SLOT_SIZE..][..SLOT_SIZE];
             let commit = u64_at(s, 0);
@@ -892,6 +904,9 @@ fn read_ring<S: Source + ?Sized>(
                 blob: u64_at(s, 48),
                 args: std::array::from_fn(|i| u64_at(s, 56 + 8 * i)),
             });
+        }
+        if buf.capacity() <= SCRATCH_KEPT_MAX {
+            RING_SCRATCH.set(buf);
         }
         let max_seq = kept.iter().map(|r| r.seq).max().unwrap_or(0);
         // Slots older than one lap were overwritten by a newer lap.
