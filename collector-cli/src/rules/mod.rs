@@ -250,6 +250,7 @@ pub const RULES: &[(&str, RuleFn)] = &[
     ("waiting", |j, _| generic::waiting_ranks::check(j)),
     ("uid", |j, _| generic::uid_split::check(j)),
     ("stuck", |j, o| generic::stuck::check(j, o.stall_after_ns)),
+    ("late", |j, _| generic::late_rank::check(j)),
     ("env", |j, _| generic::env_diff::check(j)),
     ("libs", |j, _| generic::lib_diff::check(j)),
 ];
