@@ -201,6 +201,30 @@ mod tests {
         assert_eq!(fs.len(), 1, "nothing else: {fs:?}");
     }
 
+    /// The text report's communicator line carries the operations, bytes and bandwidth spread.
+    #[test]
+    fn the_text_report_shows_each_communicators_traffic() {
+        let (job, fs) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22803);
+            s.init_world(22803);
+            for r in s.ranks.iter_mut() {
+                let ops = 1000 + u64::from(r.rank);
+                r.prof_aggregates(WORLD_UID, 2, r.rank as i32, ops, ops, 1 << 20, 500_000);
+                r.clean_exit();
+            }
+        });
+        let text = crate::report::Report::build(&job, fs, Vec::new()).to_text(false);
+        let line = text
+            .lines()
+            .find(|l| l.contains("operations"))
+            .unwrap_or_else(|| panic!("no traffic line in:\n{text}"));
+        assert!(
+            line.contains("1000-1001 operations (ranks differ), 1001.0 MiB per rank"),
+            "{line}"
+        );
+        assert!(line.contains("busbw 2.10 GB/s median"), "{line}");
+    }
+
     #[test]
     fn a_whole_late_host_is_named() {
         let fs = job(
