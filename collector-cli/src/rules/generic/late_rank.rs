@@ -111,7 +111,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
              share of work, GPU clocks or thermal throttling: nvidia-smi -q -d PERFORMANCE) and \
              compare its host with the others.",
         );
-        for &p in late_ps.iter().chain(&waiting_ps) {
+        // The finding is about the late ranks; the waiting ones are evidence, not its subject
+        // (so it is never taken for the story of a waiting rank's failure).
+        for &p in &late_ps {
             f.involve(job, p);
         }
         for &(r, p, mean, others) in &late {
@@ -185,6 +187,7 @@ mod tests {
         let f = find(&fs, "late-rank").expect("late rank");
         assert_eq!(f.severity, crate::rules::Severity::Contributing);
         assert!(f.title.starts_with("Rank 2 is late"), "{}", f.title);
+        assert_eq!(f.ranks, vec![2], "the late rank is the subject");
         let late = f
             .evidence
             .iter()
