@@ -28,8 +28,38 @@ pub fn blob_value(blob: &Blob) -> Value {
             }
         },
         Some(BlobKind::ProfAggregates) => {
-            // Binary counters updated in place by the profiler; the length says how many.
+            // Binary counters updated in place by the profiler, decoded with the layout the
+            // plugin writes with (only the non-empty cells).
             o.insert("bytes".into(), json!(blob.bytes.len()));
+            if let Some(a) = ncclshim_format::aggregates::decode(&blob.bytes) {
+                let cells: Vec<Value> = a
+                    .cells
+                    .iter()
+                    .map(|c| {
+                        json!({
+                            "func": crate::profnames::func_name(u64::from(c.func)),
+                            "bucket_floor": c.bucket_floor,
+                            "count": c.count,
+                            "bytes": c.bytes,
+                            "timed_count": c.timed_count,
+                            "timed_bytes": c.timed_bytes,
+                            "gpu_ns_sum": c.gpu_ns_sum,
+                            "gpu_ns_max": c.gpu_ns_max,
+                        })
+                    })
+                    .collect();
+                o.insert(
+                    "aggregates".into(),
+                    json!({
+                        "comm_id": format!("{:#x}", a.comm_id),
+                        "rank": a.rank,
+                        "nranks": a.nranks,
+                        "nnodes": a.nnodes,
+                        "abi": a.abi,
+                        "cells": cells,
+                    }),
+                );
+            }
         }
         _ => {
             o.insert("text".into(), json!(blob.text()));
@@ -187,4 +217,34 @@ pub fn write_dump_lines(dump: &Dump, out: &mut dyn Write) -> std::io::Result<()>
 /// Blob kinds that hold JSON, for callers that want to test a kind without a blob.
 pub fn is_json_kind(raw: u16) -> bool {
     BlobKind::from_u16(raw).is_some_and(BlobKind::is_json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::blob_value;
+    use ncclshim_format::BlobKind;
+
+    /// `ncclshim dump` shows a profiler aggregate table decoded, not as a byte count only.
+    #[test]
+    fn aggregate_tables_are_decoded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = crate::synth::Scenario::new(dir.path(), &["n0"]).expect("scenario");
+        s.ranks[0].prof_aggregates(0xabc, 2, 0, 7, 6, 4096, 1000);
+        drop(s);
+        let found: Vec<serde_json::Value> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .filter_map(|e| ncclshim_format::reader::read_dump(&e.ok()?.path()).ok())
+            .flat_map(|d| d.blobs.into_values())
+            .filter(|b| b.kind() == Some(BlobKind::ProfAggregates))
+            .map(|b| blob_value(&b))
+            .collect();
+        assert_eq!(found.len(), 1);
+        let a = &found[0]["aggregates"];
+        assert_eq!(a["comm_id"], "0xabc");
+        assert_eq!(a["nranks"], 2);
+        assert_eq!(a["cells"][0]["func"], "AllReduce");
+        assert_eq!(a["cells"][0]["count"], 7);
+        assert_eq!(a["cells"][0]["timed_count"], 6);
+        assert_eq!(a["cells"][0]["gpu_ns_sum"], 6000);
+    }
 }

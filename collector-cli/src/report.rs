@@ -19,6 +19,22 @@ pub fn count(n: usize, one: &str, many: &str) -> String {
 }
 
 /// `rank 3`, `ranks 0-2,5`.
+/// `12.0 MiB`, `512 B`.
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
 fn ranks_named(ranks: &[u32]) -> String {
     format!(
         "{} {}",
@@ -35,6 +51,83 @@ pub struct CommSummary {
     pub ranks_missing: Vec<u32>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nranks_disagreement: Vec<u32>,
+    /// What the profiler's running aggregates say about the traffic (absent without them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<CommTraffic>,
+}
+
+/// A communicator's operations, bytes and bandwidth over the ranks whose profiler kept running
+/// totals: a summary whose size does not grow with the ranks (min / median / max, each extreme
+/// with the rank that holds it).
+#[derive(Debug, Clone, Serialize)]
+pub struct CommTraffic {
+    /// Ranks with totals.
+    pub ranks_reporting: usize,
+    /// Operations started per rank.
+    pub ops_min: u64,
+    pub ops_max: u64,
+    /// A rank with the fewest operations (when they differ).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ops_min_rank: Option<u32>,
+    /// Bytes per rank (the largest).
+    pub bytes_max: u64,
+    /// Operations whose kernel ended, summed over the ranks, and their GPU time.
+    pub ops_timed: u64,
+    pub gpu_ns: u64,
+    /// Bus bandwidth per rank in GB/s (nccl-tests' busbw over GPU time), when kernels were timed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busbw_gbps: Option<Spread>,
+}
+
+/// The spread of a per-rank value.
+#[derive(Debug, Clone, Serialize)]
+pub struct Spread {
+    pub min: f64,
+    pub min_rank: u32,
+    pub median: f64,
+    pub max: f64,
+    pub max_rank: u32,
+}
+
+fn traffic(job: &JobModel, comm: u64) -> Option<CommTraffic> {
+    let aggs = job.comm_aggregates(comm);
+    if aggs.is_empty() {
+        return None;
+    }
+    let ops_min = aggs.iter().map(|a| a.2.totals.count).min()?;
+    let ops_max = aggs.iter().map(|a| a.2.totals.count).max()?;
+    let mut bw: Vec<(f64, u32)> = aggs
+        .iter()
+        .filter_map(|(r, _, a)| Some((a.busbw_gbps()?, *r)))
+        .collect();
+    bw.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let round = |x: f64| (x * 1000.0).round() / 1000.0;
+    let busbw_gbps = match (bw.first(), bw.last()) {
+        (Some(lo), Some(hi)) => Some(Spread {
+            min: round(lo.0),
+            min_rank: lo.1,
+            median: round(bw[bw.len() / 2].0),
+            max: round(hi.0),
+            max_rank: hi.1,
+        }),
+        _ => None,
+    };
+    Some(CommTraffic {
+        ranks_reporting: aggs.len(),
+        ops_min,
+        ops_max,
+        ops_min_rank: (ops_min < ops_max)
+            .then(|| {
+                aggs.iter()
+                    .find(|a| a.2.totals.count == ops_min)
+                    .map(|a| a.0)
+            })
+            .flatten(),
+        bytes_max: aggs.iter().map(|a| a.2.totals.bytes).max().unwrap_or(0),
+        ops_timed: aggs.iter().map(|a| a.2.totals.timed_count).sum(),
+        gpu_ns: aggs.iter().map(|a| a.2.totals.gpu_ns_sum).sum(),
+        busbw_gbps,
+    })
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -265,6 +358,7 @@ impl Report {
                 } else {
                     Vec::new()
                 },
+                traffic: traffic(job, c.comm_hash),
             })
             .collect();
         let dumps = job.processes.iter().map(|p| p.files.len()).sum();
@@ -469,6 +563,28 @@ impl Report {
                         },
                         ranks_named(&c.ranks_missing)
                     ));
+                }
+                if let Some(t) = &c.traffic {
+                    line.push_str(&format!(
+                        "; {} operations{}, {} per rank",
+                        if t.ops_min == t.ops_max {
+                            t.ops_max.to_string()
+                        } else {
+                            format!("{}-{}", t.ops_min, t.ops_max)
+                        },
+                        if t.ops_min < t.ops_max {
+                            " (ranks differ)"
+                        } else {
+                            ""
+                        },
+                        human_bytes(t.bytes_max)
+                    ));
+                    if let Some(b) = &t.busbw_gbps {
+                        line.push_str(&format!(
+                            ", busbw {:.2} GB/s median ({:.2} on rank {}, {:.2} on rank {})",
+                            b.median, b.min, b.min_rank, b.max, b.max_rank
+                        ));
+                    }
                 }
                 o.push_str(&line);
                 o.push('\n');

@@ -446,6 +446,54 @@ impl SynthRank {
         ring.instant(&e);
     }
 
+    /// The plugin's running aggregates for a communicator, as `agg::create` lays them out:
+    /// `ops` AllReduce calls of `bytes` each that started, `ended` of them with their kernel's
+    /// end and `gpu_ns` of GPU time each.
+    #[allow(clippy::too_many_arguments)]
+    pub fn prof_aggregates(
+        &mut self,
+        comm_hash: u64,
+        nranks: i32,
+        rank: i32,
+        ops: u64,
+        ended: u64,
+        bytes: u64,
+        gpu_ns: u64,
+    ) {
+        use ncclshim_format::aggregates as agg;
+        if self.prof.is_none() {
+            // Room for the table next to the rings, as the plugin's default arena has.
+            self.prof_geometry.arena_bytes = self.prof_geometry.arena_bytes.max(256 << 10);
+        }
+        let mut p = agg::encode_empty(&agg::TableHeader {
+            abi: 5,
+            comm_id: comm_hash,
+            rank,
+            nranks,
+            nnodes: 1,
+            ctx: 0,
+        });
+        let func = ncclshim_format::profnames::NameTable::Func.code_of(b"AllReduce");
+        let base = agg::HEADER_BYTES + agg::cell_index(func, bytes) * agg::CELL_WORDS * 8;
+        let words = [
+            ops,
+            ops * bytes,
+            ended,
+            ended * bytes,
+            ended * gpu_ns,
+            gpu_ns,
+        ];
+        for (k, v) in words.iter().enumerate() {
+            p[base + 8 * k..base + 8 * k + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        let (rec, _) = self.prof();
+        assert_ne!(
+            rec.append_blob(BlobKind::ProfAggregates, &p),
+            0,
+            "the profiler dump's arena holds the table"
+        );
+    }
+
     /// One profiler Coll event with a KernelCh child; `stopped`/`kernel_done` say how far it got.
     #[allow(clippy::too_many_arguments)]
     pub fn prof_coll(

@@ -124,7 +124,7 @@ pub enum BlobKind {
     /// JSON: the process command line and other per-process facts.
     Process = 9,
     /// Binary: a profiler communicator's running aggregates, updated in place with atomics
-    /// (layout in `docs/profiler.md` and `ncclshim_profiler::agg`).
+    /// (layout in `crate::aggregates`, shared with the writer `ncclshim_profiler::agg`).
     ProfAggregates = 10,
     /// Format 2 tail extent: one thread's ring slots (page-aligned; its ring directory entry
     /// points here). Not a blob: readers skip it when listing blobs.

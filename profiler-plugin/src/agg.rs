@@ -5,19 +5,8 @@
 //! dump's arena and then updates it **in place** (atomic 64-bit stores; each field has a single
 //! writer, see `add_op`/`add_timed`), through a second shared mapping of the same file pages. Every counter is a monotonically growing `u64`, so a reader
 //! copying the blob at any moment sees values that were each true at some instant (counters of
-//! one cell may be one collective apart). Layout (little-endian, offsets within the payload):
-//!
-//! ```text
-//! 0   magic "NSHPAGG1"          8   version u32 (1)       12  rows u32 (16: profnames func codes)
-//! 16  buckets u32 (24)          20  cell_words u32 (6)    24  min_log2 u32 (10)
-//! 28  abi version u32           32  comm_id u64 (v1-v3: 0 until the first Coll/P2p names it)
-//! 40  rank i32                  44  nranks i32 (0 = unknown)    48 nnodes i32    52 ctx u32
-//! 56  reserved u64
-//! 64  cells[rows][buckets], each 6 x u64:
-//!     count, bytes, timed_count, timed_bytes, gpu_ns_sum, gpu_ns_max
-//! ```
-//! Bucket 0 holds messages below 1 KiB (2^min_log2); bucket b >= 1 holds
-//! [2^(b+9), 2^(b+10)) bytes; the last bucket also takes everything larger.
+//! one cell may be one collective apart). The layout (header, cells, size buckets) is defined
+//! once in `ncclshim_format::aggregates`, shared with every reader; this module is the writer.
 //! `count`/`bytes` grow when a Coll/P2p starts; the `timed_*` fields and GPU time grow when the
 //! last of its `nChannels` KernelCh events reports its stop time: the collective's GPU time is
 //! max(channel stop) - min(channel start) in %globaltimer ns. Bus bandwidth for a cell is
@@ -30,43 +19,11 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-pub const MAGIC: [u8; 8] = *b"NSHPAGG1";
-pub const VERSION: u32 = 1;
-pub const ROWS: usize = 16;
-pub const BUCKETS: usize = 24;
-pub const CELL_WORDS: usize = 6;
-pub const MIN_LOG2: u32 = 10;
-pub const HEADER_BYTES: usize = 64;
-pub const PAYLOAD_BYTES: usize = HEADER_BYTES + ROWS * BUCKETS * CELL_WORDS * 8;
-
-/// Field indices within a cell.
-pub mod cell {
-    pub const COUNT: usize = 0;
-    pub const BYTES: usize = 1;
-    pub const TIMED_COUNT: usize = 2;
-    pub const TIMED_BYTES: usize = 3;
-    pub const GPU_NS_SUM: usize = 4;
-    pub const GPU_NS_MAX: usize = 5;
-}
-
-/// The size bucket of a message of `bytes` bytes.
-#[inline]
-pub fn bucket(bytes: u64) -> usize {
-    if bytes < 1 << MIN_LOG2 {
-        return 0;
-    }
-    let log2 = 63 - bytes.leading_zeros();
-    ((log2 - MIN_LOG2 + 1) as usize).min(BUCKETS - 1)
-}
-
-/// Lower bound in bytes of a bucket (0 for bucket 0).
-pub fn bucket_floor(b: usize) -> u64 {
-    if b == 0 {
-        0
-    } else {
-        1u64 << (b as u32 + MIN_LOG2 - 1)
-    }
-}
+pub use ncclshim_format::aggregates::{
+    bucket, bucket_floor, cell, cell_index, decode, AggSnapshot, CellSnapshot, BUCKETS, CELL_WORDS,
+    HEADER_BYTES, MAGIC, MIN_LOG2, PAYLOAD_BYTES, ROWS, VERSION,
+};
+use ncclshim_format::aggregates::{encode_empty, TableHeader};
 
 /// The mapped blob payload. Lives in a `MAP_SHARED` mapping that is never unmapped.
 #[repr(C)]
@@ -144,12 +101,6 @@ fn bump(w: &AtomicU64, by: u64) {
     );
 }
 
-/// The cell index of (func code, bytes).
-#[inline]
-pub fn cell_index(func: u8, bytes: u64) -> usize {
-    usize::from(func).min(ROWS - 1) * BUCKETS + bucket(bytes)
-}
-
 /// Appends a communicator's table to the arena and maps it for in-place updates. Rare path
 /// (init): allocation and syscalls are fine here. `None` when the arena is full or the
 /// mapping fails; the records still carry everything, only the running totals are missing.
@@ -158,20 +109,14 @@ pub fn create(
     ctx: &CommCtx,
     ctx_index: u32,
 ) -> Option<(&'static AggTable, u64)> {
-    let mut payload = vec![0u8; PAYLOAD_BYTES];
-    payload[0..8].copy_from_slice(&MAGIC);
-    let put32 = |p: &mut [u8], at: usize, v: u32| p[at..at + 4].copy_from_slice(&v.to_le_bytes());
-    put32(&mut payload, 8, VERSION);
-    put32(&mut payload, 12, ROWS as u32);
-    put32(&mut payload, 16, BUCKETS as u32);
-    put32(&mut payload, 20, CELL_WORDS as u32);
-    put32(&mut payload, 24, MIN_LOG2);
-    put32(&mut payload, 28, ctx.abi.load(Ordering::Relaxed));
-    payload[32..40].copy_from_slice(&ctx.comm_id.load(Ordering::Relaxed).to_le_bytes());
-    put32(&mut payload, 40, ctx.rank.load(Ordering::Relaxed) as u32);
-    put32(&mut payload, 44, ctx.nranks.load(Ordering::Relaxed) as u32);
-    put32(&mut payload, 48, ctx.nnodes.load(Ordering::Relaxed) as u32);
-    put32(&mut payload, 52, ctx_index);
+    let payload = encode_empty(&TableHeader {
+        abi: ctx.abi.load(Ordering::Relaxed),
+        comm_id: ctx.comm_id.load(Ordering::Relaxed),
+        rank: ctx.rank.load(Ordering::Relaxed),
+        nranks: ctx.nranks.load(Ordering::Relaxed),
+        nnodes: ctx.nnodes.load(Ordering::Relaxed),
+        ctx: ctx_index,
+    });
     let offset = rec.append_blob(BlobKind::ProfAggregates, &payload);
     if offset == 0 {
         return None;
@@ -404,36 +349,26 @@ impl GpuDone {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ncclshim_format::aggregates::header;
     use std::mem::{offset_of, size_of};
 
     #[test]
     fn table_layout_is_pinned() {
         assert_eq!(size_of::<AggTable>(), PAYLOAD_BYTES);
-        assert_eq!(offset_of!(AggTable, version), 8);
-        assert_eq!(offset_of!(AggTable, rows), 12);
-        assert_eq!(offset_of!(AggTable, min_log2), 24);
-        assert_eq!(offset_of!(AggTable, abi), 28);
-        assert_eq!(offset_of!(AggTable, comm_id), 32);
-        assert_eq!(offset_of!(AggTable, rank), 40);
-        assert_eq!(offset_of!(AggTable, nranks), 44);
-        assert_eq!(offset_of!(AggTable, nnodes), 48);
-        assert_eq!(offset_of!(AggTable, ctx), 52);
+        // The mapped struct and the shared layout name the same bytes.
+        assert_eq!(offset_of!(AggTable, magic), header::MAGIC);
+        assert_eq!(offset_of!(AggTable, version), header::VERSION);
+        assert_eq!(offset_of!(AggTable, rows), header::ROWS);
+        assert_eq!(offset_of!(AggTable, buckets), header::BUCKETS);
+        assert_eq!(offset_of!(AggTable, cell_words), header::CELL_WORDS);
+        assert_eq!(offset_of!(AggTable, min_log2), header::MIN_LOG2);
+        assert_eq!(offset_of!(AggTable, abi), header::ABI);
+        assert_eq!(offset_of!(AggTable, comm_id), header::COMM_ID);
+        assert_eq!(offset_of!(AggTable, rank), header::RANK);
+        assert_eq!(offset_of!(AggTable, nranks), header::NRANKS);
+        assert_eq!(offset_of!(AggTable, nnodes), header::NNODES);
+        assert_eq!(offset_of!(AggTable, ctx), header::CTX);
         assert_eq!(offset_of!(AggTable, cells), HEADER_BYTES);
-    }
-
-    #[test]
-    fn buckets_are_powers_of_two_from_1kib() {
-        assert_eq!(bucket(0), 0);
-        assert_eq!(bucket(1023), 0);
-        assert_eq!(bucket(1024), 1);
-        assert_eq!(bucket(2047), 1);
-        assert_eq!(bucket(2048), 2);
-        assert_eq!(bucket(1 << 20), 11);
-        assert_eq!(bucket(u64::MAX), BUCKETS - 1);
-        for b in 1..BUCKETS {
-            assert_eq!(bucket(bucket_floor(b)), b);
-            assert_eq!(bucket(bucket_floor(b) - 1), b - 1);
-        }
     }
 
     #[test]
@@ -470,91 +405,4 @@ mod tests {
         assert_eq!(done.gpu_ns(), 600);
         assert!(owned_by(i, tag).is_none(), "freed once complete");
     }
-}
-
-// ---- reader side: pure decoding of a blob payload (used by tests, the CLI and `reader`) ----
-
-/// One non-empty cell of a decoded table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CellSnapshot {
-    /// `profnames::FUNCS` code.
-    pub func: u8,
-    pub bucket: u8,
-    /// Smallest message size in the bucket, in bytes.
-    pub bucket_floor: u64,
-    pub count: u64,
-    pub bytes: u64,
-    pub timed_count: u64,
-    pub timed_bytes: u64,
-    pub gpu_ns_sum: u64,
-    pub gpu_ns_max: u64,
-}
-
-/// A decoded `ProfAggregates` blob.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AggSnapshot {
-    pub comm_id: u64,
-    pub rank: i32,
-    pub nranks: i32,
-    pub nnodes: i32,
-    pub abi: u32,
-    pub ctx: u32,
-    pub cells: Vec<CellSnapshot>,
-}
-
-/// Decodes a blob payload; `None` when it is not a version-1 table of the expected shape.
-/// Never panics on any input.
-pub fn decode(p: &[u8]) -> Option<AggSnapshot> {
-    let u32_at =
-        |o: usize| -> Option<u32> { Some(u32::from_le_bytes(p.get(o..o + 4)?.try_into().ok()?)) };
-    let u64_at =
-        |o: usize| -> Option<u64> { Some(u64::from_le_bytes(p.get(o..o + 8)?.try_into().ok()?)) };
-    if p.get(0..8)? != MAGIC || u32_at(8)? != VERSION {
-        return None;
-    }
-    let (rows, buckets, words) = (
-        u32_at(12)? as usize,
-        u32_at(16)? as usize,
-        u32_at(20)? as usize,
-    );
-    let min_log2 = u32_at(24)?;
-    if rows != ROWS
-        || buckets != BUCKETS
-        || words != CELL_WORDS
-        || min_log2 != MIN_LOG2
-        || p.len() < PAYLOAD_BYTES
-    {
-        return None;
-    }
-    let mut cells = Vec::new();
-    for i in 0..rows * buckets {
-        let base = HEADER_BYTES + i * CELL_WORDS * 8;
-        let w = |k: usize| u64_at(base + 8 * k);
-        let count = w(cell::COUNT)?;
-        let timed = w(cell::TIMED_COUNT)?;
-        if count == 0 && timed == 0 {
-            continue;
-        }
-        let bucket = i % buckets;
-        cells.push(CellSnapshot {
-            func: (i / buckets) as u8,
-            bucket: bucket as u8,
-            bucket_floor: bucket_floor(bucket),
-            count,
-            bytes: w(cell::BYTES)?,
-            timed_count: timed,
-            timed_bytes: w(cell::TIMED_BYTES)?,
-            gpu_ns_sum: w(cell::GPU_NS_SUM)?,
-            gpu_ns_max: w(cell::GPU_NS_MAX)?,
-        });
-    }
-    Some(AggSnapshot {
-        comm_id: u64_at(32)?,
-        rank: u32_at(40)? as i32,
-        nranks: u32_at(44)? as i32,
-        nnodes: u32_at(48)? as i32,
-        abi: u32_at(28)?,
-        ctx: u32_at(52)?,
-        cells,
-    })
 }

@@ -40,15 +40,62 @@ pub fn summary(report: &Value) -> String {
     }
 }
 
+/// Checks the finding a scenario is about (its primary, or a healthy job's advisory) against
+/// the expected ranks and facts.
+fn check_subject(expect: &Expect, f: &Value, what: &str, misses: &mut Vec<String>) {
+    if let Some(want) = &expect.ranks {
+        let got: Vec<u64> = f["ranks"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default();
+        let want: Vec<u64> = want.iter().map(|&r| u64::from(r)).collect();
+        if got != want {
+            misses.push(format!(
+                "{what} finding names ranks {got:?}, expected {want:?}"
+            ));
+        }
+    }
+    let text = f.to_string().to_lowercase();
+    for fact in &expect.facts {
+        // The finding's JSON escapes quotes; compare against the escaped form too.
+        let fl = fact.to_lowercase();
+        let escaped = serde_json::to_string(&fl).unwrap_or_default();
+        let escaped = escaped.trim_matches('"');
+        if !text.contains(&fl) && !text.contains(escaped) {
+            misses.push(format!("{what} finding does not name {fact:?}"));
+        }
+    }
+}
+
 pub fn judge(expect: &Expect, report: &Value) -> Result<(), Vec<String>> {
     let mut misses = Vec::new();
     let findings = report["findings"].as_array().cloned().unwrap_or_default();
     if expect.primary == "none" {
-        if !findings.is_empty() {
+        // A healthy job: nothing, or only the advisory the scenario expects (never primary).
+        let is_advisory = |f: &Value| {
+            expect
+                .advisory
+                .as_deref()
+                .is_some_and(|a| f["id"] == a && f["severity"] != "primary")
+        };
+        if findings.iter().any(|f| !is_advisory(f)) {
             misses.push(format!(
-                "expected no findings, the report has: {}",
+                "expected no findings{}, the report has: {}",
+                match &expect.advisory {
+                    Some(a) => format!(" but the advisory {a}"),
+                    None => String::new(),
+                },
                 summary(report)
             ));
+        }
+        if let Some(a) = &expect.advisory {
+            match findings.iter().find(|f| is_advisory(f)) {
+                None => misses.push(format!(
+                    "expected the advisory {a}, the report has: {}",
+                    summary(report)
+                )),
+                Some(f) => check_subject(expect, f, "advisory", &mut misses),
+            }
         }
     } else {
         match primary(report) {
@@ -65,28 +112,7 @@ pub fn judge(expect: &Expect, report: &Value) -> Result<(), Vec<String>> {
                         summary(report)
                     ));
                 }
-                if let Some(want) = &expect.ranks {
-                    let got: Vec<u64> = p["ranks"]
-                        .as_array()
-                        .map(|a| a.iter().filter_map(Value::as_u64).collect())
-                        .unwrap_or_default();
-                    let want: Vec<u64> = want.iter().map(|&r| u64::from(r)).collect();
-                    if got != want {
-                        misses.push(format!(
-                            "primary finding names ranks {got:?}, expected {want:?}"
-                        ));
-                    }
-                }
-                let text = p.to_string().to_lowercase();
-                for fact in &expect.facts {
-                    // The finding's JSON escapes quotes; compare against the escaped form too.
-                    let f = fact.to_lowercase();
-                    let escaped = serde_json::to_string(&f).unwrap_or_default();
-                    let escaped = escaped.trim_matches('"');
-                    if !text.contains(&f) && !text.contains(escaped) {
-                        misses.push(format!("primary finding does not name {fact:?}"));
-                    }
-                }
+                check_subject(expect, p, "primary", &mut misses);
             }
         }
     }
@@ -139,6 +165,19 @@ pub fn mutations(expect: &Expect, report: &Value) -> Vec<(String, Expect, Value)
         e.ranks = Some(r);
         out.push(("other ranks".into(), e, report.clone()));
     } else {
+        if expect.advisory.is_some() {
+            let mut e = expect.clone();
+            e.facts.push("a fact no report names: zq-lab-9".into());
+            out.push(("an unnamed fact".into(), e, report.clone()));
+            let mut e = expect.clone();
+            let mut r = expect.ranks.clone().unwrap_or_default();
+            r.push(999);
+            e.ranks = Some(r);
+            out.push(("other ranks".into(), e, report.clone()));
+            let mut e = expect.clone();
+            e.advisory = Some("a-finding-no-rule-makes".into());
+            out.push(("another advisory".into(), e, report.clone()));
+        }
         let mut r = report.clone();
         r["findings"] = serde_json::json!([{
             "id": "rank-ended-abruptly", "severity": "primary", "ranks": [0],
@@ -160,6 +199,7 @@ mod tests {
             facts: vec!["NCCL_NET=IB".into()],
             absent: vec!["unexplained-error".into()],
             also: vec!["nccl-env-differs".into()],
+            advisory: None,
         }
     }
 
@@ -190,9 +230,33 @@ mod tests {
             facts: vec![],
             absent: vec![],
             also: vec![],
+            advisory: None,
         };
         assert_eq!(judge(&e, &healthy), Ok(()));
         for (what, m, r) in mutations(&e, &healthy) {
+            assert!(judge(&m, &r).is_err(), "judge accepted {what}");
+        }
+        // A healthy job with one advisory finding about a late rank.
+        let advised = serde_json::json!({"findings": [
+            {"id": "late-rank", "severity": "contributing", "ranks": [0, 1, 2],
+             "title": "Rank 2 is late", "evidence": [], "remedy": ""}
+        ]});
+        let e = Expect {
+            advisory: Some("late-rank".into()),
+            ranks: Some(vec![0, 1, 2]),
+            facts: vec!["rank 2 is late".into()],
+            ..e
+        };
+        assert_eq!(judge(&e, &advised), Ok(()));
+        assert!(judge(
+            &Expect {
+                advisory: None,
+                ..e.clone()
+            },
+            &advised
+        )
+        .is_err());
+        for (what, m, r) in mutations(&e, &advised) {
             assert!(judge(&m, &r).is_err(), "judge accepted {what}");
         }
     }

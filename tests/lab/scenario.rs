@@ -171,6 +171,9 @@ pub struct Step {
     /// A collective: the (last) call returns, but its kernel never ends on the GPU (seen only
     /// through the profiler plugin: its kernel channel never stops), nor do later ones'.
     pub kernel_hang: Option<bool>,
+    /// A collective: each call's kernel spends this many microseconds on the GPU, as the
+    /// profiler plugin is told (a rank waiting for a late peer spends longer than the late rank).
+    pub kernel_us: Option<u64>,
     /// Delay after each call (polls, slow steps).
     pub every_ms: Option<u64>,
     /// `ncclCommGetAsyncError`: the async error the last poll reports.
@@ -212,6 +215,9 @@ pub struct Expect {
     /// Finding ids that must appear besides the primary (consequences, other ranks' stories).
     #[serde(default)]
     pub also: Vec<String>,
+    /// With `primary = "none"`: the one advisory finding a healthy job may have (never primary);
+    /// `ranks` and `facts` then apply to it.
+    pub advisory: Option<String>,
 }
 
 impl Scenario {

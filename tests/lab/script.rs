@@ -99,6 +99,9 @@ fn step_line(s: &Step, place: &RankPlace) -> String {
     if s.hang == Some(true) {
         field(&mut l, "hang", 1);
     }
+    if let Some(us) = s.kernel_us {
+        field(&mut l, "kus", us);
+    }
     if let Some(ms) = s.every_ms {
         field(&mut l, "ms", ms);
     }

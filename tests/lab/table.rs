@@ -62,13 +62,15 @@ pub fn render(outcomes: &[(String, Scenario, Outcome)]) -> String {
            and `script`: steps such as `{ call = \"ncclCommInitRank\", rc = 5, error = \"...\" }`,\n\
            `{ call = \"ncclAllReduce\", repeat = 1000, hang = true }`,\n\
            `{ call = \"ncclAllReduce\", kernel_hang = true }` (returns; its kernel never ends: profiler only),\n\
+           `{ call = \"ncclAllReduce\", repeat = 500, kernel_us = 900 }` (each kernel's GPU time as the profiler is told),\n\
            `{ call = \"ncclCommGetAsyncError\", repeat = 100, every_ms = 1, async_error = 6 }`,\n\
            `{ driver = ... }` inside a call (`driver = \"cuMemImportFromShareableHandle\", driver_rc = 101`),\n\
            `{ sleep_ms = 50 }`, `{ hang_outside = true }`, `{ signal = \"SIGSEGV\" }`, `{ exit = 1 }`,\n\
            `{ load = \"libcudart.so.12\" }`;\n\
          - `[launcher]`: `timeout_ms` (then SIGTERM), `kill_after_ms` (then SIGKILL), `interrupt_ms` (Ctrl-C);\n\
          - `[expect]`: `primary` (finding id, or `none`), `ranks`, `facts` (texts the primary finding\n\
-           must contain), `absent` (finding ids that must not appear), `also` (ids that must appear too);\n\
+           must contain), `absent` (finding ids that must not appear), `also` (ids that must appear too),\n\
+           `advisory` (with `primary = \"none\"`: the one non-primary finding a healthy job may have; `ranks`/`facts` apply to it);\n\
          - `pending = \"reason\"` when the report is known to be wrong: the lab lists it as skipped and\n\
            fails once it passes. Then regenerate this table.\n",
     );

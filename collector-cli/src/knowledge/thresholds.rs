@@ -27,12 +27,26 @@ pub struct LargeScale {
     pub source: String,
 }
 
+/// When a rank counts as late to a communicator's collectives (`rules::generic::late_rank`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LateRank {
+    /// Its mean GPU time per operation is at most this fraction of its peers' median...
+    pub max_ratio: f64,
+    /// ...and the peers' median exceeds it by at least this many ns per operation...
+    pub min_wait_ns: u64,
+    /// ...over at least this many operations whose kernel ended, on every rank.
+    pub min_ops: u64,
+    pub source: String,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Thresholds {
     pub dev_shm: DevShm,
     pub memlock: Memlock,
     pub large_scale: LargeScale,
+    pub late_rank: LateRank,
 }
 
 pub fn thresholds() -> &'static Thresholds {
@@ -63,10 +77,17 @@ mod tests {
     fn the_file_validates() {
         let t = thresholds();
         assert!(t.dev_shm.min_bytes >= 64 << 20);
-        for s in [&t.dev_shm.source, &t.memlock.source, &t.large_scale.source] {
+        for s in [
+            &t.dev_shm.source,
+            &t.memlock.source,
+            &t.large_scale.source,
+            &t.late_rank.source,
+        ] {
             assert!(s.contains("NVIDIA/nccl"), "{s}");
         }
         assert!(t.large_scale.min_ranks > 1);
+        assert!(t.late_rank.max_ratio > 0.0 && t.late_rank.max_ratio < 1.0);
+        assert!(t.late_rank.min_ops > 0);
     }
 
     #[test]

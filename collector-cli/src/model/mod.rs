@@ -4,6 +4,7 @@
 //! joins processes into communicators by commHash / uniqueId hash and orders every failure in
 //! time so the first failing rank can be named.
 
+pub mod aggregates;
 pub mod endpoints;
 pub mod facts;
 
@@ -201,6 +202,8 @@ pub struct ProcessModel {
     pub lost_by_thread: Vec<(u32, String, u64)>,
     /// Per-communicator progress from the dump's communicator table (never lost to wrap).
     pub progress: Vec<CommProgress>,
+    /// The profiler's running totals per communicator (never lost to wrap).
+    pub aggregates: Vec<aggregates::CommAggregate>,
     /// Communicators created beyond the communicator table's capacity.
     pub comms_not_kept: u32,
     /// What the reader could not read in this process's files (truncation, a torn directory):
@@ -423,6 +426,22 @@ impl ProcessModel {
         }
     }
 
+    fn add_aggregate(&mut self, a: aggregates::CommAggregate) {
+        match self
+            .aggregates
+            .iter_mut()
+            .find(|x| x.comm_hash == a.comm_hash && x.rank == a.rank)
+        {
+            Some(x) => x.merge(&a),
+            None => self.aggregates.push(a),
+        }
+    }
+
+    /// The profiler's totals for communicator `comm`, when it kept them.
+    pub fn aggregate(&self, comm: u64) -> Option<&aggregates::CommAggregate> {
+        self.aggregates.iter().find(|a| a.comm_hash == comm)
+    }
+
     /// Moves every time by `delta` ns (re-basing on another calibration of the same clock).
     pub fn shift(&mut self, delta: i128) {
         if delta == 0 {
@@ -516,6 +535,9 @@ impl ProcessModel {
         self.last_alive = self.last_alive.max(o.last_alive);
         self.lost_by_thread.extend(o.lost_by_thread);
         self.progress.extend(o.progress);
+        for a in o.aggregates {
+            self.add_aggregate(a);
+        }
         self.comms_not_kept += o.comms_not_kept;
         self.notes.extend(o.notes);
         self.nccl_version = self.nccl_version.or(o.nccl_version);
@@ -603,6 +625,10 @@ impl ProcessModel {
                 state: c.state_name(),
                 parent_hash: c.parent_hash,
             });
+        }
+
+        for a in aggregates::from_dump(d) {
+            self.add_aggregate(a);
         }
 
         // Latest snapshot of each kind wins (later ones are taken at communicator init).
@@ -1165,6 +1191,15 @@ impl JobModel {
             }
             FailureWhat::Signal(_) | FailureWhat::Died => None,
         }
+    }
+
+    /// Each member's profiler totals for communicator `comm`, in rank order: (rank, process,
+    /// totals); members whose profiler kept none are left out.
+    pub fn comm_aggregates(&self, comm: u64) -> Vec<(u32, usize, &aggregates::CommAggregate)> {
+        self.comm_members(comm)
+            .into_iter()
+            .filter_map(|(r, p)| Some((r, p, self.processes[p].aggregate(comm)?)))
+            .collect()
     }
 
     /// Processes that are members of a communicator, in rank order.

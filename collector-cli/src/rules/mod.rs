@@ -268,6 +268,7 @@ pub const RULES: &[(&str, RuleFn)] = &[
     ("stuck", |j, o| {
         generic::stuck::check(j, o.now_ns, o.stall_after_ns)
     }),
+    ("late", |j, _| generic::late_rank::check(j)),
     ("env", |j, _| generic::env_diff::check(j)),
     ("libs", |j, _| generic::lib_diff::check(j)),
 ];

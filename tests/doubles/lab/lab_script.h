@@ -24,6 +24,7 @@ struct lab_step {
     char text[LAB_TEXT]; /* ncclGetLastError() after a failure */
     int hang;         /* the last call never returns */
     int khang;        /* a collective whose kernel never ends (the call itself returns) */
+    long kus;         /* a collective's kernel time on the GPU, us (0: as long as the double takes) */
     long ms;          /* sleep / delay between polls */
     int sig;          /* signal to raise */
     int code;         /* exit status */
@@ -50,6 +51,7 @@ static __attribute__((unused)) void lab_field(struct lab_step* s, const char* k,
     else if (!strcmp(k, "text")) snprintf(s->text, sizeof s->text, "%s", v);
     else if (!strcmp(k, "hang")) s->hang = atoi(v);
     else if (!strcmp(k, "khang")) s->khang = atoi(v);
+    else if (!strcmp(k, "kus")) s->kus = atol(v);
     else if (!strcmp(k, "ms")) s->ms = atol(v);
     else if (!strcmp(k, "sig")) s->sig = atoi(v);
     else if (!strcmp(k, "code")) s->code = atoi(v);

@@ -172,8 +172,11 @@ static const char* prof_datatype(int dt) {
     return dt >= 0 && dt < 12 ? names[dt] : "Unknown";
 }
 
-/* One enqueued collective; `hangs`: its kernel never ends. AllGather/Broadcast report bytes as ncclInt8. */
-static void prof_coll(struct script_comm* c, int f, const void* s, void* r, size_t n, int dt, int root, int hangs) {
+/* One enqueued collective; `hangs`: its kernel never ends; `kernel_us` > 0: its kernel's GPU time
+ * (the channel's stop timer is that much after its start: a rank that waits on the GPU for a late
+ * peer shows a longer kernel than the late rank). AllGather/Broadcast report bytes as ncclInt8. */
+static void prof_coll(struct script_comm* c, int f, const void* s, void* r, size_t n, int dt, int root, int hangs,
+                      long kernel_us) {
     static const char* funcs[] = {"AllReduce", "Broadcast", "AllGather", "ReduceScatter"};
     const struct prof_v5* p = prof_plugin();
     if (!p || !c || !c->prof_ctx || !(c->prof_mask & (PROF_COLL | PROF_KERNEL_CH))) return;
@@ -203,7 +206,7 @@ static void prof_coll(struct script_comm* c, int f, const void* s, void* r, size
     p->start(c->prof_ctx, &ch, &k);
     if (hangs) c->kernel_stuck = 1;
     if (!ch || c->kernel_stuck) return;
-    uint64_t stop = gpu_ns();
+    uint64_t stop = kernel_us > 0 ? k.kernel_ch.ptimer + (uint64_t)kernel_us * 1000u : gpu_ns();
     p->record(ch, PROF_KERNEL_CH_STOP, &stop);
     p->stop(ch);
 }
@@ -219,11 +222,12 @@ static ncclResult_t play_coll(const char* name, struct script_comm* comm, int f,
                               size_t n, int dt, int root) {
     int last = 0;
     const struct lab_step* s = lab_next(&cursor, name, 0, &last);
-    if (!s || !last) { prof_coll(comm, f, sb, rb, n, dt, root, 0); return 0; }
+    long kus = s ? s->kus : 0;
+    if (!s || !last) { prof_coll(comm, f, sb, rb, n, dt, root, 0, kus); return 0; }
     if (s->cu[0]) driver_call(s->cu);
-    if (s->hang) { prof_coll(comm, f, sb, rb, n, dt, root, 1); for (;;) pause(); }
+    if (s->hang) { prof_coll(comm, f, sb, rb, n, dt, root, 1, kus); for (;;) pause(); }
     if (s->rc) { snprintf(last_error, sizeof last_error, "%s", s->text); return s->rc; }
-    prof_coll(comm, f, sb, rb, n, dt, root, s->khang);
+    prof_coll(comm, f, sb, rb, n, dt, root, s->khang, kus);
     return 0;
 }
 

@@ -2,7 +2,10 @@
 //! a rank is stuck INSIDE NCCL when a call on the communicator never returned or a collective's
 //! profiler record never stopped (or its kernel never ended); it is stuck OUTSIDE NCCL when its
 //! last call returned and it issued fewer collectives than the others — the rank everybody waits
-//! for, usually the one to debug.
+//! for, usually the one to debug. The profiler's running aggregates (operations started and
+//! completed per rank, never lost to wrap) are a third source of progress, and each hang
+//! finding states every rank's counts, so the rank with fewer operations than its peers is
+//! named by a number that covers the whole job.
 
 use crate::model::{JobModel, ProcessModel};
 use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding, Severity};
@@ -28,6 +31,8 @@ struct RankState {
     issued: Option<u64>,
     shim_seq: Option<u64>,
     prof_seq: Option<u64>,
+    /// The profiler's running totals: operations started, and those whose kernel ended.
+    agg: Option<(u64, u64)>,
     /// What it is stuck in, when inside NCCL.
     inside: Option<Inside>,
     last_call: Option<String>,
@@ -131,8 +136,50 @@ fn state(pm: &ProcessModel, p: usize, rank: u32, comm: u64) -> RankState {
         issued: shim_seq.max(prof_seq),
         shim_seq,
         prof_seq,
+        agg: pm
+            .aggregate(comm)
+            .map(|a| (a.totals.count, a.totals.timed_count)),
         inside,
         last_call,
+    }
+}
+
+/// Every rank's operation counts from the profiler's aggregates, one fact per distinct count
+/// (ranks with equal counts share it), when every rank has them and they differ or a rank is
+/// stuck: the rank that started fewer operations than the others is the one they wait for.
+fn aggregate_facts(job: &JobModel, comm: u64, states: &[RankState], f: &mut Finding) {
+    if states.is_empty() || states.iter().any(|s| s.agg.is_none()) {
+        return;
+    }
+    let most = states
+        .iter()
+        .filter_map(|s| s.agg)
+        .map(|a| a.0)
+        .max()
+        .unwrap_or(0);
+    for s in states {
+        let Some((started, ended)) = s.agg else {
+            continue;
+        };
+        let behind = most - started;
+        let text = if behind > 0 {
+            format!(
+                "comm {comm:#x}: the profiler counted {started} operations started ({ended} ended on the GPU), {behind} fewer than the others"
+            )
+        } else {
+            format!(
+                "comm {comm:#x}: the profiler counted {started} operations started ({ended} ended on the GPU)"
+            )
+        };
+        f.fact(
+            Evidence::new(EvidenceKind::Progress, text)
+                .value("comm", format!("{comm:#x}"))
+                .value("source", "profiler_aggregates")
+                .value("ops_started", started)
+                .value("ops_ended", ended)
+                .value("ops_behind", behind)
+                .of(job, s.process),
+        );
     }
 }
 
@@ -192,6 +239,11 @@ pub fn check(job: &JobModel, now_ns: u64, stall_ns: u64) -> Vec<Finding> {
             states.iter_mut().for_each(|s| s.issued = s.shim_seq);
         } else if states.iter().all(|s| s.prof_seq.is_some()) {
             states.iter_mut().for_each(|s| s.issued = s.prof_seq);
+        } else if states.iter().all(|s| s.agg.is_some_and(|a| a.0 > 0)) {
+            // Only the aggregates cover every rank (records lost to wrap, v1-v3 plugins).
+            states
+                .iter_mut()
+                .for_each(|s| s.issued = s.agg.map(|a| a.0 - 1));
         }
         let max = states.iter().filter_map(|s| s.issued).max();
         let any_inside = states.iter().any(|s| s.inside.is_some());
@@ -291,6 +343,7 @@ pub fn check(job: &JobModel, now_ns: u64, stall_ns: u64) -> Vec<Finding> {
                 .of(job, s.process),
             );
         }
+        aggregate_facts(job, comm, &states, &mut f);
         out.push(f);
     }
     out
@@ -355,6 +408,46 @@ mod tests {
             "{:?}",
             f.evidence
         );
+    }
+
+    /// Only the profiler's aggregates cover every rank (no per-operation records survived):
+    /// their operation counts name the rank the others wait for, and every rank's counts are
+    /// evidence.
+    #[test]
+    fn the_aggregates_op_counts_name_the_lagging_rank() {
+        let (_, fs) = analyze(&["n0", "n0", "n1"], |s| {
+            s.snapshot_all(22803);
+            s.init_world(22803);
+            for r in s.ranks.iter_mut() {
+                let ops = if r.rank == 1 { 250 } else { 251 };
+                r.prof_aggregates(
+                    crate::synth::WORLD_UID,
+                    3,
+                    r.rank as i32,
+                    ops,
+                    250,
+                    4096,
+                    10_000,
+                );
+            }
+        });
+        let f = find(&fs, "stuck-outside-nccl").expect("stuck outside");
+        assert_eq!(f.ranks, vec![1]);
+        let counted = |rank: u32| {
+            f.evidence
+                .iter()
+                .find(|e| {
+                    e.ranks.contains(&rank)
+                        && e.values
+                            .get("source")
+                            .is_some_and(|v| v == "profiler_aggregates")
+                })
+                .unwrap_or_else(|| panic!("rank {rank}'s counts: {:?}", f.evidence))
+        };
+        assert_eq!(counted(1).values["ops_started"], 250);
+        assert_eq!(counted(1).values["ops_behind"], 1);
+        assert_eq!(counted(0).values["ops_started"], 251);
+        assert_eq!(counted(0).ranks, vec![0, 2], "equal counts are one fact");
     }
 
     #[test]
