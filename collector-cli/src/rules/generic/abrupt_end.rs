@@ -1,28 +1,46 @@
 //! A rank whose dump stops without a clean exit, with no error of its own and no fatal signal
 //! recorded: it was killed (SIGKILL, OOM-killer, node failure) or crashed where the recorder
 //! could not see it. When other ranks failed only after it stopped, it is the first failure.
+//! Every such rank is one finding ("ranks 8-15 on node1"): a lost node or an OOM sweep kills
+//! many ranks at once, and one finding per rank would repeat one cause.
 
 use crate::model::{FailureWhat, JobModel};
+use crate::rules::evidence::{name_refs, ProcessRef};
 use crate::rules::{who, Confidence, Evidence, EvidenceKind, Finding, Severity};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
-    let mut out = Vec::new();
     let first = job.failures.first().map(|f| f.process);
-    for fl in job.failures.iter().filter(|f| f.what == FailureWhat::Died) {
-        let p = fl.process;
-        let pm = &job.processes[p];
-        let is_first = first == Some(p);
-        let mut f = Finding::new(
-            "rank-ended-abruptly",
-            None,
-            format!("{} stopped without a clean exit and without an error of its own", who(job, p)),
-            if is_first { Severity::Primary } else { Severity::Contributing },
-            Confidence::Medium,
-        )
-        .remedy(
-            "Check how this process ended: the launcher's exit status, dmesg / OOM-killer messages \
+    let dead: Vec<usize> = job
+        .failures
+        .iter()
+        .filter(|f| f.what == FailureWhat::Died)
+        .map(|f| f.process)
+        .collect();
+    if dead.is_empty() {
+        return Vec::new();
+    }
+    let is_first = first.is_some_and(|p| dead.contains(&p));
+    let refs: Vec<ProcessRef> = dead.iter().map(|&p| ProcessRef::of(job, p)).collect();
+    let mut f = Finding::new(
+        "rank-ended-abruptly",
+        None,
+        format!(
+            "{} stopped without a clean exit and without an error of its own",
+            name_refs(&refs)
+        ),
+        if is_first {
+            Severity::Primary
+        } else {
+            Severity::Contributing
+        },
+        Confidence::Medium,
+    )
+    .remedy(
+        "Check how this process ended: the launcher's exit status, dmesg / OOM-killer messages \
              (`dmesg -T | grep -i -e oom -e killed`), the node's health, its stderr.",
-        );
+    );
+    for &p in &dead {
+        let pm = &job.processes[p];
         f.involve(job, p);
         f.fact(
             Evidence::new(
@@ -57,13 +75,19 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 }
             }
         }
-        if is_first && job.failures.len() > 1 {
+    }
+    if let (true, Some(p)) = (is_first, first) {
+        if job.failures.len() > dead.len() {
+            let whose = if dead.len() == 1 {
+                "this rank's".to_owned()
+            } else {
+                format!("{}'s", who(job, p))
+            };
             f.fact(Evidence::new(
                 EvidenceKind::Inference,
-                "every other rank's failure comes after this rank's last record",
+                format!("every other rank's failure comes after {whose} last record"),
             ));
         }
-        out.push(f);
     }
-    out
+    vec![f]
 }
