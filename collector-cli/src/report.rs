@@ -401,8 +401,17 @@ impl Report {
     }
 
     /// 0 nothing wrong found, 1 a failure (or a condition that causes one) was found.
+    /// 1 when the report found a problem; advisories alone (a late rank in a job that ran)
+    /// leave it 0, like a healthy job.
     pub fn exit_code(&self) -> i32 {
-        i32::from(!self.findings.is_empty())
+        i32::from(self.problem_findings().next().is_some())
+    }
+
+    /// The findings about a problem: every one but the advisories.
+    pub fn problem_findings(&self) -> impl Iterator<Item = &Finding> {
+        self.findings
+            .iter()
+            .filter(|f| f.severity != Severity::Advisory)
     }
 
     /// The terminal rendering.
@@ -495,7 +504,7 @@ impl Report {
             }
             o.push('\n');
         }
-        if self.findings.is_empty() {
+        if self.problem_findings().next().is_none() {
             let verdict =
                 match (self.evidence_gaps.is_empty(), self.problems.is_empty()) {
                     (true, true) => "No problem found.".to_owned(),
@@ -517,6 +526,7 @@ impl Report {
             let sev = match f.severity {
                 Severity::Primary => red("PRIMARY"),
                 Severity::Contributing => yellow("CONTRIBUTING"),
+                Severity::Advisory => bold("ADVISORY"),
             };
             let cat = f.catalog.map(|c| format!("[{c}] ")).unwrap_or_default();
             let conf = format!("{:?}", f.confidence).to_lowercase();

@@ -76,7 +76,7 @@ pub fn judge(expect: &Expect, report: &Value) -> Result<(), Vec<String>> {
             expect
                 .advisory
                 .as_deref()
-                .is_some_and(|a| f["id"] == a && f["severity"] != "primary")
+                .is_some_and(|a| f["id"] == a && f["severity"] == "advisory")
         };
         if findings.iter().any(|f| !is_advisory(f)) {
             misses.push(format!(
@@ -238,7 +238,7 @@ mod tests {
         }
         // A healthy job with one advisory finding about a late rank.
         let advised = serde_json::json!({"findings": [
-            {"id": "late-rank", "severity": "contributing", "ranks": [0, 1, 2],
+            {"id": "late-rank", "severity": "advisory", "ranks": [0, 1, 2],
              "title": "Rank 2 is late", "evidence": [], "remedy": ""}
         ]});
         let e = Expect {

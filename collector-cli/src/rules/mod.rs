@@ -37,6 +37,9 @@ pub enum Severity {
     Primary,
     /// A consequence of the primary failure, or a condition that made it likelier.
     Contributing,
+    /// Worth knowing but not a failure (a rank that arrives late to every collective of a job
+    /// that ran): it explains no failure and does not make the report fail.
+    Advisory,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]

@@ -101,7 +101,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 ms(wait_median),
                 if late_ranks.len() == 1 { "it" } else { "them" },
             ),
-            Severity::Contributing,
+            Severity::Advisory,
             Confidence::Medium,
         )
         .remedy(
@@ -168,6 +168,14 @@ mod tests {
 
     /// Ranks whose mean GPU time per AllReduce is `gpu_us[rank]` µs, over `ops` operations.
     fn job(hosts: &[&str], gpu_us: &[u64], ops: u64) -> Vec<crate::rules::Finding> {
+        job_and_findings(hosts, gpu_us, ops).1
+    }
+
+    fn job_and_findings(
+        hosts: &[&str],
+        gpu_us: &[u64],
+        ops: u64,
+    ) -> (crate::model::JobModel, Vec<crate::rules::Finding>) {
         let n = gpu_us.len() as i32;
         analyze(hosts, |s| {
             s.snapshot_all(22803);
@@ -178,14 +186,30 @@ mod tests {
                 r.clean_exit();
             }
         })
-        .1
+    }
+
+    /// An advisory alone is not a problem: the report of a job that ran with a late rank
+    /// exits 0 and says no problem was found, then shows the advisory.
+    #[test]
+    fn a_late_rank_alone_does_not_fail_the_report() {
+        let (jm, fs) = job_and_findings(&["n0", "n0", "n1", "n1"], &[900, 880, 120, 910], 1000);
+        assert!(
+            fs.iter()
+                .all(|f| f.severity == crate::rules::Severity::Advisory),
+            "{fs:?}"
+        );
+        let report = crate::report::Report::build(&jm, fs, Vec::new());
+        assert_eq!(report.exit_code(), 0);
+        let text = report.to_text(false);
+        assert!(text.contains("No problem found"), "{text}");
+        assert!(text.contains("ADVISORY"), "{text}");
     }
 
     #[test]
     fn the_rank_with_the_shortest_time_in_collectives_is_the_late_one() {
         let fs = job(&["n0", "n0", "n1", "n1"], &[900, 880, 120, 910], 1000);
         let f = find(&fs, "late-rank").expect("late rank");
-        assert_eq!(f.severity, crate::rules::Severity::Contributing);
+        assert_eq!(f.severity, crate::rules::Severity::Advisory);
         assert!(f.title.starts_with("Rank 2 is late"), "{}", f.title);
         assert_eq!(f.ranks, vec![2], "the late rank is the subject");
         let late = f
