@@ -14,8 +14,10 @@ pub mod liveness;
 pub mod profnames;
 #[cfg(feature = "reader")]
 pub mod reader;
+pub mod result;
 pub mod schema;
 pub mod timebase;
 
 pub use layout::WriterKind;
+pub use result::NcclResult;
 pub use schema::{BlobKind, CallId, RecordKind, SlotRef};

@@ -11,7 +11,7 @@ use crate::names::{nccl_version_string, rc_name};
 use facts::{GpuFacts, HostFacts, LibFacts};
 use ncclshim_format::reader::{Dump, Record};
 use ncclshim_format::schema::slot_flags;
-use ncclshim_format::{BlobKind, CallId, RecordKind, WriterKind};
+use ncclshim_format::{BlobKind, CallId, NcclResult, RecordKind, WriterKind};
 use rayon::prelude::*;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -44,9 +44,23 @@ impl CallEvent {
         self.t_exit.is_none()
     }
 
+    /// The call's `ncclResult_t` (None for a CUDA driver call, whose rc is a CUresult).
+    pub fn nccl_result(&self) -> Option<NcclResult> {
+        (!self.is_cuda).then(|| NcclResult::from_i32(self.rc))
+    }
+
+    /// Whether this is an NCCL call (not a driver call) that returned `r`.
+    pub fn returned(&self, r: NcclResult) -> bool {
+        self.nccl_result() == Some(r)
+    }
+
     /// A completed call that returned an error (`ncclInProgress` is not one).
     pub fn failed(&self) -> bool {
-        !self.in_flight() && self.rc != 0 && (self.is_cuda || self.rc != 7)
+        !self.in_flight()
+            && match self.nccl_result() {
+                Some(r) => r.is_error(),
+                None => self.rc != 0,
+            }
     }
 
     /// A failed call, or an `ncclCommGetAsyncError` that reported an error: everything that
@@ -56,12 +70,15 @@ impl CallEvent {
     }
 
     /// The error an `ncclCommGetAsyncError` call reported (not success, not in progress).
-    pub fn async_error(&self) -> Option<u64> {
-        (self.call == Some(CallId::NcclCommGetAsyncError)
-            && !self.in_flight()
-            && self.args[0] != 0
-            && self.args[0] != 7)
-            .then_some(self.args[0])
+    pub fn async_error(&self) -> Option<NcclResult> {
+        let r = self.async_result()?;
+        (!self.in_flight() && r.is_error()).then_some(r)
+    }
+
+    /// What an `ncclCommGetAsyncError` call reported (any value; None for other calls).
+    pub fn async_result(&self) -> Option<NcclResult> {
+        (self.call == Some(CallId::NcclCommGetAsyncError))
+            .then(|| NcclResult::from_arg(self.args[0]))
     }
 
     pub fn rc_name(&self) -> String {
@@ -809,7 +826,9 @@ impl ProcessModel {
     fn add_call(&mut self, ev: CallEvent) {
         let idx = self.calls.len();
         match ev.call {
-            Some(CallId::NcclGetVersion) if ev.rc == 0 && !ev.in_flight() && ev.args[0] != 0 => {
+            Some(CallId::NcclGetVersion)
+                if ev.returned(NcclResult::Success) && !ev.in_flight() && ev.args[0] != 0 =>
+            {
                 self.nccl_version = Some(ev.args[0]);
             }
             Some(
@@ -817,7 +836,7 @@ impl ProcessModel {
                 | CallId::NcclCommInitRankConfig
                 | CallId::NcclCommInitRankScalable,
             ) => {
-                let ok = ev.rc == 0 && !ev.in_flight();
+                let ok = ev.returned(NcclResult::Success) && !ev.in_flight();
                 self.merge_membership(Membership {
                     comm_hash: ev.arg("uid_hash").unwrap_or(0),
                     nranks: ev.args[0] as u32,
@@ -829,7 +848,9 @@ impl ProcessModel {
                     nccl_version: None,
                 });
             }
-            Some(CallId::NcclCommSplit) if ev.rc == 0 && !ev.in_flight() && ev.args[3] != 0 => {
+            Some(CallId::NcclCommSplit)
+                if ev.returned(NcclResult::Success) && !ev.in_flight() && ev.args[3] != 0 =>
+            {
                 self.merge_membership(Membership {
                     comm_hash: ev.args[3],
                     nranks: ev.args[4] as u32,

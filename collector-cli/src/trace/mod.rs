@@ -24,7 +24,7 @@ use ncclshim_format::profnames::{self, NameTable};
 use ncclshim_format::reader::{Dump, GpuDone, Record};
 use ncclshim_format::schema::slot_flags;
 use ncclshim_format::SlotRef;
-use ncclshim_format::{CallId, RecordKind};
+use ncclshim_format::{CallId, NcclResult, RecordKind};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 
@@ -569,9 +569,13 @@ pub fn write_trace(trace: &Value, output: &std::path::Path) -> anyhow::Result<()
 /// `ncclCommGetAsyncError` that reported one (the call itself succeeded); `ncclInProgress` is
 /// not a failure.
 fn failure_of(r: &Record, is_cuda: bool) -> Option<(String, i32)> {
-    const NCCL_IN_PROGRESS: i32 = 7;
     r.t_exit_ns?;
-    if r.rc != 0 && (is_cuda || r.rc != NCCL_IN_PROGRESS) {
+    let failed = if is_cuda {
+        r.rc != 0
+    } else {
+        NcclResult::from_i32(r.rc).is_error()
+    };
+    if failed {
         return Some((
             format!("{} failed: {}", r.call_name(), rc_name(r.rc, is_cuda)),
             r.rc,
@@ -579,7 +583,8 @@ fn failure_of(r: &Record, is_cuda: bool) -> Option<(String, i32)> {
     }
     if r.call() == Some(CallId::NcclCommGetAsyncError) {
         let e = i32::try_from(r.args[0]).ok()?;
-        return (e != 0 && e != NCCL_IN_PROGRESS)
+        return NcclResult::from_i32(e)
+            .is_error()
             .then(|| (format!("async error: {}", rc_name(e, false)), e));
     }
     None
