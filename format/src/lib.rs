@@ -20,4 +20,4 @@ pub mod timebase;
 
 pub use layout::WriterKind;
 pub use result::NcclResult;
-pub use schema::{BlobKind, CallId, RecordKind, SlotRef};
+pub use schema::{args, ArgView, BlobKind, CallId, RecordKind, SlotRef};

@@ -8,7 +8,7 @@
 
 use crate::layout::*;
 use crate::liveness::writer_may_be_alive;
-use crate::schema::{BlobKind, CallId, RecordKind, SlotRef};
+use crate::schema::{ArgView, BlobKind, CallId, RecordKind, SlotRef};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
@@ -250,18 +250,30 @@ impl Record {
         self.args.get(i).copied()
     }
 
+    /// The record's arguments as the typed view `V` ([`crate::schema::args`]), when `V` is the
+    /// view of this record: its call's view for calls, events and profiler starts,
+    /// `ProfStop` for a stop record, `ProfState` or `ProfGpuDone` for a state record. None for
+    /// any other view and for an id this reader does not know.
+    pub fn view<V: ArgView>(&self) -> Option<V> {
+        let fits = match self.kind() {
+            Some(RecordKind::ProfStop) => V::VIEW == "ProfStop",
+            Some(RecordKind::ProfState) => matches!(V::VIEW, "ProfState" | "ProfGpuDone"),
+            _ => self.call().is_some_and(|c| c.view_name() == V::VIEW),
+        };
+        fits.then(|| V::from_args(&self.args))
+    }
+
     /// The operation's GPU span, when this is a `prof_state`
     /// [`PROF_STATE_GPU_DONE`](crate::schema::PROF_STATE_GPU_DONE) record.
     pub fn gpu_done(&self) -> Option<GpuDone> {
-        (self.kind() == Some(RecordKind::ProfState)
-            && self.args[1] == crate::schema::PROF_STATE_GPU_DONE)
-            .then(|| GpuDone {
-                op: self.args[0],
-                gpu_start: self.args[2],
-                gpu_stop: self.args[3],
-                channels: self.args[4],
-                clocked: self.flags & crate::schema::slot_flags::TIME_OF_NAMED == 0,
-            })
+        let v = self.view::<crate::schema::args::ProfGpuDone>()?;
+        (v.state == crate::schema::PROF_STATE_GPU_DONE).then_some(GpuDone {
+            op: v.handle,
+            gpu_start: v.gpu_start,
+            gpu_stop: v.gpu_stop,
+            channels: v.channels,
+            clocked: self.flags & crate::schema::slot_flags::TIME_OF_NAMED == 0,
+        })
     }
 }
 
