@@ -331,13 +331,13 @@ impl Report {
                     pid: p.pid,
                     what: job.describe(f),
                     call: call.map(|c| c.name.to_string()),
-                    rc: call.map(|c| if is_async { c.args[0] as i32 } else { c.rc }),
-                    rc_name: call.map(|c| {
-                        if is_async {
-                            crate::names::rc_name(c.args[0] as i32, false)
-                        } else {
-                            c.rc_name()
-                        }
+                    rc: call.map(|c| match c.async_result() {
+                        Some(r) if is_async => r.as_i32(),
+                        _ => c.rc,
+                    }),
+                    rc_name: call.map(|c| match c.async_result() {
+                        Some(r) if is_async => crate::names::rc_name(r.as_i32(), false),
+                        _ => c.rc_name(),
                     }),
                     error_text: call.and_then(|c| c.error_text.clone()),
                     t_unix_ns: f.t,

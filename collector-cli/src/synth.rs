@@ -11,7 +11,7 @@ use ncclshim_dump::config::RecorderConfig;
 use ncclshim_dump::identity::ProcessIdentity;
 use ncclshim_dump::{Entry, Recorder, RingWriter};
 use ncclshim_format::schema::slot_flags;
-use ncclshim_format::{BlobKind, CallId, RecordKind, WriterKind};
+use ncclshim_format::{args, ArgView, BlobKind, CallId, RecordKind, WriterKind};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -211,7 +211,11 @@ impl SynthRank {
         let blob = self.rec.append_blob(kind, v.to_string().as_bytes());
         let mut e = Entry::new(RecordKind::Snapshot, CallId::SnapshotTaken);
         e.blob = blob;
-        e.args[0] = kind as u64;
+        e.args = args::SnapshotTaken {
+            reason: 0,
+            blob_kind: kind as u64,
+        }
+        .to_args();
         self.ring.instant(&e);
     }
 
@@ -261,11 +265,18 @@ impl SynthRank {
         );
     }
 
+    /// Argument words from a slice (at most a slot's worth), zeros after.
+    fn words(args: &[u64]) -> [u64; ncclshim_format::layout::SLOT_ARGS] {
+        let mut w = [0; ncclshim_format::layout::SLOT_ARGS];
+        w[..args.len()].copy_from_slice(args);
+        w
+    }
+
     fn call(&self, id: CallId, comm: u64, args: &[u64], rc: i32, err: Option<&str>, flags: u32) {
         let mut e = Entry::new(RecordKind::Call, id);
         e.comm = comm;
         e.flags = flags;
-        e.args[..args.len()].copy_from_slice(args);
+        e.args = Self::words(args);
         let p = self.ring.begin(&e);
         if let Some(text) = err {
             let b = self.rec.append_blob(BlobKind::ErrorText, text.as_bytes());
@@ -278,17 +289,22 @@ impl SynthRank {
     pub fn in_flight(&self, id: CallId, comm: u64, args: &[u64]) {
         let mut e = Entry::new(RecordKind::Call, id);
         e.comm = comm;
-        e.args[..args.len()].copy_from_slice(args);
+        e.args = Self::words(args);
         // Never completed: the slot keeps its IN_FLIGHT exit time.
         let _pending = self.ring.begin(&e);
     }
 
     pub fn get_version(&self, v: u64) {
-        self.call(CallId::NcclGetVersion, 0, &[v], 0, None, 0);
+        let a = args::NcclGetVersion { version: v };
+        self.call(CallId::NcclGetVersion, 0, &a.to_args(), 0, None, 0);
     }
 
     pub fn get_unique_id(&self, uid: u64, rc: i32, err: Option<&str>) {
-        self.call(CallId::NcclGetUniqueId, 0, &[uid], rc, err, 0);
+        let a = args::NcclGetUniqueId {
+            uid_hash: uid,
+            ..Default::default()
+        };
+        self.call(CallId::NcclGetUniqueId, 0, &a.to_args(), rc, err, 0);
     }
 
     /// `ncclCommInitRank`; on success also a `commCreated` record. Returns the comm pointer.
@@ -309,18 +325,20 @@ impl SynthRank {
         } else {
             0
         };
-        self.call(
-            CallId::NcclCommInitRank,
-            comm,
-            &[nranks, rank, uid, 0, 0, 0, 0, 0, dev],
-            rc,
-            err,
-            0,
-        );
+        let init = Self::init_args(nranks, rank, uid, dev);
+        self.call(CallId::NcclCommInitRank, comm, &init, rc, err, 0);
         if rc == 0 {
             let mut e = Entry::new(RecordKind::CommInfo, CallId::CommCreated);
             e.comm = comm;
-            e.args[..6].copy_from_slice(&[uid, nranks, rank, dev, uid, nccl_version]);
+            e.args = args::CommCreated {
+                comm_hash: uid,
+                nranks,
+                rank,
+                cuda_dev: dev,
+                uid_hash: uid,
+                nccl_version,
+            }
+            .to_args();
             self.ring.instant(&e);
         }
         comm
@@ -328,11 +346,37 @@ impl SynthRank {
 
     /// `ncclCommInitRank` that never returns.
     pub fn init_rank_in_flight(&self, nranks: u64, rank: u64, uid: u64, dev: u64) {
-        self.in_flight(
-            CallId::NcclCommInitRank,
-            0,
-            &[nranks, rank, uid, 0, 0, 0, 0, 0, dev],
-        );
+        let init = Self::init_args(nranks, rank, uid, dev);
+        self.in_flight(CallId::NcclCommInitRank, 0, &init);
+    }
+
+    /// An init's arguments (the id's words are not synthesized: zeros).
+    fn init_args(nranks: u64, rank: u64, uid: u64, dev: u64) -> [u64; 9] {
+        args::CommInitRank {
+            nranks,
+            rank,
+            uid_hash: uid,
+            cuda_dev: dev,
+            ..Default::default()
+        }
+        .to_args()
+    }
+
+    /// An operation's arguments (fixed buffer and stream addresses; `seq` is also `op_seq`).
+    /// Send/recv store their peer in `root`'s slot.
+    fn op_args(seq: u64, count: u64, datatype: u64, op: u64, root: u64) -> [u64; 9] {
+        args::Collective {
+            count,
+            datatype,
+            op,
+            root,
+            sendbuff: 0x7000_0000,
+            recvbuff: 0x7100_0000,
+            stream: 0x10,
+            seq,
+            op_seq: seq,
+        }
+        .to_args()
     }
 
     /// A collective with its per-comm sequence number; `root` is the peer for send/recv.
@@ -349,24 +393,8 @@ impl SynthRank {
         rc: i32,
         err: Option<&str>,
     ) {
-        self.call(
-            id,
-            comm,
-            &[
-                count,
-                dtype,
-                op,
-                root,
-                0x7000_0000,
-                0x7100_0000,
-                0x10,
-                seq,
-                seq,
-            ],
-            rc,
-            err,
-            0,
-        );
+        let a = Self::op_args(seq, count, dtype, op, root);
+        self.call(id, comm, &a, rc, err, 0);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -380,21 +408,7 @@ impl SynthRank {
         op: u64,
         root: u64,
     ) {
-        self.in_flight(
-            id,
-            comm,
-            &[
-                count,
-                dtype,
-                op,
-                root,
-                0x7000_0000,
-                0x7100_0000,
-                0x10,
-                seq,
-                seq,
-            ],
-        );
+        self.in_flight(id, comm, &Self::op_args(seq, count, dtype, op, root));
     }
 
     /// Any call with explicit arguments.
@@ -409,12 +423,20 @@ impl SynthRank {
 
     /// `ncclCommGetAsyncError` observed changing to `value`.
     pub fn async_error(&self, comm: u64, value: u64, err: Option<&str>) {
-        self.call(CallId::NcclCommGetAsyncError, comm, &[value, 0], 0, err, 0);
+        let a = args::NcclCommGetAsyncError {
+            async_error: value,
+            previous: 0,
+        };
+        self.call(CallId::NcclCommGetAsyncError, comm, &a.to_args(), 0, err, 0);
     }
 
     pub fn fatal_signal(&self, signo: u64) {
         let mut e = Entry::new(RecordKind::Event, CallId::FatalSignal);
-        e.args[0] = signo;
+        e.args = args::FatalSignal {
+            signo,
+            ..Default::default()
+        }
+        .to_args();
         self.ring.instant(&e);
     }
 
@@ -442,7 +464,16 @@ impl SynthRank {
         let (_, ring) = self.prof();
         let mut e = Entry::new(RecordKind::Event, CallId::ProfInit);
         e.comm = comm_hash;
-        e.args[..6].copy_from_slice(&[comm_hash, 1, nranks, rank, 7, 0xffff]);
+        e.args = args::ProfInit {
+            comm_hash,
+            nnodes: 1,
+            nranks,
+            rank,
+            abi_version: 7,
+            mask: 0xffff,
+            ..Default::default()
+        }
+        .to_args();
         ring.instant(&e);
     }
 
@@ -510,22 +541,34 @@ impl SynthRank {
         let (_, ring) = self.prof();
         let mut e = Entry::new(RecordKind::ProfStart, CallId::ProfColl);
         e.comm = comm_hash;
-        e.args[..7].copy_from_slice(&[0, 0, seq, func, count, dtype, root]);
+        e.args = args::ProfColl {
+            seq,
+            func,
+            count,
+            datatype: dtype,
+            root,
+            ..Default::default()
+        }
+        .to_args();
         let coll = ring.instant(&e).encode();
         let mut k = Entry::new(RecordKind::ProfStart, CallId::ProfKernelCh);
         k.comm = comm_hash;
-        k.args[..4].copy_from_slice(&[0, coll, 0, 0]);
+        k.args = args::ProfKernelCh {
+            parent: coll,
+            ..Default::default()
+        }
+        .to_args();
         let kernel = ring.instant(&k).encode();
         if kernel_done {
             let mut s = Entry::new(RecordKind::ProfStop, CallId::ProfKernelCh);
             s.comm = comm_hash;
-            s.args[0] = kernel;
+            s.args = args::ProfStop { handle: kernel }.to_args();
             ring.instant(&s);
         }
         if stopped {
             let mut s = Entry::new(RecordKind::ProfStop, CallId::ProfColl);
             s.comm = comm_hash;
-            s.args[0] = coll;
+            s.args = args::ProfStop { handle: coll }.to_args();
             ring.instant(&s);
         }
     }

@@ -15,6 +15,6 @@ pub mod process;
 pub mod run;
 pub mod writer;
 
-pub use ncclshim_format::{layout, profnames, schema};
+pub use ncclshim_format::{arg_index, layout, profnames, schema};
 pub use ncclshim_format::{BlobKind, CallId, RecordKind, SlotRef, WriterKind};
 pub use writer::{CommEntryWriter, Entry, PendingCall, Recorder, RingWriter};

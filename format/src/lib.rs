@@ -15,8 +15,10 @@ pub mod liveness;
 pub mod profnames;
 #[cfg(feature = "reader")]
 pub mod reader;
+pub mod result;
 pub mod schema;
 pub mod timebase;
 
 pub use layout::WriterKind;
-pub use schema::{BlobKind, CallId, RecordKind, SlotRef};
+pub use result::NcclResult;
+pub use schema::{args, ArgView, BlobKind, CallId, RecordKind, SlotRef};

@@ -8,7 +8,7 @@
 
 use crate::layout::*;
 use crate::liveness::writer_may_be_alive;
-use crate::schema::{BlobKind, CallId, RecordKind, SlotRef};
+use crate::schema::{ArgView, BlobKind, CallId, RecordKind, SlotRef};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
@@ -250,18 +250,30 @@ impl Record {
         self.args.get(i).copied()
     }
 
+    /// The record's arguments as the typed view `V` ([`crate::schema::args`]), when `V` is the
+    /// view of this record: its call's view for calls, events and profiler starts,
+    /// `ProfStop` for a stop record, `ProfState` or `ProfGpuDone` for a state record. None for
+    /// any other view and for an id this reader does not know.
+    pub fn view<V: ArgView>(&self) -> Option<V> {
+        let fits = match self.kind() {
+            Some(RecordKind::ProfStop) => V::VIEW == "ProfStop",
+            Some(RecordKind::ProfState) => matches!(V::VIEW, "ProfState" | "ProfGpuDone"),
+            _ => self.call().is_some_and(|c| c.view_name() == V::VIEW),
+        };
+        fits.then(|| V::from_args(&self.args))
+    }
+
     /// The operation's GPU span, when this is a `prof_state`
     /// [`PROF_STATE_GPU_DONE`](crate::schema::PROF_STATE_GPU_DONE) record.
     pub fn gpu_done(&self) -> Option<GpuDone> {
-        (self.kind() == Some(RecordKind::ProfState)
-            && self.args[1] == crate::schema::PROF_STATE_GPU_DONE)
-            .then(|| GpuDone {
-                op: self.args[0],
-                gpu_start: self.args[2],
-                gpu_stop: self.args[3],
-                channels: self.args[4],
-                clocked: self.flags & crate::schema::slot_flags::TIME_OF_NAMED == 0,
-            })
+        let v = self.view::<crate::schema::args::ProfGpuDone>()?;
+        (v.state == crate::schema::PROF_STATE_GPU_DONE).then_some(GpuDone {
+            op: v.handle,
+            gpu_start: v.gpu_start,
+            gpu_stop: v.gpu_stop,
+            channels: v.channels,
+            clocked: self.flags & crate::schema::slot_flags::TIME_OF_NAMED == 0,
+        })
     }
 }
 
@@ -1132,4 +1144,63 @@ fn read_extent<S: Source + ?Sized>(src: &S, g: &Geo, at: u64, end: u64) -> Exten
         kind_raw: kind,
         bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{args, PROF_STATE_GPU_DONE};
+
+    fn record(kind: RecordKind, call: CallId, args: [u64; SLOT_ARGS]) -> Record {
+        Record {
+            ring: 0,
+            seq: 1,
+            tid: 1,
+            kind_raw: kind as u16,
+            call_raw: call as u16,
+            t_enter_ns: 10,
+            t_exit_ns: Some(20),
+            rc: 0,
+            flags: 0,
+            comm: 0,
+            blob: 0,
+            args,
+        }
+    }
+
+    #[test]
+    fn a_record_reads_only_through_its_own_view() {
+        let words = [5, 7, 1, u64::MAX, 0xa0, 0xb0, 0x10, 42, 42];
+        let r = record(RecordKind::Call, CallId::NcclBroadcast, words);
+        let c = r
+            .view::<args::Collective>()
+            .expect("a broadcast is a collective");
+        assert_eq!((c.count, c.datatype, c.root, c.seq), (5, 7, u64::MAX, 42));
+        assert_eq!(r.view::<args::PointToPoint>(), None);
+        assert_eq!(r.view::<args::CommInitRank>(), None);
+        let send = record(RecordKind::Call, CallId::NcclSend, words);
+        assert_eq!(send.view::<args::PointToPoint>().unwrap().peer, u64::MAX);
+
+        // Stop and state records are read by their own layout, whatever event they name.
+        let stop = record(
+            RecordKind::ProfStop,
+            CallId::ProfColl,
+            [9, 0, 0, 0, 0, 0, 0, 0, 0],
+        );
+        assert_eq!(stop.view::<args::ProfStop>().unwrap().handle, 9);
+        assert_eq!(stop.view::<args::ProfColl>(), None);
+        let done = args::ProfGpuDone {
+            handle: 9,
+            state: PROF_STATE_GPU_DONE,
+            gpu_start: 100,
+            gpu_stop: 250,
+            channels: 2,
+        };
+        let state = record(RecordKind::ProfState, CallId::ProfColl, done.to_args());
+        let g = state.gpu_done().expect("a GPU-done state");
+        assert_eq!(
+            (g.op, g.gpu_start, g.gpu_stop, g.channels),
+            (9, 100, 250, 2)
+        );
+    }
 }

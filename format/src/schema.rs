@@ -5,6 +5,8 @@
 //! reader that meets an id it does not know keeps the record under a numeric name instead of
 //! failing.
 
+use crate::layout::SLOT_ARGS;
+
 /// What a slot holds.
 #[repr(u16)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -183,13 +185,85 @@ impl BlobKind {
     }
 }
 
+/// What every generated argument view can do: name its fields in slot order, read itself from
+/// a slot's argument words and write itself back. Views are plain `Copy` structs of `u64` words
+/// (`#[repr(C)]`, field `i` at byte `8 * i`), so making one costs what filling the array by
+/// hand did.
+pub trait ArgView: Copy + Default {
+    /// The view's name (`Collective`, `CommInitRank`...), as [`CallId::view_name`] gives it.
+    const VIEW: &'static str;
+    /// The field names, in slot order (`Slot::args[0..]`).
+    const NAMES: &'static [&'static str];
+    /// Reads the view from argument words; words past the slice read as 0.
+    fn from_args(args: &[u64]) -> Self;
+    /// The argument words of a slot: the fields in order, then zeros.
+    fn to_args(&self) -> [u64; SLOT_ARGS];
+}
+
+/// Index in `Slot::args` of a view's field, checked by the compiler: `arg_index!(CommInitRank,
+/// cuda_dev)` is 8, and a field the view lacks does not compile. For writers that fill one
+/// result argument in place after the call returned.
+#[macro_export]
+macro_rules! arg_index {
+    ($view:ident, $field:ident) => {
+        ::core::mem::offset_of!($crate::schema::args::$view, $field) / 8
+    };
+}
+
+macro_rules! arg_view {
+    ($view:ident { $($arg:ident),* }) => {
+        #[doc = concat!("Arguments of the records whose view is `", stringify!($view), "`: ",
+            $("`", stringify!($arg), "` ",)* "(in slot order).")]
+        #[repr(C)]
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+        pub struct $view {
+            $( pub $arg: u64, )*
+        }
+
+        impl $crate::schema::ArgView for $view {
+            const VIEW: &'static str = stringify!($view);
+            const NAMES: &'static [&'static str] = &[$(stringify!($arg)),*];
+
+            #[inline]
+            #[allow(unused_mut, unused_variables)]
+            fn from_args(args: &[u64]) -> Self {
+                // Struct expressions evaluate their fields in the order written: slot order.
+                let mut words = args.iter().copied();
+                Self { $( $arg: words.next().unwrap_or(0), )* }
+            }
+
+            #[inline]
+            #[allow(unused_mut, unused_variables, unused_assignments)]
+            fn to_args(&self) -> [u64; SLOT_ARGS] {
+                let mut a = [0u64; SLOT_ARGS];
+                let mut i = 0;
+                $( a[i] = self.$arg; i += 1; )*
+                a
+            }
+        }
+    };
+}
+
 macro_rules! call_ids {
-    ($( $(#[$doc:meta])* $variant:ident = $id:literal, $name:literal, [$($arg:literal),* $(,)?]; )*) => {
+    ($( $(#[$doc:meta])* $variant:ident = $id:literal, $name:literal,
+        $view:ident $({ $($arg:ident),* $(,)? })?; )*) => {
         /// Every function or event a record can be about.
         #[repr(u16)]
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum CallId {
             $( $(#[$doc])* $variant = $id, )*
+        }
+
+        /// Typed views of a record's arguments, one struct per argument list of the schema
+        /// (calls sharing a list share the view: every collective is a [`Collective`], send
+        /// and recv a [`PointToPoint`]). Writers build one and store `to_args()`; readers get
+        /// one with `from_args` (or `Record::view`) instead of indexing `args[..]` by hand.
+        pub mod args {
+            use super::SLOT_ARGS;
+            $( $( arg_view!($view { $($arg),* }); )? )*
+            arg_view!(ProfStop { handle });
+            arg_view!(ProfState { handle, state, value, value2 });
+            arg_view!(ProfGpuDone { handle, state, gpu_start, gpu_stop, channels });
         }
 
         impl CallId {
@@ -210,7 +284,14 @@ macro_rules! call_ids {
             /// Names of `Slot::args[0..]`; arguments past the list are unused.
             pub fn arg_names(self) -> &'static [&'static str] {
                 match self {
-                    $( Self::$variant => &[$($arg),*], )*
+                    $( Self::$variant => <args::$view as ArgView>::NAMES, )*
+                }
+            }
+
+            /// The name of the [`args`] view of this call's arguments (its `ArgView::VIEW`).
+            pub fn view_name(self) -> &'static str {
+                match self {
+                    $( Self::$variant => <args::$view as ArgView>::VIEW, )*
                 }
             }
 
@@ -222,66 +303,51 @@ macro_rules! call_ids {
 
 call_ids! {
     // ---- NCCL API (0x0001..) ----
-    NcclGetVersion = 0x0001, "ncclGetVersion", ["version"];
+    NcclGetVersion = 0x0001, "ncclGetVersion", NcclGetVersion { version };
     /// uid0..uid4 are the first 40 bytes of the id: magic, root sockaddr, nRanks.
-    NcclGetUniqueId = 0x0002, "ncclGetUniqueId", ["uid_hash", "uid0", "uid1", "uid2", "uid3", "uid4"];
+    NcclGetUniqueId = 0x0002, "ncclGetUniqueId", NcclGetUniqueId { uid_hash, uid0, uid1, uid2, uid3, uid4 };
     /// `comm` is the new communicator once the call returns.
-    NcclCommInitRank = 0x0003, "ncclCommInitRank",
-        ["nranks", "rank", "uid_hash", "uid0", "uid1", "uid2", "uid3", "uid4", "cuda_dev"];
+    NcclCommInitRank = 0x0003, "ncclCommInitRank", CommInitRank { nranks, rank, uid_hash, uid0, uid1, uid2, uid3, uid4, cuda_dev };
     /// The shim writes the `ncclConfig_t` of every init/split/shrink/grow as an `Event` record
     /// of the same call id just before the call, with a `CommConfig` blob (the call's own blob
     /// slot is kept for NCCL's error text).
-    NcclCommInitRankConfig = 0x0004, "ncclCommInitRankConfig",
-        ["nranks", "rank", "uid_hash", "uid0", "uid1", "uid2", "uid3", "uid4", "cuda_dev"];
-    NcclCommInitRankScalable = 0x0005, "ncclCommInitRankScalable",
-        ["nranks", "rank", "uid_hash", "uid0", "uid1", "uid2", "uid3", "n_ids", "cuda_dev"];
-    NcclCommInitAll = 0x0006, "ncclCommInitAll", ["ndev", "dev0", "dev1", "dev2", "dev3", "first_comm"];
+    NcclCommInitRankConfig = 0x0004, "ncclCommInitRankConfig", CommInitRank;
+    NcclCommInitRankScalable = 0x0005, "ncclCommInitRankScalable", NcclCommInitRankScalable { nranks, rank, uid_hash, uid0, uid1, uid2, uid3, n_ids, cuda_dev };
+    NcclCommInitAll = 0x0006, "ncclCommInitAll", NcclCommInitAll { ndev, dev0, dev1, dev2, dev3, first_comm };
     /// `comm` is the parent.
-    NcclCommSplit = 0x0007, "ncclCommSplit", ["color", "key", "new_comm", "comm_hash", "nranks", "rank"];
-    NcclCommShrink = 0x0008, "ncclCommShrink",
-        ["exclude_count", "shrink_flags", "new_comm", "exclude0", "exclude1", "exclude2", "exclude3"];
-    NcclCommGrow = 0x0009, "ncclCommGrow", ["nranks", "rank", "uid_hash", "new_comm"];
-    NcclCommFinalize = 0x000a, "ncclCommFinalize", [];
-    NcclCommDestroy = 0x000b, "ncclCommDestroy", [];
-    NcclCommAbort = 0x000c, "ncclCommAbort", [];
-    NcclCommRevoke = 0x000d, "ncclCommRevoke", ["flags"];
+    NcclCommSplit = 0x0007, "ncclCommSplit", NcclCommSplit { color, key, new_comm, comm_hash, nranks, rank };
+    NcclCommShrink = 0x0008, "ncclCommShrink", NcclCommShrink { exclude_count, shrink_flags, new_comm, exclude0, exclude1, exclude2, exclude3 };
+    NcclCommGrow = 0x0009, "ncclCommGrow", NcclCommGrow { nranks, rank, uid_hash, new_comm };
+    NcclCommFinalize = 0x000a, "ncclCommFinalize", NoArgs {  };
+    NcclCommDestroy = 0x000b, "ncclCommDestroy", NoArgs;
+    NcclCommAbort = 0x000c, "ncclCommAbort", NoArgs;
+    NcclCommRevoke = 0x000d, "ncclCommRevoke", NcclCommRevoke { flags };
     /// Recorded only when the value changes (PyTorch's watchdog polls it constantly).
-    NcclCommGetAsyncError = 0x000e, "ncclCommGetAsyncError", ["async_error", "previous"];
-    NcclGroupStart = 0x000f, "ncclGroupStart", ["depth"];
-    NcclGroupEnd = 0x0010, "ncclGroupEnd", ["depth"];
-    NcclAllReduce = 0x0011, "ncclAllReduce",
-        ["count", "datatype", "op", "root", "sendbuff", "recvbuff", "stream", "seq", "op_seq"];
-    NcclBroadcast = 0x0012, "ncclBroadcast",
-        ["count", "datatype", "op", "root", "sendbuff", "recvbuff", "stream", "seq", "op_seq"];
-    NcclBcast = 0x0013, "ncclBcast",
-        ["count", "datatype", "op", "root", "sendbuff", "recvbuff", "stream", "seq", "op_seq"];
-    NcclReduce = 0x0014, "ncclReduce",
-        ["count", "datatype", "op", "root", "sendbuff", "recvbuff", "stream", "seq", "op_seq"];
-    NcclAllGather = 0x0015, "ncclAllGather",
-        ["count", "datatype", "op", "root", "sendbuff", "recvbuff", "stream", "seq", "op_seq"];
-    NcclReduceScatter = 0x0016, "ncclReduceScatter",
-        ["count", "datatype", "op", "root", "sendbuff", "recvbuff", "stream", "seq", "op_seq"];
-    NcclAlltoAll = 0x0017, "ncclAlltoAll",
-        ["count", "datatype", "op", "root", "sendbuff", "recvbuff", "stream", "seq", "op_seq"];
-    NcclGather = 0x0018, "ncclGather",
-        ["count", "datatype", "op", "root", "sendbuff", "recvbuff", "stream", "seq", "op_seq"];
-    NcclScatter = 0x0019, "ncclScatter",
-        ["count", "datatype", "op", "root", "sendbuff", "recvbuff", "stream", "seq", "op_seq"];
-    NcclSend = 0x001a, "ncclSend",
-        ["count", "datatype", "op", "peer", "sendbuff", "recvbuff", "stream", "seq", "op_seq"];
-    NcclRecv = 0x001b, "ncclRecv",
-        ["count", "datatype", "op", "peer", "sendbuff", "recvbuff", "stream", "seq", "op_seq"];
-    NcclMemAlloc = 0x001c, "ncclMemAlloc", ["ptr", "size"];
-    NcclMemFree = 0x001d, "ncclMemFree", ["ptr"];
-    NcclCommRegister = 0x001e, "ncclCommRegister", ["buff", "size", "handle"];
-    NcclCommDeregister = 0x001f, "ncclCommDeregister", ["handle"];
-    NcclCommWindowRegister = 0x0020, "ncclCommWindowRegister", ["buff", "size", "window", "flags"];
-    NcclCommWindowDeregister = 0x0021, "ncclCommWindowDeregister", ["window"];
-    NcclCommSuspend = 0x0022, "ncclCommSuspend", ["flags"];
-    NcclCommResume = 0x0023, "ncclCommResume", [];
-    NcclCommGetUniqueId = 0x0024, "ncclCommGetUniqueId", ["uid_hash"];
-    NcclRedOpCreatePreMulSum = 0x0025, "ncclRedOpCreatePreMulSum", ["op", "datatype", "residence"];
-    NcclRedOpDestroy = 0x0026, "ncclRedOpDestroy", ["op"];
+    NcclCommGetAsyncError = 0x000e, "ncclCommGetAsyncError", NcclCommGetAsyncError { async_error, previous };
+    NcclGroupStart = 0x000f, "ncclGroupStart", Group { depth };
+    NcclGroupEnd = 0x0010, "ncclGroupEnd", Group;
+    NcclAllReduce = 0x0011, "ncclAllReduce", Collective { count, datatype, op, root, sendbuff, recvbuff, stream, seq, op_seq };
+    NcclBroadcast = 0x0012, "ncclBroadcast", Collective;
+    NcclBcast = 0x0013, "ncclBcast", Collective;
+    NcclReduce = 0x0014, "ncclReduce", Collective;
+    NcclAllGather = 0x0015, "ncclAllGather", Collective;
+    NcclReduceScatter = 0x0016, "ncclReduceScatter", Collective;
+    NcclAlltoAll = 0x0017, "ncclAlltoAll", Collective;
+    NcclGather = 0x0018, "ncclGather", Collective;
+    NcclScatter = 0x0019, "ncclScatter", Collective;
+    NcclSend = 0x001a, "ncclSend", PointToPoint { count, datatype, op, peer, sendbuff, recvbuff, stream, seq, op_seq };
+    NcclRecv = 0x001b, "ncclRecv", PointToPoint;
+    NcclMemAlloc = 0x001c, "ncclMemAlloc", NcclMemAlloc { ptr, size };
+    NcclMemFree = 0x001d, "ncclMemFree", NcclMemFree { ptr };
+    NcclCommRegister = 0x001e, "ncclCommRegister", NcclCommRegister { buff, size, handle };
+    NcclCommDeregister = 0x001f, "ncclCommDeregister", NcclCommDeregister { handle };
+    NcclCommWindowRegister = 0x0020, "ncclCommWindowRegister", NcclCommWindowRegister { buff, size, window, flags };
+    NcclCommWindowDeregister = 0x0021, "ncclCommWindowDeregister", NcclCommWindowDeregister { window };
+    NcclCommSuspend = 0x0022, "ncclCommSuspend", NcclCommSuspend { flags };
+    NcclCommResume = 0x0023, "ncclCommResume", NoArgs;
+    NcclCommGetUniqueId = 0x0024, "ncclCommGetUniqueId", NcclCommGetUniqueId { uid_hash };
+    NcclRedOpCreatePreMulSum = 0x0025, "ncclRedOpCreatePreMulSum", NcclRedOpCreatePreMulSum { op, datatype, residence };
+    NcclRedOpDestroy = 0x0026, "ncclRedOpDestroy", NcclRedOpDestroy { op };
 
     // ---- CUDA driver (0x0100..) ----
     // Written by the shim's driver hooks (shim/src/driver). Conventions for every Cu* record:
@@ -294,38 +360,30 @@ call_ids! {
     // Out-values (`handle` of Create/Import/Retain, `ptr` of Reserve/IpcOpen, the fd of an
     // export or dma-buf) are filled in on success only.
     /// `shareable_handle`: the exported fd (POSIX_FD) or the first 8 bytes of the handle.
-    CuMemExportToShareableHandle = 0x0100, "cuMemExportToShareableHandle",
-        ["shareable_handle", "handle", "handle_type", "flags", "device", "pci_bus_id", "caller"];
+    CuMemExportToShareableHandle = 0x0100, "cuMemExportToShareableHandle", CuMemExportToShareableHandle { shareable_handle, handle, handle_type, flags, device, pci_bus_id, caller };
     /// `os_handle` is the fd for POSIX_FD (handle_type 1), the raw pointer value otherwise;
     /// device/pci/uuid describe the calling thread's current device.
-    CuMemImportFromShareableHandle = 0x0101, "cuMemImportFromShareableHandle",
-        ["handle", "os_handle", "handle_type", "device", "pci_bus_id", "uuid_hi", "uuid_lo", "caller"];
-    CuMemCreate = 0x0102, "cuMemCreate",
-        ["handle", "size", "prop_type", "location_type", "location_id", "handle_types", "flags", "caller"];
-    CuMemRelease = 0x0103, "cuMemRelease", ["handle", "caller"];
-    CuMemMap = 0x0104, "cuMemMap", ["ptr", "size", "offset", "handle", "flags", "caller"];
-    CuMemUnmap = 0x0105, "cuMemUnmap", ["ptr", "size", "caller"];
-    CuMemSetAccess = 0x0106, "cuMemSetAccess",
-        ["ptr", "size", "count", "location_type", "location_id", "access_flags", "caller"];
-    CuMemAddressReserve = 0x0107, "cuMemAddressReserve", ["ptr", "size", "alignment", "addr", "flags", "caller"];
-    CuMemAddressFree = 0x0108, "cuMemAddressFree", ["ptr", "size", "caller"];
-    CuMemRetainAllocationHandle = 0x0109, "cuMemRetainAllocationHandle", ["handle", "addr", "caller"];
-    CuMemGetHandleForAddressRange = 0x010a, "cuMemGetHandleForAddressRange",
-        ["handle", "ptr", "size", "handle_type", "flags", "caller"];
-    CuMulticastCreate = 0x010b, "cuMulticastCreate",
-        ["handle", "size", "num_devices", "handle_types", "flags", "caller"];
-    CuMulticastAddDevice = 0x010c, "cuMulticastAddDevice", ["mc_handle", "device", "caller"];
-    CuMulticastBindMem = 0x010d, "cuMulticastBindMem",
-        ["mc_handle", "mc_offset", "mem_handle", "mem_offset", "size", "flags", "caller"];
-    CuMulticastBindAddr = 0x010e, "cuMulticastBindAddr", ["mc_handle", "mc_offset", "ptr", "size", "flags", "caller"];
-    CuMulticastUnbind = 0x010f, "cuMulticastUnbind", ["mc_handle", "device", "mc_offset", "size", "caller"];
+    CuMemImportFromShareableHandle = 0x0101, "cuMemImportFromShareableHandle", CuMemImportFromShareableHandle { handle, os_handle, handle_type, device, pci_bus_id, uuid_hi, uuid_lo, caller };
+    CuMemCreate = 0x0102, "cuMemCreate", CuMemCreate { handle, size, prop_type, location_type, location_id, handle_types, flags, caller };
+    CuMemRelease = 0x0103, "cuMemRelease", CuMemRelease { handle, caller };
+    CuMemMap = 0x0104, "cuMemMap", CuMemMap { ptr, size, offset, handle, flags, caller };
+    CuMemUnmap = 0x0105, "cuMemUnmap", CuMemUnmap { ptr, size, caller };
+    CuMemSetAccess = 0x0106, "cuMemSetAccess", CuMemSetAccess { ptr, size, count, location_type, location_id, access_flags, caller };
+    CuMemAddressReserve = 0x0107, "cuMemAddressReserve", CuMemAddressReserve { ptr, size, alignment, addr, flags, caller };
+    CuMemAddressFree = 0x0108, "cuMemAddressFree", CuMemAddressFree { ptr, size, caller };
+    CuMemRetainAllocationHandle = 0x0109, "cuMemRetainAllocationHandle", CuMemRetainAllocationHandle { handle, addr, caller };
+    CuMemGetHandleForAddressRange = 0x010a, "cuMemGetHandleForAddressRange", CuMemGetHandleForAddressRange { handle, ptr, size, handle_type, flags, caller };
+    CuMulticastCreate = 0x010b, "cuMulticastCreate", CuMulticastCreate { handle, size, num_devices, handle_types, flags, caller };
+    CuMulticastAddDevice = 0x010c, "cuMulticastAddDevice", CuMulticastAddDevice { mc_handle, device, caller };
+    CuMulticastBindMem = 0x010d, "cuMulticastBindMem", CuMulticastBindMem { mc_handle, mc_offset, mem_handle, mem_offset, size, flags, caller };
+    CuMulticastBindAddr = 0x010e, "cuMulticastBindAddr", CuMulticastBindAddr { mc_handle, mc_offset, ptr, size, flags, caller };
+    CuMulticastUnbind = 0x010f, "cuMulticastUnbind", CuMulticastUnbind { mc_handle, device, mc_offset, size, caller };
     /// `handle_w0`/`handle_w1`: the first 16 bytes of the 64-byte IPC handle, little-endian.
-    CuIpcGetMemHandle = 0x0110, "cuIpcGetMemHandle", ["ptr", "handle_w0", "handle_w1", "device", "caller"];
+    CuIpcGetMemHandle = 0x0110, "cuIpcGetMemHandle", CuIpcGetMemHandle { ptr, handle_w0, handle_w1, device, caller };
     /// `abi` is 1 for the 4010 entry point and 2 for the 11000 one.
-    CuIpcOpenMemHandle = 0x0111, "cuIpcOpenMemHandle",
-        ["ptr", "handle_w0", "handle_w1", "flags", "abi", "device", "pci_bus_id", "caller"];
-    CuIpcCloseMemHandle = 0x0112, "cuIpcCloseMemHandle", ["ptr", "caller"];
-    CuMulticastGetGranularity = 0x0113, "cuMulticastGetGranularity", ["granularity", "option", "caller"];
+    CuIpcOpenMemHandle = 0x0111, "cuIpcOpenMemHandle", CuIpcOpenMemHandle { ptr, handle_w0, handle_w1, flags, abi, device, pci_bus_id, caller };
+    CuIpcCloseMemHandle = 0x0112, "cuIpcCloseMemHandle", CuIpcCloseMemHandle { ptr, caller };
+    CuMulticastGetGranularity = 0x0113, "cuMulticastGetGranularity", CuMulticastGetGranularity { granularity, option, caller };
 
     // ---- NCCL profiler events (0x0200 + bit index of the event type) ----
     // Start records (`RecordKind::ProfStart`). `handle` is 0: a record's own handle is its
@@ -338,53 +396,51 @@ call_ids! {
     // Stop records: `args[0]` = the start record's handle. State records: `args[0]` handle,
     // `args[1]` state, `args[2]` value (pTimer, transSize, appendedProxyOps...), `args[3]` a
     // second value (v1-v3 proxyOp steps).
-    ProfGroup = 0x0200, "Group", ["handle", "parent", "seq", "comm_hash", "rank"];
+    ProfGroup = 0x0200, "Group", ProfGroup { handle, parent, seq, comm_hash, rank };
     /// `count` is in bytes with datatype ncclInt8 for AllGather/Broadcast (NCCL's convention);
     /// `algo_proto` = algo | proto << 8, `channels_warps` = channels | warps << 8 | flags << 16.
-    ProfColl = 0x0201, "Coll",
-        ["handle", "parent", "seq", "func", "count", "datatype", "root", "algo_proto", "channels_warps"];
-    ProfP2p = 0x0202, "P2p", ["handle", "parent", "func", "count", "datatype", "peer", "channels", "buff"];
-    ProfProxyOp = 0x0203, "ProxyOp", ["handle", "parent", "pid", "channel", "peer", "n_steps", "chunk_size", "is_send"];
-    ProfProxyStep = 0x0204, "ProxyStep", ["handle", "parent", "step"];
-    ProfProxyCtrl = 0x0205, "ProxyCtrl", ["handle", "parent"];
+    ProfColl = 0x0201, "Coll", ProfColl { handle, parent, seq, func, count, datatype, root, algo_proto, channels_warps };
+    ProfP2p = 0x0202, "P2p", ProfP2p { handle, parent, func, count, datatype, peer, channels, buff };
+    ProfProxyOp = 0x0203, "ProxyOp", ProfProxyOp { handle, parent, pid, channel, peer, n_steps, chunk_size, is_send };
+    ProfProxyStep = 0x0204, "ProxyStep", ProfProxyStep { handle, parent, step };
+    ProfProxyCtrl = 0x0205, "ProxyCtrl", ProfProxyCtrl { handle, parent };
     /// `gpu_stop_ns` (state 22's pTimer) is filled in place when the thread that started the
     /// event reports its kernel stop; otherwise it stays 0 and a `ProfState` 22 record holds it.
-    ProfKernelCh = 0x0206, "KernelCh", ["handle", "parent", "channel", "gpu_start_ns", "gpu_stop_ns"];
+    ProfKernelCh = 0x0206, "KernelCh", ProfKernelCh { handle, parent, channel, gpu_start_ns, gpu_stop_ns };
     /// `w0..w2` copy the net plugin's event (IB: device | opcode << 32, wr_id, length;
     /// socket: fd | op << 32, 0, length); the event struct type byte is in `plugin_id`'s high bits.
-    ProfNetPlugin = 0x0207, "NetPlugin", ["handle", "parent", "plugin_id", "w0", "w1", "w2"];
-    ProfGroupApi = 0x0208, "GroupApi", ["handle", "parent", "depth", "graph_captured"];
-    ProfCollApi = 0x0209, "CollApi", ["handle", "parent", "func", "count", "datatype", "root", "stream", "graph_captured", "user_tag"];
-    ProfP2pApi = 0x020a, "P2pApi", ["handle", "parent", "func", "count", "datatype", "stream", "graph_captured", "user_tag"];
-    ProfKernelLaunch = 0x020b, "KernelLaunch", ["handle", "parent", "stream"];
-    ProfCeColl = 0x020c, "CeColl", ["handle", "parent", "seq", "func", "count", "datatype", "root", "stream"];
-    ProfCeSync = 0x020d, "CeSync", ["handle", "parent", "is_complete", "nranks"];
-    ProfCeBatch = 0x020e, "CeBatch", ["handle", "parent", "num_ops", "total_bytes", "intra_sync"];
+    ProfNetPlugin = 0x0207, "NetPlugin", ProfNetPlugin { handle, parent, plugin_id, w0, w1, w2 };
+    ProfGroupApi = 0x0208, "GroupApi", ProfGroupApi { handle, parent, depth, graph_captured };
+    ProfCollApi = 0x0209, "CollApi", ProfCollApi { handle, parent, func, count, datatype, root, stream, graph_captured, user_tag };
+    ProfP2pApi = 0x020a, "P2pApi", ProfP2pApi { handle, parent, func, count, datatype, stream, graph_captured, user_tag };
+    ProfKernelLaunch = 0x020b, "KernelLaunch", ProfKernelLaunch { handle, parent, stream };
+    ProfCeColl = 0x020c, "CeColl", ProfCeColl { handle, parent, seq, func, count, datatype, root, stream };
+    ProfCeSync = 0x020d, "CeSync", ProfCeSync { handle, parent, is_complete, nranks };
+    ProfCeBatch = 0x020e, "CeBatch", ProfCeBatch { handle, parent, num_ops, total_bytes, intra_sync };
     /// `gpu_stop_ns`: state 31's pTimer, in place or in a `ProfState` 31 record (as KernelCh).
-    ProfKernelPhase = 0x020f, "KernelPhase", ["handle", "parent", "channel", "phase", "gpu_start_ns", "gpu_stop_ns"];
+    ProfKernelPhase = 0x020f, "KernelPhase", ProfKernelPhase { handle, parent, channel, phase, gpu_start_ns, gpu_stop_ns };
 
     // ---- Recorder events (0x0300..) ----
     /// A profiler plugin `init`: comm hash, rank, size; `blob` is the communicator name.
     /// `agg_blob` is the file offset of the comm's `ProfAggregates` blob (0 when the arena was full);
     /// v1-v3 inits carry no comm facts (comm_hash 0, rank/nranks -1 as u64).
-    ProfInit = 0x0300, "profilerInit",
-        ["comm_hash", "nnodes", "nranks", "rank", "abi_version", "mask", "agg_blob", "ctx"];
-    ProfFinalize = 0x0301, "profilerFinalize", ["comm_hash", "events", "ctx"];
+    ProfInit = 0x0300, "profilerInit", ProfInit { comm_hash, nnodes, nranks, rank, abi_version, mask, agg_blob, ctx };
+    ProfFinalize = 0x0301, "profilerFinalize", ProfFinalize { comm_hash, events, ctx };
     /// A communicator came up (shim: after a successful init): join key for cross-rank analysis.
-    CommCreated = 0x0302, "commCreated", ["comm_hash", "nranks", "rank", "cuda_dev", "uid_hash", "nccl_version"];
+    CommCreated = 0x0302, "commCreated", CommCreated { comm_hash, nranks, rank, cuda_dev, uid_hash, nccl_version };
     /// A free-text note from the recorder itself (`blob`).
-    RecorderNote = 0x0303, "recorderNote", [];
+    RecorderNote = 0x0303, "recorderNote", NoArgs;
     /// A fatal signal reached the process (if the recorder installed a handler).
-    FatalSignal = 0x0304, "fatalSignal", ["signo", "code", "addr"];
+    FatalSignal = 0x0304, "fatalSignal", FatalSignal { signo, code, addr };
     /// A snapshot of environment / libraries / host facts (`blob`). `reason`: 0 = the dump was
     /// created (first NCCL event), 1 = a communicator init (only changed snapshots are stored),
     /// 2 = the shim's driver hooks first saw a device (a `gpu` blob: ordinal, pci_bus_id, uuid, name),
     /// 3 = the first call through a handle lookup (`dlsym(handle, "ncclX")`) of a libnccl not seen
     /// before (only a changed `libraries` snapshot is stored);
     /// `blob_kind` repeats the blob's `BlobKind`.
-    SnapshotTaken = 0x0305, "snapshot", ["reason", "blob_kind"];
+    SnapshotTaken = 0x0305, "snapshot", SnapshotTaken { reason, blob_kind };
     /// A test or benchmark record with no meaning of its own.
-    Test = 0x03ff, "test", ["a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8"];
+    Test = 0x03ff, "test", Test { a0, a1, a2, a3, a4, a5, a6, a7, a8 };
 }
 
 impl CallId {
@@ -452,7 +508,6 @@ impl SlotRef {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::SLOT_ARGS;
 
     #[test]
     fn every_call_fits_the_slot_and_round_trips() {
@@ -460,6 +515,47 @@ mod tests {
             assert!(id.arg_names().len() <= SLOT_ARGS, "{:?}", id);
             assert_eq!(CallId::from_u16(id as u16), Some(id));
         }
+    }
+
+    /// A view reads the words it names and writes them back in the same slots, zeros after.
+    fn round_trips<V: ArgView + std::fmt::Debug + PartialEq>() {
+        let words: Vec<u64> = (1..=SLOT_ARGS as u64).collect();
+        let v = V::from_args(&words);
+        let back = v.to_args();
+        let n = V::NAMES.len();
+        assert_eq!(&back[..n], &words[..n], "{}", V::VIEW);
+        assert!(back[n..].iter().all(|&w| w == 0), "{}", V::VIEW);
+        assert_eq!(V::from_args(&back), v);
+        // Words past a short slice read as 0.
+        assert_eq!(V::from_args(&[]), V::default());
+    }
+
+    #[test]
+    fn every_view_round_trips_and_indexes_by_name() {
+        round_trips::<args::Collective>();
+        round_trips::<args::PointToPoint>();
+        round_trips::<args::CommInitRank>();
+        round_trips::<args::NoArgs>();
+        round_trips::<args::CuMemImportFromShareableHandle>();
+        round_trips::<args::ProfColl>();
+        round_trips::<args::ProfGpuDone>();
+        round_trips::<args::Test>();
+        assert_eq!(arg_index!(CommInitRank, cuda_dev), 8);
+        assert_eq!(arg_index!(Collective, seq), 7);
+        assert_eq!(arg_index!(PointToPoint, peer), 3);
+        let v = args::Collective::from_args(&[0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!((v.count, v.root, v.op_seq), (0, 3, 8));
+    }
+
+    #[test]
+    fn every_call_names_its_view() {
+        for &id in CallId::ALL {
+            assert!(!id.view_name().is_empty());
+        }
+        assert_eq!(CallId::NcclBroadcast.view_name(), "Collective");
+        assert_eq!(CallId::NcclRecv.view_name(), "PointToPoint");
+        assert_eq!(CallId::NcclCommInitRankConfig.view_name(), "CommInitRank");
+        assert_eq!(CallId::NcclRecv.arg_names()[3], "peer");
     }
 
     #[test]

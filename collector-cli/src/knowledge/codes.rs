@@ -238,6 +238,27 @@ mod tests {
     }
 
     #[test]
+    fn the_result_enum_and_the_knowledge_file_agree() {
+        use ncclshim_format::NcclResult;
+        // Every code the file knows is a named variant with the same C name, and back.
+        for c in &nccl_results().result {
+            let r = NcclResult::from_i32(c.number as i32);
+            assert_eq!(r.c_name(), Some(c.name.as_str()), "{}", c.number);
+        }
+        for r in NcclResult::KNOWN {
+            let c = nccl_result(r.as_i32()).expect("a variant the knowledge file lacks");
+            assert_eq!(Some(c.name.as_str()), r.c_name());
+            // The file's `kind` says which values are no error at all.
+            assert_eq!(
+                r.is_error(),
+                !matches!(c.kind.as_str(), "success" | "pending"),
+                "{}",
+                c.name
+            );
+        }
+    }
+
+    #[test]
     fn lookups() {
         assert_eq!(cu_result(101).unwrap().name, "CUDA_ERROR_INVALID_DEVICE");
         assert_eq!(cuda_error(35).unwrap().name, "cudaErrorInsufficientDriver");

@@ -10,7 +10,7 @@
 
 use super::{CallEvent, JobModel};
 use crate::knowledge::sockets::local_only_interface as local_only;
-use ncclshim_format::CallId;
+use ncclshim_format::{args, ArgView, CallId};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// One address (with port and IPv6 scope when written) found in a text.
@@ -143,15 +143,24 @@ pub fn uid_root(words: [u64; 5]) -> Option<Endpoint> {
 /// The bootstrap root named by the uniqueId a call carried (ncclGetUniqueId's result, or the id
 /// an InitRank-family call joined with).
 pub fn call_uid_root(c: &CallEvent) -> Option<Endpoint> {
-    let first = match c.call? {
-        CallId::NcclGetUniqueId => 1,
-        CallId::NcclCommInitRank
-        | CallId::NcclCommInitRankConfig
-        | CallId::NcclCommInitRankScalable => 3,
+    // The id's first words, as each call's view names them (the scalable init keeps four).
+    let w = match c.call? {
+        CallId::NcclGetUniqueId => {
+            let a = args::NcclGetUniqueId::from_args(&c.args);
+            [a.uid0, a.uid1, a.uid2, a.uid3, a.uid4]
+        }
+        CallId::NcclCommInitRank | CallId::NcclCommInitRankConfig => {
+            let a = args::CommInitRank::from_args(&c.args);
+            [a.uid0, a.uid1, a.uid2, a.uid3, a.uid4]
+        }
+        CallId::NcclCommInitRankScalable => {
+            // Its fifth word is the id count, read as the old code did: the root address
+            // sits in the first words.
+            let a = args::NcclCommInitRankScalable::from_args(&c.args);
+            [a.uid0, a.uid1, a.uid2, a.uid3, a.n_ids]
+        }
         _ => return None,
     };
-    let mut w = [0u64; 5];
-    w.copy_from_slice(&c.args[first..first + 5]);
     uid_root(w)
 }
 

@@ -12,7 +12,7 @@ use crate::names::{nccl_version_string, rc_name};
 use facts::{GpuFacts, HostFacts, LibFacts};
 use ncclshim_format::reader::{Dump, Record};
 use ncclshim_format::schema::slot_flags;
-use ncclshim_format::{BlobKind, CallId, RecordKind, WriterKind};
+use ncclshim_format::{args, ArgView, BlobKind, CallId, NcclResult, RecordKind, WriterKind};
 use rayon::prelude::*;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -41,13 +41,52 @@ impl CallEvent {
         Some(self.args[i])
     }
 
+    /// The arguments as the typed view `V`, when `V` is this call's view (see
+    /// `ncclshim_format::reader::Record::view`).
+    pub fn view<V: ArgView>(&self) -> Option<V> {
+        (self.call?.view_name() == V::VIEW).then(|| V::from_args(&self.args))
+    }
+
+    /// Count, datatype, op, root or peer and sequence numbers of a collective or p2p call
+    /// (send/recv store their peer where a collective stores its root).
+    pub fn operation(&self) -> Option<args::Collective> {
+        self.view::<args::Collective>().or_else(|| {
+            let p = self.view::<args::PointToPoint>()?;
+            Some(args::Collective {
+                count: p.count,
+                datatype: p.datatype,
+                op: p.op,
+                root: p.peer,
+                sendbuff: p.sendbuff,
+                recvbuff: p.recvbuff,
+                stream: p.stream,
+                seq: p.seq,
+                op_seq: p.op_seq,
+            })
+        })
+    }
+
     pub fn in_flight(&self) -> bool {
         self.t_exit.is_none()
     }
 
+    /// The call's `ncclResult_t` (None for a CUDA driver call, whose rc is a CUresult).
+    pub fn nccl_result(&self) -> Option<NcclResult> {
+        (!self.is_cuda).then(|| NcclResult::from_i32(self.rc))
+    }
+
+    /// Whether this is an NCCL call (not a driver call) that returned `r`.
+    pub fn returned(&self, r: NcclResult) -> bool {
+        self.nccl_result() == Some(r)
+    }
+
     /// A completed call that returned an error (`ncclInProgress` is not one).
     pub fn failed(&self) -> bool {
-        !self.in_flight() && self.rc != 0 && (self.is_cuda || self.rc != 7)
+        !self.in_flight()
+            && match self.nccl_result() {
+                Some(r) => r.is_error(),
+                None => self.rc != 0,
+            }
     }
 
     /// A failed call, or an `ncclCommGetAsyncError` that reported an error: everything that
@@ -57,12 +96,16 @@ impl CallEvent {
     }
 
     /// The error an `ncclCommGetAsyncError` call reported (not success, not in progress).
-    pub fn async_error(&self) -> Option<u64> {
-        (self.call == Some(CallId::NcclCommGetAsyncError)
-            && !self.in_flight()
-            && self.args[0] != 0
-            && self.args[0] != 7)
-            .then_some(self.args[0])
+    pub fn async_error(&self) -> Option<NcclResult> {
+        let r = self.async_result()?;
+        (!self.in_flight() && r.is_error()).then_some(r)
+    }
+
+    /// What an `ncclCommGetAsyncError` call reported (any value; None for other calls).
+    pub fn async_result(&self) -> Option<NcclResult> {
+        (self.call == Some(CallId::NcclCommGetAsyncError)).then(|| {
+            NcclResult::from_arg(args::NcclCommGetAsyncError::from_args(&self.args).async_error)
+        })
     }
 
     pub fn rc_name(&self) -> String {
@@ -80,11 +123,11 @@ impl CallEvent {
 
     /// `ncclCommInitRank returned 5 ncclInvalidUsage` plus the error text, for evidence lines.
     pub fn describe(&self) -> String {
-        let mut s = if self.call == Some(CallId::NcclCommGetAsyncError) {
+        let mut s = if let Some(v) = self.view::<args::NcclCommGetAsyncError>() {
             format!(
                 "ncclCommGetAsyncError reported {} {}",
-                self.args[0],
-                rc_name(self.args[0] as i32, false)
+                v.async_error,
+                rc_name(v.async_error as i32, false)
             )
         } else if self.in_flight() {
             format!("{} never returned (in flight)", self.name)
@@ -669,17 +712,17 @@ impl ProcessModel {
         let records = d.records_by_time();
         // ProfInit first, so events can be attributed to a communicator.
         for r in &records {
-            if r.call() == Some(CallId::ProfInit) {
-                let comm_hash = r.args[0];
+            if let Some(init) = r.view::<args::ProfInit>() {
+                let comm_hash = init.comm_hash;
                 // v1-v3 inits carry no communicator facts (hash 0, rank -1).
-                if comm_hash == 0 || r.args[3] as u32 == u32::MAX {
+                if comm_hash == 0 || init.rank as u32 == u32::MAX {
                     continue;
                 }
                 prof_comms.push((r.comm, comm_hash));
                 self.merge_membership(Membership {
                     comm_hash,
-                    nranks: r.args[2] as u32,
-                    rank: r.args[3] as u32,
+                    nranks: init.nranks as u32,
+                    rank: init.rank as u32,
                     established: true,
                     ..Membership::default()
                 });
@@ -725,22 +768,26 @@ impl ProcessModel {
                 }
                 RecordKind::CommInfo | RecordKind::Event | RecordKind::Snapshot => match call {
                     Some(CallId::CommCreated) => {
-                        let v = r.args[5];
+                        let c = args::CommCreated::from_args(&r.args);
+                        let v = c.nccl_version;
                         if v != 0 {
                             self.nccl_version.get_or_insert(v);
                         }
                         self.merge_membership(Membership {
-                            comm_hash: r.args[0],
-                            nranks: r.args[1] as u32,
-                            rank: r.args[2] as u32,
-                            cuda_dev: Some(sign_extend(r.args[3])),
+                            comm_hash: c.comm_hash,
+                            nranks: c.nranks as u32,
+                            rank: c.rank as u32,
+                            cuda_dev: Some(sign_extend(c.cuda_dev)),
                             comm_ptr: r.comm,
                             established: true,
                             init_call: None,
                             nccl_version: (v != 0).then_some(v),
                         });
                     }
-                    Some(CallId::FatalSignal) => self.signals.push((r.args[0], t)),
+                    Some(CallId::FatalSignal) => {
+                        let signal = args::FatalSignal::from_args(&r.args);
+                        self.signals.push((signal.signo, t));
+                    }
                     Some(CallId::RecorderNote) => {
                         if let Some(s) = text_of(r) {
                             self.notes.push(s);
@@ -751,7 +798,6 @@ impl ProcessModel {
                 RecordKind::ProfStart => match call {
                     Some(CallId::ProfColl | CallId::ProfP2p) => {
                         let p2p = call == Some(CallId::ProfP2p);
-                        let a = r.args;
                         // The plugin completes a start record in place when the event stops on
                         // the thread that started it; otherwise a ProfStop record follows.
                         let stopped_in_place = completed_in_place(r);
@@ -759,61 +805,67 @@ impl ProcessModel {
                         // the kernel launch, and the record stays open until a GPU-done record
                         // says the kernel ended.
                         let launched = r.flags & slot_flags::ENDS_AT_GPU_DONE != 0;
-                        let op = if p2p {
-                            ProfOp {
+                        let (op, handle) = if p2p {
+                            let a = args::ProfP2p::from_args(&r.args);
+                            let op = ProfOp {
                                 comm_hash: prof_comm(r.comm),
                                 p2p,
                                 seq: None,
-                                func: a[2],
-                                count: a[3],
-                                datatype: a[4],
-                                root_or_peer: a[5],
+                                func: a.func,
+                                count: a.count,
+                                datatype: a.datatype,
+                                root_or_peer: a.peer,
                                 t_start: t,
                                 stopped: stopped_in_place,
                                 kernel_started: launched,
                                 kernel_stopped: false,
-                            }
+                            };
+                            (op, a.handle)
                         } else {
-                            ProfOp {
+                            let a = args::ProfColl::from_args(&r.args);
+                            let op = ProfOp {
                                 comm_hash: prof_comm(r.comm),
                                 p2p,
-                                seq: Some(a[2]),
-                                func: a[3],
-                                count: a[4],
-                                datatype: a[5],
-                                root_or_peer: a[6],
+                                seq: Some(a.seq),
+                                func: a.func,
+                                count: a.count,
+                                datatype: a.datatype,
+                                root_or_peer: a.root,
                                 t_start: t,
                                 stopped: stopped_in_place,
                                 kernel_started: launched,
                                 kernel_stopped: false,
-                            }
+                            };
+                            (op, a.handle)
                         };
                         self.prof_ops.push(op);
                         let i = self.prof_ops.len() - 1;
                         prof_index.insert(r.slot_ref().encode(), i);
-                        if a[0] != 0 {
-                            prof_index.insert(a[0], i);
+                        if handle != 0 {
+                            prof_index.insert(handle, i);
                         }
                     }
                     Some(CallId::ProfKernelCh) => {
-                        if let Some(&i) = prof_index.get(&r.args[1]) {
+                        let k = args::ProfKernelCh::from_args(&r.args);
+                        if let Some(&i) = prof_index.get(&k.parent) {
                             self.prof_ops[i].kernel_started = true;
-                            // Stopped in place: an exit time, or the GPU stop time (args[4]).
+                            // Stopped in place: an exit time, or the GPU stop time.
                             if completed_in_place(r)
-                                || (r.flags & slot_flags::COMPLETES_IN_PLACE != 0 && r.args[4] != 0)
+                                || (r.flags & slot_flags::COMPLETES_IN_PLACE != 0
+                                    && k.gpu_stop_ns != 0)
                             {
                                 self.prof_ops[i].kernel_stopped = true;
                             }
                             kernel_parent.insert(r.slot_ref().encode(), i);
-                            if r.args[0] != 0 {
-                                kernel_parent.insert(r.args[0], i);
+                            if k.handle != 0 {
+                                kernel_parent.insert(k.handle, i);
                             }
                         }
                     }
                     _ => {}
                 },
                 RecordKind::ProfStop => {
-                    let handle = r.args[0];
+                    let handle = args::ProfStop::from_args(&r.args).handle;
                     if let Some(&i) = kernel_parent.get(&handle) {
                         self.prof_ops[i].kernel_stopped = true;
                     } else if let Some(&i) = prof_index.get(&handle) {
@@ -835,46 +887,68 @@ impl ProcessModel {
     fn add_call(&mut self, ev: CallEvent) {
         let idx = self.calls.len();
         match ev.call {
-            Some(CallId::NcclGetVersion) if ev.rc == 0 && !ev.in_flight() && ev.args[0] != 0 => {
-                self.nccl_version = Some(ev.args[0]);
+            Some(CallId::NcclGetVersion)
+                if ev.returned(NcclResult::Success)
+                    && !ev.in_flight()
+                    && args::NcclGetVersion::from_args(&ev.args).version != 0 =>
+            {
+                self.nccl_version = Some(args::NcclGetVersion::from_args(&ev.args).version);
             }
             Some(
                 CallId::NcclCommInitRank
                 | CallId::NcclCommInitRankConfig
                 | CallId::NcclCommInitRankScalable,
             ) => {
-                let ok = ev.rc == 0 && !ev.in_flight();
+                let ok = ev.returned(NcclResult::Success) && !ev.in_flight();
+                // The scalable init stores its id count where the others store uid4; the
+                // fields read here sit in the same slots in both views.
+                let init = ev.view::<args::CommInitRank>().unwrap_or_else(|| {
+                    let s = args::NcclCommInitRankScalable::from_args(&ev.args);
+                    args::CommInitRank {
+                        nranks: s.nranks,
+                        rank: s.rank,
+                        uid_hash: s.uid_hash,
+                        cuda_dev: s.cuda_dev,
+                        ..args::CommInitRank::default()
+                    }
+                });
                 self.merge_membership(Membership {
-                    comm_hash: ev.arg("uid_hash").unwrap_or(0),
-                    nranks: ev.args[0] as u32,
-                    rank: ev.args[1] as u32,
-                    cuda_dev: ev.arg("cuda_dev").map(sign_extend),
+                    comm_hash: init.uid_hash,
+                    nranks: init.nranks as u32,
+                    rank: init.rank as u32,
+                    cuda_dev: Some(sign_extend(init.cuda_dev)),
                     comm_ptr: if ok { ev.comm } else { 0 },
                     established: ok,
                     init_call: Some(idx),
                     nccl_version: None,
                 });
             }
-            Some(CallId::NcclCommSplit) if ev.rc == 0 && !ev.in_flight() && ev.args[3] != 0 => {
+            Some(CallId::NcclCommSplit)
+                if ev.returned(NcclResult::Success)
+                    && !ev.in_flight()
+                    && args::NcclCommSplit::from_args(&ev.args).comm_hash != 0 =>
+            {
+                let split = args::NcclCommSplit::from_args(&ev.args);
                 self.merge_membership(Membership {
-                    comm_hash: ev.args[3],
-                    nranks: ev.args[4] as u32,
-                    rank: ev.args[5] as u32,
-                    comm_ptr: ev.args[2],
+                    comm_hash: split.comm_hash,
+                    nranks: split.nranks as u32,
+                    rank: split.rank as u32,
+                    comm_ptr: split.new_comm,
                     established: true,
                     init_call: Some(idx),
                     ..Membership::default()
                 });
             }
             Some(c) if c.is_nccl_operation() => {
+                let o = ev.operation().unwrap_or_default();
                 self.ops.push(OpCall {
                     comm_hash: None,
-                    seq: ev.arg("seq").unwrap_or(0),
+                    seq: o.seq,
                     call: c,
-                    count: ev.args[0],
-                    datatype: ev.args[1],
-                    op: ev.args[2],
-                    root_or_peer: ev.args[3],
+                    count: o.count,
+                    datatype: o.datatype,
+                    op: o.op,
+                    root_or_peer: o.root,
                     call_index: idx,
                 });
             }

@@ -4,6 +4,7 @@
 
 use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
+use ncclshim_format::NcclResult;
 
 const OLD_TEXT: &str = "network IB not found";
 const NEW_TEXT: &str = "Failed to initialize any NET plugin";
@@ -44,7 +45,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 continue;
             }
             let by_text = text_has(c, &[OLD_TEXT, NEW_TEXT]);
-            let by_facts = c.rc == 5 && net.is_some() && (no_verbs || no_hca);
+            let by_facts =
+                c.returned(NcclResult::InvalidUsage) && net.is_some() && (no_verbs || no_hca);
             if !by_text && !by_facts {
                 continue;
             }

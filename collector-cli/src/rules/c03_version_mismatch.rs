@@ -6,6 +6,7 @@
 use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 use crate::names::{cuda_version_string, nccl_version_string};
+use ncclshim_format::NcclResult;
 use std::collections::BTreeMap;
 
 pub const FAMILY_TEXT: &str = "is neither AF_INET";
@@ -89,7 +90,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 && (text_has(
                     c,
                     &[FAMILY_TEXT, "version mismatch", "Mismatched NCCL version"],
-                ) || (c.is_init() && c.rc == 3))
+                ) || (c.is_init() && c.returned(NcclResult::InternalError)))
             {
                 f.explain(p, i);
                 f.fact(Evidence::call(c).of(job, p));

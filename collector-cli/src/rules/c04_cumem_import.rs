@@ -5,7 +5,7 @@
 use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
-use ncclshim_format::CallId;
+use ncclshim_format::{CallId, NcclResult};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(
@@ -37,7 +37,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         f.fact(Evidence::call(c).of(job, p));
         // The NCCL call that failed because of it (ncclUnhandledCudaError) is the same failure.
         for (j, n) in pm.calls.iter().enumerate().skip(i + 1) {
-            if n.failed() && !n.is_cuda && n.rc == 1 {
+            if n.failed() && n.returned(NcclResult::UnhandledCudaError) {
                 f.explain(p, j);
                 f.fact(Evidence::call_worded(n, "then ", "").of(job, p));
                 break;

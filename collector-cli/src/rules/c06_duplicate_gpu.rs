@@ -6,6 +6,7 @@ use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::knowledge::launchers::{lookup, Role};
 use crate::knowledge::visible_devices::VisibleDevices;
 use crate::model::JobModel;
+use ncclshim_format::NcclResult;
 use std::collections::BTreeMap;
 
 const TEXTS: &[&str] = &[
@@ -104,7 +105,10 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     for (p, pm) in job.processes.iter().enumerate() {
         for (i, c) in pm.calls.iter().enumerate() {
             if c.failed()
-                && (text_has(c, TEXTS) || (f.process_ids.contains(&p) && c.is_init() && c.rc == 5))
+                && (text_has(c, TEXTS)
+                    || (f.process_ids.contains(&p)
+                        && c.is_init()
+                        && c.returned(NcclResult::InvalidUsage)))
             {
                 f.involve(job, p);
                 f.explain(p, i);

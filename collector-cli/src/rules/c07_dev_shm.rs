@@ -3,6 +3,7 @@
 
 use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
+use ncclshim_format::NcclResult;
 
 const TEXTS: &[&str] = &[
     "Error while creating shared memory segment",
@@ -37,7 +38,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 continue;
             }
             let by_text = text_has(c, TEXTS);
-            let by_facts = c.rc == 2 && small && local > 1 && c.error_text.is_none();
+            let by_facts =
+                c.returned(NcclResult::SystemError) && small && local > 1 && c.error_text.is_none();
             if !by_text && !by_facts {
                 continue;
             }

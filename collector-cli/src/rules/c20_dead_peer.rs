@@ -5,6 +5,7 @@
 
 use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
+use ncclshim_format::NcclResult;
 
 const REMOTE_TEXTS: &[&str] = &[
     "Connection closed by remote peer",
@@ -19,9 +20,10 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut remote = Vec::new();
     for (p, pm) in job.processes.iter().enumerate() {
         for (i, c) in pm.calls.iter().enumerate() {
-            let async_remote =
-                c.call == Some(ncclshim_format::CallId::NcclCommGetAsyncError) && c.args[0] == 6;
-            if (c.failed() && !c.is_cuda && (c.rc == 6 || text_has(c, REMOTE_TEXTS)))
+            let async_remote = c.async_result() == Some(NcclResult::RemoteError);
+            if (c.failed()
+                && !c.is_cuda
+                && (c.returned(NcclResult::RemoteError) || text_has(c, REMOTE_TEXTS)))
                 || async_remote
             {
                 remote.push((p, i, c.fail_time()));

@@ -132,15 +132,9 @@ impl Evidence {
 
     /// An intercepted call: its name, return code and NCCL's / CUDA's text.
     pub fn call(c: &CallEvent) -> Self {
-        let rc_value = if c.call == Some(ncclshim_format::CallId::NcclCommGetAsyncError) {
-            c.args[0] as i32
-        } else {
-            c.rc
-        };
-        let rc_name = if c.call == Some(ncclshim_format::CallId::NcclCommGetAsyncError) {
-            crate::names::rc_name(rc_value, false)
-        } else {
-            c.rc_name()
+        let (rc_value, rc_name) = match c.async_result() {
+            Some(r) => (r.as_i32(), crate::names::rc_name(r.as_i32(), false)),
+            None => (c.rc, c.rc_name()),
         };
         let mut e = Self::new(EvidenceKind::Call, c.describe())
             .value("call", c.name.as_ref())

@@ -24,7 +24,7 @@ use ncclshim_format::profnames::{self, NameTable};
 use ncclshim_format::reader::{Dump, GpuDone, Record};
 use ncclshim_format::schema::slot_flags;
 use ncclshim_format::SlotRef;
-use ncclshim_format::{CallId, RecordKind};
+use ncclshim_format::{args, ArgView, CallId, NcclResult, RecordKind};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 
@@ -90,8 +90,9 @@ fn named_args(r: &Record) -> Map<String, Value> {
             }
         }
         if call == CallId::ProfColl {
-            let (a, p) = profnames::unpack_algo_proto(r.args[7]);
-            let (ch, warps, _) = profnames::unpack_channels_warps(r.args[8]);
+            let coll = args::ProfColl::from_args(&r.args);
+            let (a, p) = profnames::unpack_algo_proto(coll.algo_proto);
+            let (ch, warps, _) = profnames::unpack_channels_warps(coll.channels_warps);
             m.insert("algo".into(), json!(NameTable::Algo.name_of(a)));
             m.insert("proto".into(), json!(NameTable::Proto.name_of(p)));
             m.insert("channels".into(), json!(ch));
@@ -313,17 +314,18 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
                     slice(thread(r.tid), t, exit, body(name, "call", args));
                 }
                 Some(RecordKind::ProfStop) => {
-                    if let Some(start) = SlotRef::decode(r.args[0]) {
+                    let stop = args::ProfStop::from_args(&r.args);
+                    if let Some(start) = SlotRef::decode(stop.handle) {
                         stopped.insert(start, t);
                     }
                 }
                 Some(RecordKind::ProfState) => {
-                    let state = r.args[1];
-                    if state != KERNEL_CH_STOP && state != KERNEL_PHASE_STOP {
+                    let s = args::ProfState::from_args(&r.args);
+                    if s.state != KERNEL_CH_STOP && s.state != KERNEL_PHASE_STOP {
                         continue;
                     }
-                    if let Some(start) = SlotRef::decode(r.args[0]) {
-                        kernel_stops.insert(start, r.args[2]);
+                    if let Some(start) = SlotRef::decode(s.handle) {
+                        kernel_stops.insert(start, s.value);
                     }
                 }
                 Some(RecordKind::Event) if r.call() == Some(CallId::FatalSignal) => {
@@ -569,17 +571,23 @@ pub fn write_trace(trace: &Value, output: &std::path::Path) -> anyhow::Result<()
 /// `ncclCommGetAsyncError` that reported one (the call itself succeeded); `ncclInProgress` is
 /// not a failure.
 fn failure_of(r: &Record, is_cuda: bool) -> Option<(String, i32)> {
-    const NCCL_IN_PROGRESS: i32 = 7;
     r.t_exit_ns?;
-    if r.rc != 0 && (is_cuda || r.rc != NCCL_IN_PROGRESS) {
+    let failed = if is_cuda {
+        r.rc != 0
+    } else {
+        NcclResult::from_i32(r.rc).is_error()
+    };
+    if failed {
         return Some((
             format!("{} failed: {}", r.call_name(), rc_name(r.rc, is_cuda)),
             r.rc,
         ));
     }
     if r.call() == Some(CallId::NcclCommGetAsyncError) {
-        let e = i32::try_from(r.args[0]).ok()?;
-        return (e != 0 && e != NCCL_IN_PROGRESS)
+        let reported = args::NcclCommGetAsyncError::from_args(&r.args).async_error;
+        let e = i32::try_from(reported).ok()?;
+        return NcclResult::from_i32(e)
+            .is_error()
             .then(|| (format!("async error: {}", rc_name(e, false)), e));
     }
     None

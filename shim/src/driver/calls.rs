@@ -14,8 +14,8 @@ use super::device::{self, DeviceIdentity, UNKNOWN};
 use super::watch::{self, W};
 use crate::recorder;
 use ncclshim_dump::layout::SLOT_ARGS;
-use ncclshim_dump::schema::slot_flags;
-use ncclshim_dump::{CallId, Entry, PendingCall, RecordKind, Recorder, RingWriter};
+use ncclshim_dump::schema::{args, slot_flags, ArgView};
+use ncclshim_dump::{arg_index, CallId, Entry, PendingCall, RecordKind, Recorder, RingWriter};
 use std::ffi::{c_int, c_uint, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -179,22 +179,26 @@ unsafe extern "C" fn mem_export_body<const S: usize>(
         CallId::CuMemExportToShareableHandle,
         |a, rec, ring| {
             let id = identity(rec, ring);
-            *a = [
-                UNKNOWN,
+            *a = args::CuMemExportToShareableHandle {
+                shareable_handle: UNKNOWN,
                 handle,
-                ty.into(),
+                handle_type: ty.into(),
                 flags,
-                id.ordinal,
-                id.pci_bus_id,
-                caller as u64,
-                0,
-                0,
-            ];
+                device: id.ordinal,
+                pci_bus_id: id.pci_bus_id,
+                caller: caller as u64,
+            }
+            .to_args();
         },
         // SAFETY: the caller's arguments, forwarded unchanged to the driver's function.
         |real| unsafe { real(shareable as *mut c_void, handle, ty, flags) },
         // SAFETY: on success the driver wrote a handle of type `ty` at `shareable`.
-        |p| p.set_arg(0, unsafe { read_shareable(shareable as *const c_void, ty) }),
+        |p| {
+            p.set_arg(
+                arg_index!(CuMemExportToShareableHandle, shareable_handle),
+                unsafe { read_shareable(shareable as *const c_void, ty) },
+            )
+        },
     )
 }
 
@@ -223,22 +227,26 @@ unsafe extern "C" fn mem_import_body<const S: usize>(
             } else {
                 os_handle
             };
-            *a = [
-                UNKNOWN,
-                os,
-                ty.into(),
-                id.ordinal,
-                id.pci_bus_id,
-                id.uuid_hi,
-                id.uuid_lo,
-                caller as u64,
-                0,
-            ];
+            *a = args::CuMemImportFromShareableHandle {
+                handle: UNKNOWN,
+                os_handle: os,
+                handle_type: ty.into(),
+                device: id.ordinal,
+                pci_bus_id: id.pci_bus_id,
+                uuid_hi: id.uuid_hi,
+                uuid_lo: id.uuid_lo,
+                caller: caller as u64,
+            }
+            .to_args();
         },
         // SAFETY: forwarded unchanged.
         |real| unsafe { real(handle as *mut CuMemHandle, os_handle as *mut c_void, ty) },
         // SAFETY: on success the driver wrote the new handle.
-        |p| p.set_arg(0, unsafe { out(handle as *const CuMemHandle) }),
+        |p| {
+            p.set_arg(arg_index!(CuMemImportFromShareableHandle, handle), unsafe {
+                out(handle as *const CuMemHandle)
+            })
+        },
     )
 }
 
@@ -272,7 +280,17 @@ unsafe extern "C" fn mem_create_body<const S: usize>(
                     h.requested_handle_types.into(),
                 )
             };
-            *a = [UNKNOWN, size, t, lt, lid, ht, flags, caller as u64, 0];
+            *a = args::CuMemCreate {
+                handle: UNKNOWN,
+                size,
+                prop_type: t,
+                location_type: lt,
+                location_id: lid,
+                handle_types: ht,
+                flags,
+                caller: caller as u64,
+            }
+            .to_args();
         },
         // SAFETY: forwarded unchanged.
         |real| unsafe {
@@ -284,7 +302,11 @@ unsafe extern "C" fn mem_create_body<const S: usize>(
             )
         },
         // SAFETY: on success the driver wrote the handle.
-        |p| p.set_arg(0, unsafe { out(handle as *const CuMemHandle) }),
+        |p| {
+            p.set_arg(arg_index!(CuMemCreate, handle), unsafe {
+                out(handle as *const CuMemHandle)
+            })
+        },
     )
 }
 
@@ -304,7 +326,13 @@ unsafe extern "C" fn mem_release_body<const S: usize>(
         W::MemRelease,
         S,
         CallId::CuMemRelease,
-        |a, _, _| *a = [handle, caller as u64, 0, 0, 0, 0, 0, 0, 0],
+        |a, _, _| {
+            *a = args::CuMemRelease {
+                handle,
+                caller: caller as u64,
+            }
+            .to_args()
+        },
         // SAFETY: forwarded unchanged.
         |real| unsafe { real(handle) },
         |_| {},
@@ -327,7 +355,17 @@ unsafe extern "C" fn mem_map_body<const S: usize>(
         W::MemMap,
         S,
         CallId::CuMemMap,
-        |a, _, _| *a = [ptr, size, offset, handle, flags, caller as u64, 0, 0, 0],
+        |a, _, _| {
+            *a = args::CuMemMap {
+                ptr,
+                size,
+                offset,
+                handle,
+                flags,
+                caller: caller as u64,
+            }
+            .to_args()
+        },
         // SAFETY: forwarded unchanged.
         |real| unsafe { real(ptr, size as usize, offset as usize, handle, flags) },
         |_| {},
@@ -350,7 +388,14 @@ unsafe extern "C" fn mem_unmap_body<const S: usize>(
         W::MemUnmap,
         S,
         CallId::CuMemUnmap,
-        |a, _, _| *a = [ptr, size, caller as u64, 0, 0, 0, 0, 0, 0],
+        |a, _, _| {
+            *a = args::CuMemUnmap {
+                ptr,
+                size,
+                caller: caller as u64,
+            }
+            .to_args()
+        },
         // SAFETY: forwarded unchanged.
         |real| unsafe { real(ptr, size as usize) },
         |_| {},
@@ -387,7 +432,16 @@ unsafe extern "C" fn mem_set_access_body<const S: usize>(
                     d.flags.into(),
                 )
             };
-            *a = [ptr, size, count, lt, lid, fl, caller as u64, 0, 0];
+            *a = args::CuMemSetAccess {
+                ptr,
+                size,
+                count,
+                location_type: lt,
+                location_id: lid,
+                access_flags: fl,
+                caller: caller as u64,
+            }
+            .to_args();
         },
         // SAFETY: forwarded unchanged.
         |real| unsafe { real(ptr, size as usize, d, count as usize) },
@@ -412,17 +466,15 @@ unsafe extern "C" fn mem_address_reserve_body<const S: usize>(
         S,
         CallId::CuMemAddressReserve,
         |a, _, _| {
-            *a = [
-                UNKNOWN,
+            *a = args::CuMemAddressReserve {
+                ptr: UNKNOWN,
                 size,
                 alignment,
                 addr,
                 flags,
-                caller as u64,
-                0,
-                0,
-                0,
-            ]
+                caller: caller as u64,
+            }
+            .to_args()
         },
         // SAFETY: forwarded unchanged.
         |real| unsafe {
@@ -435,7 +487,11 @@ unsafe extern "C" fn mem_address_reserve_body<const S: usize>(
             )
         },
         // SAFETY: on success the driver wrote the reserved address.
-        |p| p.set_arg(0, unsafe { out(ptr as *const CuDevicePtr) }),
+        |p| {
+            p.set_arg(arg_index!(CuMemAddressReserve, ptr), unsafe {
+                out(ptr as *const CuDevicePtr)
+            })
+        },
     )
 }
 
@@ -455,7 +511,14 @@ unsafe extern "C" fn mem_address_free_body<const S: usize>(
         W::MemAddressFree,
         S,
         CallId::CuMemAddressFree,
-        |a, _, _| *a = [ptr, size, caller as u64, 0, 0, 0, 0, 0, 0],
+        |a, _, _| {
+            *a = args::CuMemAddressFree {
+                ptr,
+                size,
+                caller: caller as u64,
+            }
+            .to_args()
+        },
         // SAFETY: forwarded unchanged.
         |real| unsafe { real(ptr, size as usize) },
         |_| {},
@@ -478,11 +541,22 @@ unsafe extern "C" fn mem_retain_body<const S: usize>(
         W::MemRetain,
         S,
         CallId::CuMemRetainAllocationHandle,
-        |a, _, _| *a = [UNKNOWN, addr, caller as u64, 0, 0, 0, 0, 0, 0],
+        |a, _, _| {
+            *a = args::CuMemRetainAllocationHandle {
+                handle: UNKNOWN,
+                addr,
+                caller: caller as u64,
+            }
+            .to_args()
+        },
         // SAFETY: forwarded unchanged.
         |real| unsafe { real(handle as *mut CuMemHandle, addr as *mut c_void) },
         // SAFETY: on success the driver wrote the handle.
-        |p| p.set_arg(0, unsafe { out(handle as *const CuMemHandle) }),
+        |p| {
+            p.set_arg(arg_index!(CuMemRetainAllocationHandle, handle), unsafe {
+                out(handle as *const CuMemHandle)
+            })
+        },
     )
 }
 
@@ -503,13 +577,23 @@ unsafe extern "C" fn mem_get_handle_for_range_body<const S: usize>(
         W::MemGetHandleForRange,
         S,
         CallId::CuMemGetHandleForAddressRange,
-        |a, _, _| *a = [UNKNOWN, ptr, size, ty.into(), flags, caller as u64, 0, 0, 0],
+        |a, _, _| {
+            *a = args::CuMemGetHandleForAddressRange {
+                handle: UNKNOWN,
+                ptr,
+                size,
+                handle_type: ty.into(),
+                flags,
+                caller: caller as u64,
+            }
+            .to_args()
+        },
         // SAFETY: forwarded unchanged.
         |real| unsafe { real(handle as *mut c_void, ptr, size as usize, ty, flags) },
         |p| {
             if ty == RANGE_HANDLE_TYPE_DMA_BUF_FD {
                 // SAFETY: on success the driver wrote the dma-buf fd (an int).
-                p.set_arg(0, unsafe {
+                p.set_arg(arg_index!(CuMemGetHandleForAddressRange, handle), unsafe {
                     read_shareable(handle as *const c_void, HANDLE_TYPE_POSIX_FD)
                 });
             }
@@ -542,12 +626,24 @@ unsafe extern "C" fn mc_create_body<const S: usize>(
                 let p = unsafe { &*pp };
                 (p.size as u64, p.num_devices.into(), p.handle_types, p.flags)
             };
-            *a = [UNKNOWN, size, n, ht, fl, caller as u64, 0, 0, 0];
+            *a = args::CuMulticastCreate {
+                handle: UNKNOWN,
+                size,
+                num_devices: n,
+                handle_types: ht,
+                flags: fl,
+                caller: caller as u64,
+            }
+            .to_args();
         },
         // SAFETY: forwarded unchanged.
         |real| unsafe { real(handle as *mut CuMemHandle, pp) },
         // SAFETY: on success the driver wrote the handle.
-        |p| p.set_arg(0, unsafe { out(handle as *const CuMemHandle) }),
+        |p| {
+            p.set_arg(arg_index!(CuMulticastCreate, handle), unsafe {
+                out(handle as *const CuMemHandle)
+            })
+        },
     )
 }
 
@@ -568,7 +664,14 @@ unsafe extern "C" fn mc_add_device_body<const S: usize>(
         W::McAddDevice,
         S,
         CallId::CuMulticastAddDevice,
-        |a, _, _| *a = [mc, dev as i64 as u64, caller as u64, 0, 0, 0, 0, 0, 0],
+        |a, _, _| {
+            *a = args::CuMulticastAddDevice {
+                mc_handle: mc,
+                device: dev as i64 as u64,
+                caller: caller as u64,
+            }
+            .to_args()
+        },
         // SAFETY: forwarded unchanged.
         |real| unsafe { real(mc, dev) },
         |_| {},
@@ -593,17 +696,16 @@ unsafe extern "C" fn mc_bind_mem_body<const S: usize>(
         S,
         CallId::CuMulticastBindMem,
         |a, _, _| {
-            *a = [
-                mc,
+            *a = args::CuMulticastBindMem {
+                mc_handle: mc,
                 mc_offset,
-                mem,
+                mem_handle: mem,
                 mem_offset,
                 size,
                 flags,
-                caller as u64,
-                0,
-                0,
-            ]
+                caller: caller as u64,
+            }
+            .to_args()
         },
         // SAFETY: forwarded unchanged.
         |real| unsafe {
@@ -636,7 +738,17 @@ unsafe extern "C" fn mc_bind_addr_body<const S: usize>(
         W::McBindAddr,
         S,
         CallId::CuMulticastBindAddr,
-        |a, _, _| *a = [mc, mc_offset, ptr, size, flags, caller as u64, 0, 0, 0],
+        |a, _, _| {
+            *a = args::CuMulticastBindAddr {
+                mc_handle: mc,
+                mc_offset,
+                ptr,
+                size,
+                flags,
+                caller: caller as u64,
+            }
+            .to_args()
+        },
         // SAFETY: forwarded unchanged.
         |real| unsafe { real(mc, mc_offset as usize, ptr, size as usize, flags) },
         |_| {},
@@ -661,17 +773,14 @@ unsafe extern "C" fn mc_unbind_body<const S: usize>(
         S,
         CallId::CuMulticastUnbind,
         |a, _, _| {
-            *a = [
-                mc,
-                dev as i64 as u64,
+            *a = args::CuMulticastUnbind {
+                mc_handle: mc,
+                device: dev as i64 as u64,
                 mc_offset,
                 size,
-                caller as u64,
-                0,
-                0,
-                0,
-                0,
-            ]
+                caller: caller as u64,
+            }
+            .to_args()
         },
         // SAFETY: forwarded unchanged.
         |real| unsafe { real(mc, dev, mc_offset as usize, size as usize) },
@@ -707,7 +816,14 @@ unsafe extern "C" fn ipc_get_body<const S: usize>(
         CallId::CuIpcGetMemHandle,
         |a, rec, ring| {
             let id = identity(rec, ring);
-            *a = [ptr, UNKNOWN, UNKNOWN, id.ordinal, caller as u64, 0, 0, 0, 0];
+            *a = args::CuIpcGetMemHandle {
+                ptr,
+                handle_w0: UNKNOWN,
+                handle_w1: UNKNOWN,
+                device: id.ordinal,
+                caller: caller as u64,
+            }
+            .to_args();
         },
         // SAFETY: forwarded unchanged.
         |real| unsafe { real(handle as *mut CuIpcMemHandle, ptr) },
@@ -716,8 +832,8 @@ unsafe extern "C" fn ipc_get_body<const S: usize>(
             if !h.is_null() {
                 // SAFETY: on success the driver filled the 64-byte handle.
                 let (w0, w1) = ipc_words(unsafe { &*h });
-                p.set_arg(1, w0);
-                p.set_arg(2, w1);
+                p.set_arg(arg_index!(CuIpcGetMemHandle, handle_w0), w0);
+                p.set_arg(arg_index!(CuIpcGetMemHandle, handle_w1), w1);
             }
         },
     )
@@ -777,22 +893,26 @@ unsafe fn ipc_open(
         |a, rec, ring| {
             let id = identity(rec, ring);
             let (w0, w1) = ipc_words(&handle);
-            *a = [
-                UNKNOWN,
-                w0,
-                w1,
-                flags.into(),
+            *a = args::CuIpcOpenMemHandle {
+                ptr: UNKNOWN,
+                handle_w0: w0,
+                handle_w1: w1,
+                flags: flags.into(),
                 abi,
-                id.ordinal,
-                id.pci_bus_id,
-                caller as u64,
-                0,
-            ];
+                device: id.ordinal,
+                pci_bus_id: id.pci_bus_id,
+                caller: caller as u64,
+            }
+            .to_args();
         },
         // SAFETY: forwarded unchanged (the handle by value, as received).
         |real| unsafe { real(pdptr as *mut CuDevicePtr, handle, flags) },
         // SAFETY: on success the driver wrote the mapped address.
-        |p| p.set_arg(0, unsafe { out(pdptr as *const CuDevicePtr) }),
+        |p| {
+            p.set_arg(arg_index!(CuIpcOpenMemHandle, ptr), unsafe {
+                out(pdptr as *const CuDevicePtr)
+            })
+        },
     )
 }
 
@@ -812,7 +932,13 @@ unsafe extern "C" fn ipc_close_body<const S: usize>(
         W::IpcClose,
         S,
         CallId::CuIpcCloseMemHandle,
-        |a, _, _| *a = [ptr, caller as u64, 0, 0, 0, 0, 0, 0, 0],
+        |a, _, _| {
+            *a = args::CuIpcCloseMemHandle {
+                ptr,
+                caller: caller as u64,
+            }
+            .to_args()
+        },
         // SAFETY: forwarded unchanged.
         |real| unsafe { real(ptr) },
         |_| {},

@@ -5,6 +5,7 @@
 
 use super::cuda::*;
 use super::watch::{self, W};
+use ncclshim_dump::schema::ArgView;
 use ncclshim_dump::{BlobKind, CallId, Entry, RecordKind, Recorder, RingWriter};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr::null_mut;
@@ -272,8 +273,11 @@ pub fn note_gpu(rec: &Recorder, ring: &RingWriter, id: &DeviceIdentity) {
     };
     let mut e = Entry::new(RecordKind::Snapshot, CallId::SnapshotTaken);
     e.blob = rec.append_blob(BlobKind::Gpu, &json);
-    e.args[0] = SNAPSHOT_REASON_DRIVER_GPU;
-    e.args[1] = BlobKind::Gpu as u64;
+    e.args = ncclshim_dump::schema::args::SnapshotTaken {
+        reason: SNAPSHOT_REASON_DRIVER_GPU,
+        blob_kind: BlobKind::Gpu as u64,
+    }
+    .to_args();
     ring.instant(&e);
 }
 

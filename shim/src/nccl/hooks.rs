@@ -24,7 +24,8 @@ use crate::nccl::resolve::real;
 use crate::nccl::snapshot;
 use crate::recorder::{record_keep, SHIM};
 use ncclshim_dump::layout::{counters, SLOT_ARGS};
-use ncclshim_dump::{BlobKind, CallId, CommEntryWriter, Entry, PendingCall, RecordKind};
+use ncclshim_dump::schema::{args, ArgView};
+use ncclshim_dump::{arg_index, BlobKind, CallId, CommEntryWriter, Entry, PendingCall, RecordKind};
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
@@ -183,14 +184,15 @@ unsafe fn write_comm_created(comm: NcclComm, e: &comms::CommEntry) {
         let mut r = Entry::new(RecordKind::CommInfo, CallId::CommCreated);
         r.comm = comm as u64;
         r.flags = flags;
-        r.args[..6].copy_from_slice(&[
-            e.comm_hash.load(Ordering::Relaxed),
-            s(n),
-            s(rank),
-            dev as u64,
-            e.uid_hash.load(Ordering::Relaxed),
-            s(version),
-        ]);
+        r.args = args::CommCreated {
+            comm_hash: e.comm_hash.load(Ordering::Relaxed),
+            nranks: s(n),
+            rank: s(rank),
+            cuda_dev: dev as u64,
+            uid_hash: e.uid_hash.load(Ordering::Relaxed),
+            nccl_version: s(version),
+        }
+        .to_args();
         w.instant(&r);
     });
 }
@@ -240,17 +242,10 @@ fn recorded<F>(
     rc
 }
 
-/// Entry arguments: `first`, then zeros.
-#[inline(always)]
-fn args<const N: usize>(first: [u64; N]) -> [u64; SLOT_ARGS] {
-    let mut a = [0; SLOT_ARGS];
-    a[..N].copy_from_slice(&first);
-    a
-}
-
 /// Defines an export of the common shape (see `recorded`): its C signature, forwarded as it
-/// is, the comm its record is on, the leading entry arguments, and the result arguments
-/// `on_success` fills (after ncclSuccess, out-pointers only once checked non-null).
+/// is, the comm its record is on, the entry arguments (the call's `schema::args` view, result
+/// fields left 0), and the result arguments `on_success` fills (after ncclSuccess,
+/// out-pointers only once checked non-null) at their `arg_index!`.
 macro_rules! export {
     ($fn_name:ident, $name:literal, $call:expr, ($($arg:ident : $ty:ty),*),
      comm = $comm:expr, args = $args:expr, on_success = |$pc:ident| $fill:expr) => {
@@ -259,7 +254,7 @@ macro_rules! export {
             boundary(|out| {
                 type F = unsafe extern "C" fn($($ty),*) -> NcclResult;
                 let fwd = |f: F| f($($arg),*);
-                let entry = || args($args);
+                let entry = || ArgView::to_args(&$args);
                 recorded(out, real!($name, F), $call, $comm, entry, fwd, |$pc| $fill);
             })
         }
@@ -275,13 +270,15 @@ macro_rules! export {
 // ---------------------------------------------------------------- version, uniqueId
 
 export!(ncclGetVersion, "ncclGetVersion", CallId::NcclGetVersion,
-    (version: *mut c_int),
-    comm = null_mut(), args = [],
-    on_success = |pc| if !version.is_null() { pc.set_arg(0, s(*version)) });
+(version: *mut c_int),
+comm = null_mut(), args = args::NcclGetVersion::default(),
+on_success = |pc| if !version.is_null() {
+    pc.set_arg(arg_index!(NcclGetVersion, version), s(*version))
+});
 
 export!(ncclGetUniqueId, "ncclGetUniqueId", CallId::NcclGetUniqueId,
     (id: *mut NcclUniqueId),
-    comm = null_mut(), args = [],
+    comm = null_mut(), args = args::NcclGetUniqueId::default(),
     on_success = |pc| unique_id_result(pc, id));
 
 /// ncclGetUniqueId's result arguments: the new id's hash (also remembered for the comms that
@@ -292,17 +289,16 @@ unsafe fn unique_id_result(pc: &PendingCall, id: *const NcclUniqueId) {
     }
     let (h, w) = uid_args(&*id);
     let _ = LAST_UID.try_with(|c| c.set(h));
-    pc.set_arg(0, h);
+    pc.set_arg(arg_index!(NcclGetUniqueId, uid_hash), h);
     for (i, v) in w.iter().enumerate() {
-        pc.set_arg(1 + i, *v);
+        pc.set_arg(arg_index!(NcclGetUniqueId, uid0) + i, *v);
     }
 }
 
 // ---------------------------------------------------------------- communicator creation
 
-/// The InitRank family: `args` is the entry record (nranks, rank, uid hash and words, ...,
-/// device at 8, filled once the comm is ready), `uid_hash` the comm's join hash (NCCL derives
-/// commHash from the same id).
+/// The InitRank family: `args` is the entry record (its view's `cuda_dev` is filled once the
+/// comm is ready), `uid_hash` the comm's join hash (NCCL derives commHash from the same id).
 #[allow(clippy::too_many_arguments)] // the C call's own arguments plus the forwarding closure
 unsafe fn init_rank_common(
     call: CallId,
@@ -327,7 +323,7 @@ unsafe fn init_rank_common(
         if created {
             pc.set_comm(comm as u64);
             if ready {
-                pc.set_arg(8, cuda_dev(comm) as u64);
+                pc.set_arg(INIT_CUDA_DEV, cuda_dev(comm) as u64);
             }
         }
     });
@@ -345,21 +341,25 @@ unsafe fn init_rank_common(
     }
 }
 
+/// Where every init view keeps the device, filled in place once the comm is ready.
+const INIT_CUDA_DEV: usize = arg_index!(CommInitRank, cuda_dev);
+const _: () = assert!(INIT_CUDA_DEV == arg_index!(NcclCommInitRankScalable, cuda_dev));
+
 /// Entry arguments of ncclCommInitRank / ncclCommInitRankConfig.
 fn init_rank_args(nranks: c_int, rank: c_int, id: &NcclUniqueId) -> (u64, [u64; SLOT_ARGS]) {
     let (h, w) = uid_args(id);
-    let args = [
-        s(nranks),
-        s(rank),
-        h,
-        w[0],
-        w[1],
-        w[2],
-        w[3],
-        w[4],
-        u64::MAX,
-    ];
-    (h, args)
+    let args = args::CommInitRank {
+        nranks: s(nranks),
+        rank: s(rank),
+        uid_hash: h,
+        uid0: w[0],
+        uid1: w[1],
+        uid2: w[2],
+        uid3: w[3],
+        uid4: w[4],
+        cuda_dev: u64::MAX,
+    };
+    (h, args.to_args())
 }
 
 #[no_mangle]
@@ -454,17 +454,18 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
         } else {
             (0, [0; 5])
         };
-        let args = [
-            s(nranks),
-            s(myrank),
-            h,
-            w[0],
-            w[1],
-            w[2],
-            w[3],
-            s(n_id),
-            u64::MAX,
-        ];
+        let args = args::NcclCommInitRankScalable {
+            nranks: s(nranks),
+            rank: s(myrank),
+            uid_hash: h,
+            uid0: w[0],
+            uid1: w[1],
+            uid2: w[2],
+            uid3: w[3],
+            n_ids: s(n_id),
+            cuda_dev: u64::MAX,
+        }
+        .to_args();
         let fwd = || f(newcomm, nranks, myrank, n_id, ids, cfg);
         init_rank_common(call, newcomm, nranks, myrank, h, args, cfg, fwd, out);
     })
@@ -484,10 +485,9 @@ pub unsafe extern "C" fn ncclCommInitAll(
             return;
         };
         snapshot_at_init();
-        let mut args = [0u64; SLOT_ARGS];
-        args[0] = s(ndev);
-        for i in 0..4usize {
-            args[1 + i] = if devlist.is_null() {
+        // The first four devices (NULL devlist means devices 0..ndev-1; u64::MAX past ndev).
+        let dev = |i: usize| -> u64 {
+            if devlist.is_null() {
                 // NULL devlist means devices 0..ndev-1.
                 if (i as c_int) < ndev {
                     i as u64
@@ -498,8 +498,17 @@ pub unsafe extern "C" fn ncclCommInitAll(
                 s(*devlist.add(i))
             } else {
                 u64::MAX
-            };
+            }
+        };
+        let args = args::NcclCommInitAll {
+            ndev: s(ndev),
+            dev0: dev(0),
+            dev1: dev(1),
+            dev2: dev(2),
+            dev3: dev(3),
+            first_comm: 0,
         }
+        .to_args();
         let _ = LAST_UID.try_with(|c| c.set(0));
         let a = enter(call, null_mut(), args);
         let rc = forward(|| f(comms_out, ndev, devlist));
@@ -509,7 +518,9 @@ pub unsafe extern "C" fn ncclCommInitAll(
         } else {
             null_mut()
         };
-        a.finish(rc, first, |pc| pc.set_arg(5, p(first)));
+        a.finish(rc, first, |pc| {
+            pc.set_arg(arg_index!(NcclCommInitAll, first_comm), p(first))
+        });
         if rc == NCCL_SUCCESS && !comms_out.is_null() {
             let uid = LAST_UID.try_with(Cell::get).unwrap_or(0);
             for i in 0..ndev.max(0) as usize {
@@ -539,7 +550,13 @@ pub unsafe extern "C" fn ncclCommSplit(
         snapshot_at_init();
         record_config(call, comm, cfg);
         let parent = comms::find(comm);
-        let args = [s(color), s(key), 0, 0, 0, u64::MAX, 0, 0, 0];
+        let args = args::NcclCommSplit {
+            color: s(color),
+            key: s(key),
+            rank: u64::MAX,
+            ..Default::default()
+        }
+        .to_args();
         let a = enter(call, comm, args);
         let rc = forward(|| f(comm, color, key, newcomm, cfg));
         *out = Some(rc);
@@ -560,10 +577,10 @@ pub unsafe extern "C" fn ncclCommSplit(
             (0, -1)
         };
         a.finish(rc, comm, |pc| {
-            pc.set_arg(2, p(child));
-            pc.set_arg(3, hash);
-            pc.set_arg(4, s(n));
-            pc.set_arg(5, s(r));
+            pc.set_arg(arg_index!(NcclCommSplit, new_comm), p(child));
+            pc.set_arg(arg_index!(NcclCommSplit, comm_hash), hash);
+            pc.set_arg(arg_index!(NcclCommSplit, nranks), s(n));
+            pc.set_arg(arg_index!(NcclCommSplit, rank), s(r));
         });
         if (ready || rc == NCCL_IN_PROGRESS) && !child.is_null() {
             let uid = parent.map_or(0, |e| e.uid_hash.load(Ordering::Relaxed));
@@ -598,20 +615,33 @@ pub unsafe extern "C" fn ncclCommShrink(
         };
         snapshot_at_init();
         record_config(call, comm, cfg);
-        let mut args = [u64::MAX; SLOT_ARGS];
-        args[0] = s(exclude_count);
-        args[1] = s(shrink_flags);
-        args[2] = 0;
-        for i in 0..4usize {
+        // The first four excluded ranks; u64::MAX where there is none.
+        let excluded = |i: usize| -> u64 {
             if !exclude.is_null() && (i as c_int) < exclude_count {
-                args[3 + i] = s(*exclude.add(i));
+                s(*exclude.add(i))
+            } else {
+                u64::MAX
             }
+        };
+        let mut args = args::NcclCommShrink {
+            exclude_count: s(exclude_count),
+            shrink_flags: s(shrink_flags),
+            new_comm: 0,
+            exclude0: excluded(0),
+            exclude1: excluded(1),
+            exclude2: excluded(2),
+            exclude3: excluded(3),
         }
+        .to_args();
+        // Words past the view stay u64::MAX, as they always were.
+        args[args::NcclCommShrink::NAMES.len()..].fill(u64::MAX);
         let a = enter(call, comm, args);
         let rc = forward(|| f(comm, exclude, exclude_count, newcomm, cfg, shrink_flags));
         *out = Some(rc);
         let child = out_comm(newcomm, rc);
-        a.finish(rc, comm, |pc| pc.set_arg(2, p(child)));
+        a.finish(rc, comm, |pc| {
+            pc.set_arg(arg_index!(NcclCommShrink, new_comm), p(child))
+        });
         if (rc == NCCL_SUCCESS || rc == NCCL_IN_PROGRESS) && !child.is_null() {
             // The shrunk comm's commHash formula needs NCCL's internal child count; 0 = unknown.
             let uid = comms::find(comm).map_or(0, |e| e.uid_hash.load(Ordering::Relaxed));
@@ -652,12 +682,20 @@ pub unsafe extern "C" fn ncclCommGrow(
         } else {
             get_hash(&(*id).internal)
         };
-        let args = [s(nranks), s(rank), h, 0, 0, 0, 0, 0, 0];
+        let args = args::NcclCommGrow {
+            nranks: s(nranks),
+            rank: s(rank),
+            uid_hash: h,
+            new_comm: 0,
+        }
+        .to_args();
         let a = enter(call, comm, args);
         let rc = forward(|| f(comm, nranks, id, rank, newcomm, cfg));
         *out = Some(rc);
         let child = out_comm(newcomm, rc);
-        a.finish(rc, comm, |pc| pc.set_arg(3, p(child)));
+        a.finish(rc, comm, |pc| {
+            pc.set_arg(arg_index!(NcclCommGrow, new_comm), p(child))
+        });
         if (rc == NCCL_SUCCESS || rc == NCCL_IN_PROGRESS) && !child.is_null() {
             let parent_hash = comms::find(comm).map_or(0, |e| e.comm_hash.load(Ordering::Relaxed));
             let origin = (parent_hash, -1, -1);
@@ -676,7 +714,8 @@ macro_rules! comm_only {
             boundary(|out| {
                 type F = unsafe extern "C" fn(NcclComm) -> NcclResult;
                 let real = real!($name, F);
-                let rc = recorded(out, real, $call, comm, || args([]), |f| f(comm), |_| {});
+                let entry = || args::NoArgs {}.to_args();
+                let rc = recorded(out, real, $call, comm, entry, |f| f(comm), |_| {});
                 if $forget && rc == NCCL_SUCCESS {
                     if let Some(t) = comms::find(comm).and_then(|e| e.table()) {
                         t.end($call == CallId::NcclCommAbort);
@@ -709,7 +748,7 @@ comm_only!(
 
 export!(ncclCommRevoke, "ncclCommRevoke", CallId::NcclCommRevoke,
     (comm: NcclComm, flags: c_int),
-    comm = comm, args = [s(flags)]);
+    comm = comm, args = args::NcclCommRevoke { flags: s(flags) });
 
 /// Polled constantly by framework watchdogs: recorded only when the value (or rc) changes per
 /// comm; unchanged polls only bump a header counter.
@@ -751,8 +790,11 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(
                     e.comm = comm as u64;
                     e.flags = flags;
                     e.rc = rc;
-                    e.args[0] = s(value);
-                    e.args[1] = s(prev.unwrap_or(value));
+                    e.args = args::NcclCommGetAsyncError {
+                        async_error: s(value),
+                        previous: s(prev.unwrap_or(value)),
+                    }
+                    .to_args();
                     if call::is_failure_value(rc, value) {
                         // SAFETY: NCCL's static buffer or null.
                         if let Some(t) = unsafe { call::last_error(comm) } {
@@ -789,8 +831,10 @@ pub unsafe extern "C" fn ncclGroupStart() -> NcclResult {
         };
         let nested = call::nested();
         let depth = call::group_depth();
-        let mut args = [0; SLOT_ARGS];
-        args[0] = u64::from(depth + 1);
+        let args = args::Group {
+            depth: u64::from(depth + 1),
+        }
+        .to_args();
         let a = enter(CallId::NcclGroupStart, null_mut(), args);
         let rc = forward(|| f());
         *out = Some(rc);
@@ -810,8 +854,10 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
         };
         let nested = call::nested();
         let depth = call::group_depth();
-        let mut args = [0; SLOT_ARGS];
-        args[0] = u64::from(depth);
+        let args = args::Group {
+            depth: u64::from(depth),
+        }
+        .to_args();
         let a = enter(CallId::NcclGroupEnd, null_mut(), args);
         // The group is closed from the caller's view whatever GroupEnd returns (NCCL resets it).
         if !nested {
@@ -865,17 +911,20 @@ unsafe fn operation<F>(
             None => (u64::MAX, u64::MAX),
         }
     };
-    let entry = [
-        count as u64,
-        s(datatype),
-        s(op),
-        s(root),
-        p(send),
-        p(recv),
-        p(stream),
+    // Send/recv's `PointToPoint` view is the same words with `peer` in `root`'s slot.
+    const _: () = assert!(arg_index!(Collective, root) == arg_index!(PointToPoint, peer));
+    let entry = args::Collective {
+        count: count as u64,
+        datatype: s(datatype),
+        op: s(op),
+        root: s(root),
+        sendbuff: p(send),
+        recvbuff: p(recv),
+        stream: p(stream),
         seq,
         op_seq,
-    ];
+    }
+    .to_args();
     let a = enter(call, comm, entry);
     // Progress outside the rings: the last operation issued on this comm, with its arguments.
     if let Some(t) = table {
@@ -946,27 +995,32 @@ op_export!(ncclRecv, "ncclRecv", CallId::NcclRecv,
 
 export!(ncclMemAlloc, "ncclMemAlloc", CallId::NcclMemAlloc,
     (ptr: *mut *mut c_void, size: usize),
-    comm = null_mut(), args = [0, size as u64],
-    on_success = |pc| if !ptr.is_null() { pc.set_arg(0, p(*ptr)) });
+    comm = null_mut(), args = args::NcclMemAlloc { ptr: 0, size: size as u64 },
+    on_success = |pc| if !ptr.is_null() { pc.set_arg(arg_index!(NcclMemAlloc, ptr), p(*ptr)) });
 
 export!(ncclMemFree, "ncclMemFree", CallId::NcclMemFree,
     (ptr: *mut c_void),
-    comm = null_mut(), args = [p(ptr)]);
+    comm = null_mut(), args = args::NcclMemFree { ptr: p(ptr) });
 
 export!(ncclCommRegister, "ncclCommRegister", CallId::NcclCommRegister,
-    (comm: NcclComm, buff: *mut c_void, size: usize, handle: *mut *mut c_void),
-    comm = comm, args = [p(buff), size as u64],
-    on_success = |pc| if !handle.is_null() { pc.set_arg(2, p(*handle)) });
+(comm: NcclComm, buff: *mut c_void, size: usize, handle: *mut *mut c_void),
+comm = comm, args = args::NcclCommRegister { buff: p(buff), size: size as u64, handle: 0 },
+on_success = |pc| if !handle.is_null() {
+    pc.set_arg(arg_index!(NcclCommRegister, handle), p(*handle))
+});
 
 export!(ncclCommDeregister, "ncclCommDeregister", CallId::NcclCommDeregister,
     (comm: NcclComm, handle: *mut c_void),
-    comm = comm, args = [p(handle)]);
+    comm = comm, args = args::NcclCommDeregister { handle: p(handle) });
 
 export!(ncclCommWindowRegister, "ncclCommWindowRegister", CallId::NcclCommWindowRegister,
-    (comm: NcclComm, buff: *mut c_void, size: usize, win: *mut *mut c_void, win_flags: c_int),
-    comm = comm, args = [p(buff), size as u64, 0, s(win_flags)],
-    on_success = |pc| if !win.is_null() { pc.set_arg(2, p(*win)) });
+(comm: NcclComm, buff: *mut c_void, size: usize, win: *mut *mut c_void, win_flags: c_int),
+comm = comm,
+args = args::NcclCommWindowRegister { buff: p(buff), size: size as u64, window: 0, flags: s(win_flags) },
+on_success = |pc| if !win.is_null() {
+    pc.set_arg(arg_index!(NcclCommWindowRegister, window), p(*win))
+});
 
 export!(ncclCommWindowDeregister, "ncclCommWindowDeregister", CallId::NcclCommWindowDeregister,
     (comm: NcclComm, win: *mut c_void),
-    comm = comm, args = [p(win)]);
+    comm = comm, args = args::NcclCommWindowDeregister { window: p(win) });

@@ -6,6 +6,7 @@
 
 use crate::nccl::hash::get_hash;
 use ncclshim_dump::layout::flags;
+use ncclshim_dump::schema::ArgView;
 use ncclshim_dump::{BlobKind, CallId, Entry, RecordKind, Recorder, RingWriter};
 use ncclshim_host_facts as facts;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,8 +28,11 @@ fn store(r: &Recorder, w: &RingWriter, kind: BlobKind, json: &[u8], reason: Reas
     let blob = r.append_blob(kind, json);
     let mut e = Entry::new(RecordKind::Snapshot, CallId::SnapshotTaken);
     e.blob = blob;
-    e.args[0] = reason as u64;
-    e.args[1] = kind as u64;
+    e.args = ncclshim_dump::schema::args::SnapshotTaken {
+        reason: reason as u64,
+        blob_kind: kind as u64,
+    }
+    .to_args();
     w.instant(&e);
 }
 

@@ -9,6 +9,7 @@
 
 use crate::model::{FailureWhat, JobModel, ProcessModel};
 use crate::rules::{name_processes, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use ncclshim_format::NcclResult;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Variables that differ per rank by design: they separate nothing.
@@ -92,8 +93,12 @@ fn failed_by_itself(job: &JobModel, p: usize) -> bool {
     job.failures.iter().any(|f| {
         f.process == p
             && match f.what {
-                FailureWhat::Call(i) => job.processes[p].calls[i].rc != 6,
-                FailureWhat::AsyncError(i) => job.processes[p].calls[i].args[0] != 6,
+                FailureWhat::Call(i) => {
+                    !job.processes[p].calls[i].returned(NcclResult::RemoteError)
+                }
+                FailureWhat::AsyncError(i) => {
+                    job.processes[p].calls[i].async_result() != Some(NcclResult::RemoteError)
+                }
                 FailureWhat::Signal(_) | FailureWhat::Died => true,
             }
     })

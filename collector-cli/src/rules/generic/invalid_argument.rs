@@ -5,6 +5,7 @@
 
 use crate::model::JobModel;
 use crate::rules::{who, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use ncclshim_format::NcclResult;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -13,7 +14,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             .calls
             .iter()
             .enumerate()
-            .find(|(_, c)| c.failed() && !c.is_cuda && c.rc == 4)
+            .find(|(_, c)| c.failed() && c.returned(NcclResult::InvalidArgument))
         else {
             continue;
         };
@@ -71,7 +72,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         }
         // The failures that follow in this process with the same code are its echo.
         for (i, x) in pm.calls.iter().enumerate().skip(first + 1) {
-            if x.failed() && !x.is_cuda && x.rc == 4 {
+            if x.failed() && x.returned(NcclResult::InvalidArgument) {
                 f.explain(p, i);
                 f.fact(Evidence::call_worded(x, "then ", "").of(job, p));
             }

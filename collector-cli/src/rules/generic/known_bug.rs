@@ -20,6 +20,7 @@ use crate::knowledge::codes::cuda_error_in_text;
 use crate::knowledge::thresholds::thresholds;
 use crate::model::{JobModel, ProcessModel};
 use crate::rules::{name_processes, Confidence, Finding, Severity};
+use ncclshim_format::NcclResult;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What matched, strongest first.
@@ -183,7 +184,7 @@ fn features(pm: &ProcessModel, v: NcclVersion, job: &JobFeatures) -> BTreeSet<Fe
     add(env_is(pm, "NCCL_COLLNET_ENABLE", "1"), Feature::Collnet);
     add(called(&["ncclCommSplit", "ncclCommShrink"]), Feature::Split);
     add(
-        pm.calls.iter().any(|c| !c.is_cuda && c.rc == 7),
+        pm.calls.iter().any(|c| c.returned(NcclResult::InProgress)),
         Feature::Nonblocking,
     );
     add(called(&["ncclSend", "ncclRecv"]), Feature::P2pOps);
