@@ -6,6 +6,7 @@
 
 pub mod endpoints;
 pub mod facts;
+pub mod references;
 
 use crate::names::{nccl_version_string, rc_name};
 use facts::{GpuFacts, HostFacts, LibFacts};

@@ -246,6 +246,7 @@ pub const RULES: &[(&str, RuleFn)] = &[
     ("abrupt", |j, _| generic::abrupt_end::check(j)),
     ("missing", |j, _| generic::missing_ranks::check(j)),
     ("network", |j, _| generic::network_path::check(j)),
+    ("xref", |j, _| generic::cross_reference::check(j)),
     ("threads", |j, _| generic::concurrent_comm::check(j)),
     ("waiting", |j, _| generic::waiting_ranks::check(j)),
     ("uid", |j, _| generic::uid_split::check(j)),
@@ -311,6 +312,10 @@ pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
         }
     }
     demote_later_failures(job, &mut findings);
+    // What every identifier in an explained failure's text is in this job.
+    for f in findings.iter_mut() {
+        generic::cross_reference::annotate(job, f);
+    }
     for f in findings.iter_mut().filter(|f| f.id == "stuck-inside-nccl") {
         generic::transport_hang::annotate(job, f);
     }
