@@ -427,11 +427,15 @@ pub fn resolve(job: &JobModel, p: usize, comm: u64, t: u64, r: &Reference) -> Op
         (RefKind::Nranks, RefValue::Number(n)) => {
             let m = membership_of(job, p, comm)?;
             let seen = job.comms.get(&m.comm_hash).map_or(0, |v| v.members.len());
+            // The count NCCL prints is the communicator's own: only a different one says something.
+            if u64::from(m.nranks) == *n {
+                return None;
+            }
             set(&mut out, "nranks_named", (*n).into());
             set(&mut out, "nranks", m.nranks.into());
             set(&mut out, "ranks_with_dumps", seen.into());
             out.fact = format!(
-                "nranks {n} named by the error; communicator {:#x} declares {} with {seen} rank(s) recorded",
+                "nranks {n} named by the error differs from communicator {:#x}'s {} ({seen} rank(s) recorded)",
                 m.comm_hash, m.nranks
             );
         }

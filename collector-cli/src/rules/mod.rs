@@ -246,7 +246,6 @@ pub const RULES: &[(&str, RuleFn)] = &[
     ("abrupt", |j, _| generic::abrupt_end::check(j)),
     ("missing", |j, _| generic::missing_ranks::check(j)),
     ("network", |j, _| generic::network_path::check(j)),
-    ("xref", |j, _| generic::cross_reference::check(j)),
     ("threads", |j, _| generic::concurrent_comm::check(j)),
     ("waiting", |j, _| generic::waiting_ranks::check(j)),
     ("uid", |j, _| generic::uid_split::check(j)),
@@ -263,6 +262,9 @@ pub fn diagnose(job: &JobModel) -> Vec<Finding> {
 /// Runs every rule and orders the findings: primary first, then by confidence.
 pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
     let mut findings: Vec<Finding> = RULES.iter().flat_map(|(_, f)| f(job, options)).collect();
+    // What the identifiers in a failure's text are, where no rule explains that failure.
+    let xref = generic::cross_reference::check(job, &findings);
+    findings.extend(xref);
     // Version awareness reads what the other rules concluded (a known bug is primary only where
     // no primary finding explains the failure already).
     let known = generic::known_bug::check(job, &findings);

@@ -4,9 +4,9 @@
 //! ACTIVE)" or "not present (present: mlx5_0, mlx5_1)".
 //!
 //! Two uses:
-//! - [`check`]: where the answer changes the diagnosis, a finding that explains the failure: the
-//!   text names an HCA or interface the printing host does not have, a rank beyond the
-//!   communicator's nranks, a CUDA device beyond those the process can see. NCCL's words alone
+//! - [`check`]: where the answer changes the diagnosis of a failure no rule explains, a finding
+//!   that explains it: the text names an HCA or interface the printing host does not have, a
+//!   rank beyond the communicator's nranks, a CUDA device beyond those the process can see. NCCL's words alone
 //!   ("port error", "invalid rank") do not say that; the recorded facts do.
 //! - [`annotate`]: every finding that explains a failure gets, as structured evidence (kind
 //!   `reference`), what each identifier in that failure's text is; and a launcher or NCCL
@@ -113,9 +113,21 @@ fn verdict(r: &Resolution) -> Option<(&'static str, String, String, Confidence)>
     }
 }
 
-pub fn check(job: &JobModel) -> Vec<Finding> {
+/// Findings for the failures no other finding explains (except as a consequence) whose text
+/// names something that does not exist where it was named. Where a rule already explains the
+/// failure, the same answers reach it as evidence ([`annotate`]) instead of a second finding
+/// for one cause.
+pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
+    let explained = |p: usize, i: usize| {
+        found
+            .iter()
+            .any(|f| !f.consequence && f.explains.contains(&(p, i)))
+    };
     let mut findings: Vec<(String, Finding)> = Vec::new();
     for (p, i, t) in failures_with_text(job) {
+        if explained(p, i) {
+            continue;
+        }
         for r in resolutions(job, p, i, t) {
             let Some((id, title, remedy, confidence)) = verdict(&r) else {
                 continue;
