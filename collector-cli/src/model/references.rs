@@ -85,7 +85,10 @@ pub fn references_in(text: &str) -> Vec<Reference> {
                 }),
             };
             let Some(value) = value else { continue };
-            let whole = caps.get(0).map_or(v.range(), |m| m.range());
+            let whole = caps
+                .name("w")
+                .or_else(|| caps.get(0))
+                .map_or(v.range(), |m| m.range());
             claimed.push((v.start(), v.end()));
             let r = Reference {
                 kind: form.kind,
@@ -363,10 +366,8 @@ pub fn resolve(job: &JobModel, p: usize, comm: u64, t: u64, r: &Reference) -> Op
                     .cloned()
                     .unwrap_or_default();
                 match holders.first() {
-                    Some(&q) if q == p => {
-                        out.fact = format!("{noun} {n} is {} itself", me.label());
-                        out.processes = vec![q];
-                    }
+                    // The naming process itself: nothing to add.
+                    Some(&q) if q == p => return None,
                     Some(&q) => {
                         let qm = &job.processes[q];
                         out.peer_failed_first = ended_badly_at(job, q).is_some_and(|e| e < t);
@@ -715,6 +716,10 @@ mod tests {
                 (RefKind::LocalRank, RefValue::Number(1)),
                 (RefKind::Nranks, RefValue::Number(16)),
             ]
+        );
+        assert!(
+            refs("socketProgress: Connection closed by remote peer 10.0.0.2<52341>").is_empty(),
+            "an address is not a peer rank"
         );
         assert_eq!(
             refs("Connect to fe80::42:acff:fe11:2%veth3a1b<50611> failed"),
