@@ -173,7 +173,15 @@ pub fn annotate(job: &JobModel, f: &mut Finding) {
     failed.sort_unstable();
     failed.dedup();
     for p in failed {
-        for (_, _, r) in references::absent_in_variables(job, p) {
+        for (var, _, r) in references::absent_in_variables(job, p) {
+            // A variable the finding already quotes is its own subject: said once.
+            let quoted = f.evidence.iter().any(|e| {
+                e.kind == EvidenceKind::Env
+                    && e.values.get("name").and_then(|v| v.as_str()) == Some(var.as_str())
+            });
+            if quoted {
+                continue;
+            }
             crate::rules::evidence::add(&mut items, evidence_of(job, p, &r));
         }
     }
