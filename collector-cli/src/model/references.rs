@@ -370,7 +370,20 @@ pub fn resolve(job: &JobModel, p: usize, comm: u64, t: u64, r: &Reference) -> Op
                     Some(&q) if q == p => return None,
                     Some(&q) => {
                         let qm = &job.processes[q];
-                        out.peer_failed_first = ended_badly_at(job, q).is_some_and(|e| e < t);
+                        // A peer that failed with the very text of this failure reports the
+                        // same event: which of the two wrote first says nothing.
+                        let same_text = |x: usize| {
+                            job.failures.iter().find(|f| f.process == x).and_then(|f| {
+                                match f.what {
+                                    FailureWhat::Call(i) | FailureWhat::AsyncError(i) => {
+                                        job.processes[x].calls[i].error_text.clone()
+                                    }
+                                    _ => None,
+                                }
+                            })
+                        };
+                        out.peer_failed_first = ended_badly_at(job, q).is_some_and(|e| e < t)
+                            && (same_text(q).is_none() || same_text(q) != same_text(p));
                         set(&mut out, "host", qm.host.clone().into());
                         set(&mut out, "pid", qm.pid.into());
                         let first = out.peer_failed_first;
