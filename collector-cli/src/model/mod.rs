@@ -7,6 +7,7 @@
 pub mod aggregates;
 pub mod endpoints;
 pub mod facts;
+pub mod references;
 
 use crate::names::{nccl_version_string, rc_name};
 use facts::{GpuFacts, HostFacts, LibFacts};

@@ -39,6 +39,10 @@ pub enum EvidenceKind {
     Gap,
     /// A conclusion drawn from several facts (ordering across ranks, version knowledge).
     Inference,
+    /// An identifier named by an error text or a variable (PCI bus id, CUDA device, rank, peer,
+    /// HCA, interface) resolved against the recorded facts (`reference_kind`, `written`,
+    /// `status`: `resolved`/`absent`/`out_of_range`, and what it resolved to).
+    Reference,
     /// Free text without structured values (the compatibility path [`crate::rules::Finding::evidence`]).
     Note,
 }

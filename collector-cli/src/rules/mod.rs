@@ -284,6 +284,9 @@ pub fn diagnose(job: &JobModel) -> Vec<Finding> {
 /// Runs every rule and orders the findings: primary first, then by confidence.
 pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
     let mut findings: Vec<Finding> = RULES.iter().flat_map(|(_, f)| f(job, options)).collect();
+    // What the identifiers in a failure's text are, where no rule explains that failure.
+    let xref = generic::cross_reference::check(job, &findings);
+    findings.extend(xref);
     // Version awareness reads what the other rules concluded (a known bug is primary only where
     // no primary finding explains the failure already).
     let known = generic::known_bug::check(job, &findings);
@@ -333,6 +336,10 @@ pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
         }
     }
     demote_later_failures(job, &mut findings);
+    // What every identifier in an explained failure's text is in this job.
+    for f in findings.iter_mut() {
+        generic::cross_reference::annotate(job, f);
+    }
     for f in findings.iter_mut().filter(|f| f.id == "stuck-inside-nccl") {
         generic::transport_hang::annotate(job, f);
     }

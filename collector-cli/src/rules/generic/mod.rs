@@ -7,6 +7,7 @@
 
 pub mod abrupt_end;
 pub mod concurrent_comm;
+pub mod cross_reference;
 pub mod differential;
 pub mod env_diff;
 pub mod fatal_signal;
