@@ -333,6 +333,8 @@ pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
     for f in findings.iter_mut().filter(|f| f.id == "stuck-inside-nccl") {
         generic::transport_hang::annotate(job, f);
     }
+    generic::missing_ranks::adopt_echoes(job, &mut findings);
+    demote_primaries_explaining_nothing(job, &mut findings);
     if !findings.iter().any(|f| f.severity == Severity::Primary) {
         // Nobody claimed the root cause: the finding covering the earliest failure is primary,
         // unless that finding is a consequence (a peer's closed connection, teardown noise):
@@ -353,18 +355,38 @@ pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
                     .position(|f| f.process_ids.contains(&first.process)),
             }
         };
+        // Never a consequence: when only echoes explain the failures (their cause lies in a
+        // damaged dump or outside what was recorded), the report has no primary rather than a
+        // teardown message as the cause; the echo's own finding says where to look.
         let chosen = job
             .failures
             .iter()
             .filter_map(explaining)
-            .find(|&i| !findings[i].consequence)
-            .or_else(|| job.failures.first().and_then(explaining));
+            .find(|&i| !findings[i].consequence);
         if let Some(i) = chosen {
             findings[i].severity = Severity::Primary;
         }
     }
     findings.sort_by_key(|f| (f.severity, f.consequence, f.confidence));
     findings
+}
+
+/// A finding that explains no failure is never primary while something failed: a condition
+/// (ranks that never arrived, a hang elsewhere) that accounts for none of the job's failures is
+/// context, and the failure's own explanation leads the report.
+fn demote_primaries_explaining_nothing(job: &JobModel, findings: &mut [Finding]) {
+    let firsts = job.first_failure_per_process();
+    if firsts.is_empty() {
+        return;
+    }
+    for f in findings
+        .iter_mut()
+        .filter(|f| f.severity == Severity::Primary)
+    {
+        if !firsts.iter().any(|e| explains_failure(f, e)) {
+            f.severity = Severity::Contributing;
+        }
+    }
 }
 
 /// When a finding's story starts: the earliest failure it explains, or (a finding about a
