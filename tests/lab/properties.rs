@@ -55,9 +55,7 @@ fn runner_for(what: &str, cases: u32, max_shrink_iters: u32) -> TestRunner {
 /// Scenarios whose damaged-evidence property finds an engine gap not fixed yet, with the gap in
 /// words: the lab reports them as pending instead of failing (and says when one passes, so the
 /// entry can go). Found by this property; see the minimal failing inputs it prints.
-pub const KNOWN_GAPS: &[(&str, &str)] = &[
-    ("killed-crashed-hung", "another rank's header broken: the report loses its primary (rank-ended-abruptly of the intact rank 0)"),
-];
+pub const KNOWN_GAPS: &[(&str, &str)] = &[];
 
 // ----- damaged evidence ----------------------------------------------------------------------
 

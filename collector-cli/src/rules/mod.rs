@@ -444,13 +444,7 @@ fn causally_linked(job: &JobModel, p: usize, q: usize) -> bool {
 /// then (calls every few microseconds) died right after it; one that was idle may have died any
 /// time later. Returns the typical spacing of its last calls when it was busy.
 fn busy_until_the_end(pm: &crate::model::ProcessModel) -> Option<u64> {
-    const RECENT: usize = 8;
-    let n = pm.calls.len();
-    if n < RECENT {
-        return None;
-    }
-    let span = pm.last_t.saturating_sub(pm.calls[n - RECENT].t_enter);
-    Some((span / RECENT as u64).max(1_000))
+    pm.busy_spacing()
 }
 
 /// Whether failure `e` certainly happened before time `t` (beyond the clocks' uncertainty
