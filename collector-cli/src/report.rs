@@ -7,6 +7,7 @@ use crate::rules::evidence;
 use crate::rules::{rank_list, Evidence, EvidenceKind, Finding, Severity};
 use owo_colors::OwoColorize;
 use serde::Serialize;
+use std::collections::BTreeSet;
 
 /// Bumped when a field is removed or changes meaning; additions keep it. The contract is
 /// `docs/schema/report.schema.json` (described in `docs/report-json.md`). 2: evidence items and
@@ -269,6 +270,9 @@ fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
             );
         }
     }
+    if let Some(g) = launcher_ranks_without_dump(job) {
+        evidence::add(&mut out, g);
+    }
     // A job stopped from outside (SIGTERM/SIGINT from a launcher or a user) while no rank was
     // inside NCCL, nothing failed and no finding speaks of the rank: it did not finish, yet
     // nothing NCCL-side shows why. Say so,
@@ -301,6 +305,63 @@ fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
         }
     }
     out
+}
+
+/// Ranks the launcher's world size (WORLD_SIZE, SLURM_NTASKS, OMPI_COMM_WORLD_SIZE... whichever
+/// `knowledge/launchers.toml` knows) promises but no dump shows, neither by its launcher rank nor
+/// as a communicator member, and no communicator already lists as missing: a rank that never
+/// reached NCCL (or whose dump was not collected) is otherwise invisible to the report.
+fn launcher_ranks_without_dump(job: &JobModel) -> Option<Evidence> {
+    use crate::knowledge::launchers::{lookup, Role};
+    let mut world: Option<(u64, String)> = None;
+    let mut seen: BTreeSet<u64> = BTreeSet::new();
+    for p in &job.processes {
+        if let Some(r) = p.world_rank() {
+            seen.insert(u64::from(r));
+        }
+        let Some(env) = p.env.as_ref() else {
+            continue;
+        };
+        if let Some(r) = lookup(env, Role::GlobalRank).and_then(|v| v.number()) {
+            seen.insert(r);
+        }
+        if let Some(v) = lookup(env, Role::WorldSize) {
+            if let Some(n) = v.number() {
+                if world.as_ref().is_none_or(|(m, _)| n > *m) {
+                    world = Some((n, v.shown()));
+                }
+            }
+        }
+    }
+    let (n, shown) = world?;
+    let listed: BTreeSet<u64> = job
+        .comms
+        .values()
+        .flat_map(|c| c.missing())
+        .map(u64::from)
+        .collect();
+    // A bound on what is listed, so a garbled variable cannot make the report enumerate billions.
+    let absent: Vec<u32> = (0..n.min(1 << 20))
+        .filter(|r| !seen.contains(r) && !listed.contains(r))
+        .filter_map(|r| u32::try_from(r).ok())
+        .collect();
+    if absent.is_empty() {
+        return None;
+    }
+    Some(
+        Evidence::new(
+            EvidenceKind::Gap,
+            format!(
+                "the launcher's {shown} names ranks 0-{}; no dump shows {} {} (never started, failed before reaching NCCL, or its dump was not collected)",
+                n - 1,
+                if absent.len() == 1 { "rank" } else { "ranks" },
+                rank_list(&absent)
+            ),
+        )
+        .value("gap", "launcher_ranks_without_dump")
+        .value("world_size", n)
+        .value("ranks_missing", &absent),
+    )
 }
 
 /// How far apart two failures on different machines must be to trust their order (typical NTP
@@ -646,6 +707,29 @@ mod tests {
             })
             .unwrap_or_else(|| panic!("{:?}", r.evidence_gaps));
         assert_eq!(gap.ranks, vec![0, 1]);
+    }
+
+    /// The launcher says three ranks, two left dumps and none joined a communicator: the third
+    /// is named as an evidence gap (and no gap when the launcher's count is met).
+    #[test]
+    fn a_rank_the_launcher_promised_without_a_dump_is_an_evidence_gap() {
+        let gaps = |world: &'static str| {
+            let (job, findings) = analyze(&["n0", "n1"], |s| {
+                for (i, r) in s.ranks.iter_mut().enumerate() {
+                    let rank = i.to_string();
+                    r.env(&[("RANK", rank.as_str()), ("WORLD_SIZE", world)]);
+                    r.get_version(22703);
+                }
+            });
+            super::Report::build(&job, findings, Vec::new()).evidence_gaps
+        };
+        let missing = gaps("3");
+        let g = missing
+            .iter()
+            .find(|g| g.text.contains("WORLD_SIZE=3"))
+            .unwrap_or_else(|| panic!("{missing:?}"));
+        assert!(g.text.contains("no dump shows rank 2 "), "{}", g.text);
+        assert!(!gaps("2").iter().any(|g| g.text.contains("WORLD_SIZE")));
     }
 
     fn report(step: bool) -> super::Report {

@@ -248,7 +248,8 @@ fn scenario_lab() {
                 if s.golden {
                     goldens.push((name.clone(), golden::redact(&ran.report, &ran.dir)));
                 }
-                if broken.is_empty() {
+                // LAB_KEEP=1 keeps every scenario's directory (dumps, report) for a look.
+                if broken.is_empty() && std::env::var_os("LAB_KEEP").is_none() {
                     let _ = std::fs::remove_dir_all(&ran.dir);
                 }
                 outcomes.push((name.clone(), s.clone(), Outcome::Pass));

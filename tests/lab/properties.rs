@@ -55,15 +55,7 @@ fn runner_for(what: &str, cases: u32, max_shrink_iters: u32) -> TestRunner {
 /// Scenarios whose damaged-evidence property finds an engine gap not fixed yet, with the gap in
 /// words: the lab reports them as pending instead of failing (and says when one passes, so the
 /// entry can go). Found by this property; see the minimal failing inputs it prints.
-pub const KNOWN_GAPS: &[(&str, &str)] = &[
-    ("c02-unpaired-p2p", "a rank's dumps dropped: a consequence (proxy teardown) is made primary"),
-    ("c12-roce-gid-index", "a rank's dumps dropped: peer-failure-seen-by-survivors (a consequence) is made primary"),
-    ("c26-env-tuning", "a rank's dumps dropped: peer-failure-seen-by-survivors (a consequence) is made primary"),
-    ("c03-version-mismatch", "a header broken: ranks-never-arrived is primary but explains none of the failures"),
-    ("c28-local-rank", "a rank's dumps dropped: ranks-never-arrived is primary but explains none of the failures"),
-    ("c21-illegal-memory-access", "the failing rank's file truncated: its async error is explained by no finding (not even unexplained-error)"),
-    ("killed-crashed-hung", "another rank's header broken: the report loses its primary (rank-ended-abruptly of the intact rank 0)"),
-];
+pub const KNOWN_GAPS: &[(&str, &str)] = &[];
 
 // ----- damaged evidence ----------------------------------------------------------------------
 

@@ -335,6 +335,19 @@ impl ProcessModel {
             .max_by_key(|m| (m.nranks, m.established, std::cmp::Reverse(m.comm_hash)))
     }
 
+    /// The typical spacing of this process's last calls when it was busy until its end (calls
+    /// every few microseconds): its last record is then a tight bound of its end. `None` for a
+    /// process with too few calls to tell (it may have been idle long before it ended).
+    pub fn busy_spacing(&self) -> Option<u64> {
+        const RECENT: usize = 8;
+        let n = self.calls.len();
+        if n < RECENT {
+            return None;
+        }
+        let span = self.last_t.saturating_sub(self.calls[n - RECENT].t_enter);
+        Some((span / RECENT as u64).max(1_000))
+    }
+
     pub fn world_rank(&self) -> Option<u32> {
         self.world().map(|m| m.rank)
     }
@@ -1205,7 +1218,25 @@ impl JobModel {
             // the rest of the job merely lives on: it was waiting on its peers, not failing; the
             // stuck-rank checks say on what.
             let blocked = p.in_flight_calls().next().is_some();
+            // A process busy until its last record (calls every few microseconds) ended there:
+            // peers that entered NCCL calls well after that went on without it, even when they
+            // were stopped later themselves (blocked in a collective that needed it).
+            let outlived_by_calls = !blocked
+                && vanished
+                && p.busy_spacing().is_some_and(|gap| {
+                    processes.iter().enumerate().any(|(j, q)| {
+                        let margin = gap
+                            .saturating_mul(20)
+                            .max(1_000_000)
+                            .saturating_add(p.clock_uncertainty.max(q.clock_uncertainty));
+                        j != i
+                            && q.calls
+                                .iter()
+                                .any(|c| c.t_enter > end.saturating_add(margin))
+                    })
+                });
             let outlived = outlived_by_events
+                || outlived_by_calls
                 || (!blocked && processes.iter().enumerate().any(|(j, q)| j != i && q.alive));
             if outlived {
                 failures.push(JobFailure {

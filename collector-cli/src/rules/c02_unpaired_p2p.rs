@@ -116,7 +116,16 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 .map(|c| c.t_enter)
                 .min();
             for (i, c) in pm.calls.iter().enumerate() {
-                if c.failed() && text_has(c, TEARDOWN) && abort_t.is_some_and(|t| t <= c.t_enter) {
+                // The abort or destroy itself failing is teardown too, whether or not its text
+                // survived (a truncated dump keeps the return code without the WARN).
+                let teardown_call = matches!(
+                    c.call,
+                    Some(CallId::NcclCommAbort | CallId::NcclCommDestroy)
+                );
+                if c.failed()
+                    && (teardown_call || text_has(c, TEARDOWN))
+                    && abort_t.is_some_and(|t| t <= c.t_enter)
+                {
                     f.explain(p, i);
                     f.fact(
                         Evidence::call_worded(

@@ -108,7 +108,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             let what = if missing {
                 "the rank that failed first left no dump here (a rank of the communicator has no dump)"
             } else {
-                "every rank left a dump and none failed before these errors: the peer's failure is                  outside what was recorded (the network path or NIC between them, or a rank that                  stopped without any mark)"
+                "every rank left a dump and none failed before these errors: the peer's failure is \
+                 outside what was recorded (the network path or NIC between them, or a rank that \
+                 stopped without any mark)"
             };
             f.fact(
                 Evidence::new(EvidenceKind::Inference, what)

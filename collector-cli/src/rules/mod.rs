@@ -343,6 +343,8 @@ pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
     for f in findings.iter_mut().filter(|f| f.id == "stuck-inside-nccl") {
         generic::transport_hang::annotate(job, f);
     }
+    generic::missing_ranks::adopt_echoes(job, &mut findings);
+    demote_primaries_explaining_nothing(job, &mut findings);
     if !findings.iter().any(|f| f.severity == Severity::Primary) {
         // Nobody claimed the root cause: the finding covering the earliest failure is primary,
         // unless that finding is a consequence (a peer's closed connection, teardown noise):
@@ -363,18 +365,38 @@ pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
                     .position(|f| f.process_ids.contains(&first.process)),
             }
         };
+        // Never a consequence: when only echoes explain the failures (their cause lies in a
+        // damaged dump or outside what was recorded), the report has no primary rather than a
+        // teardown message as the cause; the echo's own finding says where to look.
         let chosen = job
             .failures
             .iter()
             .filter_map(explaining)
-            .find(|&i| !findings[i].consequence)
-            .or_else(|| job.failures.first().and_then(explaining));
+            .find(|&i| !findings[i].consequence);
         if let Some(i) = chosen {
             findings[i].severity = Severity::Primary;
         }
     }
     findings.sort_by_key(|f| (f.severity, f.consequence, f.confidence));
     findings
+}
+
+/// A finding that explains no failure is never primary while something failed: a condition
+/// (ranks that never arrived, a hang elsewhere) that accounts for none of the job's failures is
+/// context, and the failure's own explanation leads the report.
+fn demote_primaries_explaining_nothing(job: &JobModel, findings: &mut [Finding]) {
+    let firsts = job.first_failure_per_process();
+    if firsts.is_empty() {
+        return;
+    }
+    for f in findings
+        .iter_mut()
+        .filter(|f| f.severity == Severity::Primary)
+    {
+        if !firsts.iter().any(|e| explains_failure(f, e)) {
+            f.severity = Severity::Contributing;
+        }
+    }
 }
 
 /// When a finding's story starts: the earliest failure it explains, or (a finding about a
@@ -432,13 +454,7 @@ fn causally_linked(job: &JobModel, p: usize, q: usize) -> bool {
 /// then (calls every few microseconds) died right after it; one that was idle may have died any
 /// time later. Returns the typical spacing of its last calls when it was busy.
 fn busy_until_the_end(pm: &crate::model::ProcessModel) -> Option<u64> {
-    const RECENT: usize = 8;
-    let n = pm.calls.len();
-    if n < RECENT {
-        return None;
-    }
-    let span = pm.last_t.saturating_sub(pm.calls[n - RECENT].t_enter);
-    Some((span / RECENT as u64).max(1_000))
+    pm.busy_spacing()
 }
 
 /// Whether failure `e` certainly happened before time `t` (beyond the clocks' uncertainty

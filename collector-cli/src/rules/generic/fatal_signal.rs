@@ -5,52 +5,71 @@
 
 use crate::model::{is_termination_signal, FailureWhat, JobModel};
 use crate::names::signal_name;
-use crate::rules::{who, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use crate::rules::evidence::{name_refs, ProcessRef};
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding, Severity};
+use std::collections::BTreeMap;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
-    let mut out = Vec::new();
+    // signal → the processes it reached, in process order: one finding for the job, its title
+    // naming each signal with the ranks it reached ("ranks 3-5 on node2 received SIGSEGV"), since
+    // one crash sweeping several ranks is one cause, not one finding per rank.
+    let mut by_signal: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
     for (p, pm) in job.processes.iter().enumerate() {
         let stopped_early = job.failures.iter().any(|f| {
             f.process == p && matches!(f.what, FailureWhat::Signal(s) if is_termination_signal(s))
         });
-        let Some(&(signo, _)) = pm
+        if let Some(&(signo, _)) = pm
             .signals
             .iter()
             .find(|(s, _)| !is_termination_signal(*s) || stopped_early)
-        else {
-            continue;
-        };
-        let mut f = Finding::new(
-            "fatal-signal",
-            None,
-            format!("{} received {}", who(job, p), signal_name(signo)),
-            Severity::Primary,
-            Confidence::High,
-        )
-        .remedy("Read this rank's stderr and core dump / dmesg for the crashing frame; the errors of other ranks follow from it.");
-        f.involve(job, p);
-        f.fact(
-            Evidence::new(
-                EvidenceKind::Lifecycle,
-                format!("fatal signal {signo} ({})", signal_name(signo)),
-            )
-            .value("signal", signo)
-            .value("signal_name", signal_name(signo))
-            .of(job, p),
-        );
-        if let Some((_, c)) = pm.in_flight_calls().last() {
+        {
+            by_signal.entry(signo).or_default().push(p);
+        }
+    }
+    if by_signal.is_empty() {
+        return Vec::new();
+    }
+    let title = by_signal
+        .iter()
+        .map(|(&signo, ps)| {
+            let refs: Vec<ProcessRef> = ps.iter().map(|&p| ProcessRef::of(job, p)).collect();
+            format!("{} received {}", name_refs(&refs), signal_name(signo))
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let mut f = Finding::new(
+        "fatal-signal",
+        None,
+        title,
+        Severity::Primary,
+        Confidence::High,
+    )
+    .remedy("Read the stderr and core dump / dmesg of the crashed ranks for the crashing frame; the errors of other ranks follow from it.");
+    for (&signo, ps) in &by_signal {
+        for &p in ps {
+            f.involve(job, p);
             f.fact(
                 Evidence::new(
                     EvidenceKind::Lifecycle,
-                    format!("inside {} when it happened", c.name),
+                    format!("fatal signal {signo} ({})", signal_name(signo)),
                 )
-                .value("call", c.name.as_ref())
+                .value("signal", signo)
+                .value("signal_name", signal_name(signo))
                 .of(job, p),
             );
+            if let Some((_, c)) = job.processes[p].in_flight_calls().last() {
+                f.fact(
+                    Evidence::new(
+                        EvidenceKind::Lifecycle,
+                        format!("inside {} when it happened", c.name),
+                    )
+                    .value("call", c.name.as_ref())
+                    .of(job, p),
+                );
+            }
         }
-        out.push(f);
     }
-    out
+    vec![f]
 }
 
 #[cfg(test)]
@@ -66,5 +85,24 @@ mod tests {
         });
         let f = find(&fs, "fatal-signal").expect("signal");
         assert!(f.title.contains("SIGSEGV"));
+    }
+
+    #[test]
+    fn one_finding_for_ranks_crashed_alike() {
+        let (_, fs) = analyze(&["n0", "n1", "n1", "n1"], |s| {
+            s.snapshot_all(22005);
+            s.init_world(22005);
+            for r in &s.ranks[1..] {
+                r.fatal_signal(11);
+            }
+        });
+        let crashes: Vec<_> = fs.iter().filter(|f| f.id == "fatal-signal").collect();
+        assert_eq!(crashes.len(), 1, "{crashes:?}");
+        assert_eq!(crashes[0].ranks, vec![1, 2, 3]);
+        assert!(
+            crashes[0].title.contains("ranks 1-3"),
+            "{}",
+            crashes[0].title
+        );
     }
 }

@@ -1,9 +1,17 @@
 //! Ranks that never arrived: a communicator's nranks says N, but fewer ranks left any trace of
 //! it. They never started, never reached NCCL, or their dumps were not collected; the ranks that
 //! did arrive wait in init (RANK_NOT_JOIN in NCCLX's terms).
+//!
+//! When every failure the dumps show is an echo (a peer closed the connection, teardown noise)
+//! and a rank of the communicator left no dump, the rank without a dump is where the job failed
+//! first: [`adopt_echoes`] makes that the primary story ("rank 0 left no dump; the others saw it
+//! fail"), with the survivors' errors as its consequences, instead of promoting an echo.
 
-use crate::model::JobModel;
-use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use crate::model::{FailureWhat, JobModel};
+use crate::rules::{
+    explains_failure, name_processes, rank_list, Confidence, Evidence, EvidenceKind, Finding,
+    Severity,
+};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -100,6 +108,95 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     out
 }
 
+/// The id of the finding [`adopt_echoes`] turns a missing-ranks finding into.
+pub const LEFT_NO_DUMP: &str = "failing-rank-left-no-dump";
+
+/// When no finding that is a cause (not a consequence) accounts for any failure of the job, the
+/// failures on ranks of a communicator with ranks missing are echoes of a failure on a missing
+/// rank: that communicator's missing-ranks finding explains them and becomes the primary story.
+pub fn adopt_echoes(job: &JobModel, findings: &mut [Finding]) {
+    let firsts = job.first_failure_per_process();
+    let cause_seen = firsts.iter().any(|e| {
+        findings
+            .iter()
+            .any(|f| !f.consequence && explains_failure(f, e))
+    });
+    if firsts.is_empty() || cause_seen {
+        return;
+    }
+    for (&comm, view) in &job.comms {
+        let missing = view.missing();
+        if missing.is_empty() {
+            continue;
+        }
+        let present: Vec<usize> = job.comm_members(comm).into_iter().map(|(_, p)| p).collect();
+        let echoes: Vec<_> = firsts
+            .iter()
+            .filter(|e| present.contains(&e.process))
+            .collect();
+        let Some(f) = findings
+            .iter_mut()
+            .find(|f| f.id == "ranks-never-arrived" && f.ranks == missing)
+        else {
+            continue;
+        };
+        if echoes.is_empty() {
+            continue;
+        }
+        // A communicator whose init returned on a present rank was complete: the missing ranks
+        // did join it; only their dumps are missing.
+        let joined = present.iter().any(|&p| {
+            job.processes[p].calls.iter().any(|c| {
+                c.is_init() && !c.in_flight() && !c.failed() && c.arg("uid_hash") == Some(comm)
+            })
+        });
+        let missing_noun = format!(
+            "{} {}",
+            if missing.len() == 1 { "rank" } else { "ranks" },
+            rank_list(&missing)
+        );
+        let survivors: Vec<usize> = echoes.iter().map(|e| e.process).collect();
+        f.id = LEFT_NO_DUMP.to_owned();
+        f.title = format!(
+            "{missing_noun} of communicator {comm:#x} left no dump; {} saw it fail: its cause cannot be seen here",
+            name_processes(job, &survivors)
+        );
+        f.severity = Severity::Primary;
+        f.confidence = Confidence::Medium;
+        f.remedy = format!(
+            "Collect {missing_noun}'s dump (the same NCCLSHIM_DIR on every node, copied from every \
+             node) and its stderr / launcher log (exit status, dmesg / OOM-killer messages): its own \
+             error is the cause; the errors listed here follow from it."
+        );
+        f.fact(
+            Evidence::new(
+                EvidenceKind::Inference,
+                if joined {
+                    format!("{missing_noun} joined the communicator (its init completed on the other ranks) but left no dump")
+                } else {
+                    format!("no dump of {missing_noun}: it never arrived, or its dump was not collected")
+                },
+            )
+            .value("comm", format!("{comm:#x}"))
+            .value("ranks_missing", &missing)
+            .value("joined", joined),
+        );
+        for e in echoes {
+            if let FailureWhat::Call(i) | FailureWhat::AsyncError(i) = e.what {
+                f.explain(e.process, i);
+            }
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Inference,
+                    format!("saw it fail: {}", job.describe(e)),
+                )
+                .value("echo", job.describe(e))
+                .of(job, e.process),
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::rules::testutil::{analyze, find};
@@ -116,5 +213,32 @@ mod tests {
         let f = find(&fs, "ranks-never-arrived").expect("missing");
         assert_eq!(f.ranks, vec![2, 3]);
         assert_eq!(f.severity, Severity::Primary);
+    }
+
+    #[test]
+    fn echoes_of_a_rank_without_dump_make_it_the_primary_story() {
+        // Ranks 1-2 of 3 left dumps; rank 0 (no dump) failed: the survivors only saw their
+        // peer close the connection, which is a consequence, never the cause.
+        let (_, fs) = analyze(&["b", "c"], |s| {
+            for (i, r) in s.ranks.iter_mut().enumerate() {
+                r.get_version(22105);
+                let comm = r.init_rank(3, i as u64 + 1, WORLD_UID, 0, 0, None, 22105);
+                r.async_error(
+                    comm,
+                    6,
+                    Some("socketProgress: Connection closed by remote peer 10.0.0.1<33759>"),
+                );
+            }
+        });
+        let f = find(&fs, super::LEFT_NO_DUMP).expect("the rank without a dump is the story");
+        assert_eq!(f.severity, Severity::Primary);
+        assert_eq!(f.ranks, vec![0]);
+        assert_eq!(f.explains.len(), 2, "{:?}", f.explains);
+        assert!(f.title.contains("left no dump"), "{}", f.title);
+        let echo = find(&fs, "peer-failure-seen-by-survivors").expect("C20");
+        assert_eq!(echo.severity, Severity::Contributing);
+        assert!(fs
+            .iter()
+            .all(|f| !(f.consequence && f.severity == Severity::Primary)));
     }
 }

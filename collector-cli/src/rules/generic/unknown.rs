@@ -34,14 +34,26 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
             FailureWhat::Call(i) | FailureWhat::AsyncError(i) => i,
             FailureWhat::Signal(_) | FailureWhat::Died => continue,
         };
-        // Any explained failure of the same process covers the rest of its errors.
-        if signalled.contains(&fl.process) || explained.iter().any(|(p, _)| *p == fl.process) {
+        // Any explained failure of the same process covers the rest of its errors. A fatal
+        // signal covers the process's errors only when it came first: an error recorded before
+        // the crash (an async CUDA error, then the abort's SIGABRT) is the failure to explain.
+        let signal_first = signalled.contains(&fl.process)
+            && job.processes[fl.process]
+                .signals
+                .iter()
+                .any(|&(_, t)| t <= fl.t);
+        if signal_first || explained.iter().any(|(p, _)| *p == fl.process) {
             continue;
         }
         let c = &job.processes[fl.process].calls[idx];
+        // An async error's result is what the poll reported, not the poll's own return code.
+        let rc = match fl.what {
+            FailureWhat::AsyncError(_) => c.args[0] as i32,
+            _ => c.rc,
+        };
         let key = (
             c.name.to_string(),
-            c.rc,
+            rc,
             c.error_text.clone().unwrap_or_default(),
         );
         if !groups.contains_key(&key) {
@@ -57,13 +69,14 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
         let members = &groups[&key];
         let (p0, i0, _) = members[0];
         let c = &job.processes[p0].calls[i0];
+        let (rc, rc_name) = (key.1, crate::names::rc_name(key.1, c.is_cuda));
         let classified = c.error_text.as_deref().and_then(messages::classify);
         let mut f = match &classified {
-            Some(m) => explained_by_knowledge(job, c.name.as_ref(), c.rc, &c.rc_name(), m, p0),
+            Some(m) => explained_by_knowledge(job, c.name.as_ref(), rc, &rc_name, m, p0),
             None => Finding::new(
                 "unexplained-error",
                 None,
-                format!("{} failed with {} {} (no known cause matches)", c.name, c.rc, c.rc_name()),
+                format!("{} failed with {rc} {rc_name} (no known cause matches)", c.name),
                 Severity::Contributing,
                 Confidence::Low,
             )
