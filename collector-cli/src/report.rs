@@ -195,6 +195,9 @@ pub struct Report {
 fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
     let mut out = Vec::new();
     let gap = |what: &str, fact: String| Evidence::new(EvidenceKind::Gap, fact).value("gap", what);
+    // Gathered first and joined in one pass: most of these facts hold for every rank of a
+    // large job alike (see `evidence::add_all`).
+    let mut per_process = Vec::new();
     for (i, p) in job.processes.iter().enumerate() {
         if p.lost > 0 {
             let worst = p.lost_by_thread.iter().max_by_key(|(_, _, n)| *n);
@@ -208,8 +211,7 @@ fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
                     format!(", most on thread {tid}{name}: {n}")
                 })
                 .unwrap_or_default();
-            evidence::add(
-                &mut out,
+            per_process.push(
                 gap(
                     "records_lost",
                     format!(
@@ -230,8 +232,7 @@ fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
                     count(n - 1, "more reader warning", "more reader warnings")
                 ),
             };
-            evidence::add(
-                &mut out,
+            per_process.push(
                 gap(
                     "damaged_file",
                     format!(
@@ -245,8 +246,7 @@ fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
             );
         }
         if p.comms_not_kept > 0 {
-            evidence::add(
-                &mut out,
+            per_process.push(
                 gap(
                     "communicators_not_kept",
                     format!(
@@ -259,8 +259,7 @@ fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
             );
         }
         if p.died() && p.signal.is_none() && p.signals.is_empty() {
-            evidence::add(
-                &mut out,
+            per_process.push(
                 gap(
                     "no_end_mark",
                     "ended without a clean exit and without a recorded signal (SIGKILL, the OOM killer, or a node loss); its end is known only as after its last sign of life".to_owned(),
@@ -269,6 +268,7 @@ fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
             );
         }
     }
+    evidence::add_all(&mut out, per_process);
     // A job stopped from outside (SIGTERM/SIGINT from a launcher or a user) while no rank was
     // inside NCCL, nothing failed and no finding speaks of the rank: it did not finish, yet
     // nothing NCCL-side shows why. Say so,
