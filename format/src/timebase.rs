@@ -25,9 +25,10 @@ pub enum TimeBase {
         anchors: Vec<(u64, u64)>,
         /// Nanoseconds per tick from the creation-time calibration.
         ns_per_tick: f64,
-        /// The rate (ns per tick) used from each anchor on, computed once here rather than per
-        /// record: a dump converts thousands of timestamps with the same few anchors.
-        rates: Vec<f64>,
+        /// Per anchor: its ticks and nanoseconds as `f64` and the rate (ns per tick) used from
+        /// it on, computed once here rather than per record: a dump converts thousands of
+        /// timestamps with the same few anchors.
+        segments: Vec<(f64, f64, f64)>,
     },
 }
 
@@ -62,13 +63,16 @@ impl TimeBase {
                 if anchors.is_empty() {
                     return None;
                 }
-                let rates = (0..anchors.len())
-                    .map(|i| segment_rate(&anchors, i, ns_per_tick))
+                let segments = (0..anchors.len())
+                    .map(|i| {
+                        let (ta, ma) = anchors[i];
+                        (ta as f64, ma as f64, segment_rate(&anchors, i, ns_per_tick))
+                    })
                     .collect();
                 Some(Self::Tsc {
                     anchors,
                     ns_per_tick,
-                    rates,
+                    segments,
                 })
             }
             _ => None,
@@ -77,13 +81,16 @@ impl TimeBase {
 
     /// The CLOCK_MONOTONIC nanoseconds of a record timestamp.
     pub fn to_monotonic_ns(&self, t: u64) -> u64 {
-        let Self::Tsc { anchors, rates, .. } = self else {
+        let Self::Tsc {
+            anchors, segments, ..
+        } = self
+        else {
             return t;
         };
         // The last anchor at or before t (or the first one, extrapolating backwards).
         let i = anchors.partition_point(|a| a.0 <= t).saturating_sub(1);
-        let (ta, ma) = anchors[i];
-        let ns = ma as f64 + (t as f64 - ta as f64) * rates[i];
+        let (ta, ma, rate) = segments[i];
+        let ns = ma + (t as f64 - ta) * rate;
         ns.max(0.0) as u64
     }
 }

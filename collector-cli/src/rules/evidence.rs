@@ -410,4 +410,38 @@ mod tests {
             "ranks 0-63 on 8 hosts: ncclAllReduce returned 6"
         );
     }
+
+    #[test]
+    fn adding_all_at_once_gives_what_adding_one_by_one_gives() {
+        // Facts in an interleaved order, repeated subjects, host facts, a pre-existing item.
+        let item = |i: u32| {
+            let (fact, rc) = match i % 3 {
+                0 => ("ncclAllReduce returned 6", 6),
+                1 => ("ncclAllReduce returned 6", 5),
+                _ => ("lost records", 0),
+            };
+            let mut e = Evidence::new(EvidenceKind::Call, fact).value("rc", rc);
+            if i % 5 == 4 {
+                e = e.on_host(&format!("h{}", i % 7));
+            } else {
+                e.processes
+                    .push(p(Some(i % 40), &format!("node{}", i % 6), 1000 + i % 40));
+                e.render();
+            }
+            e
+        };
+        let first = Evidence::new(EvidenceKind::Call, "lost records").value("rc", 0);
+        let mut one_by_one = vec![first.clone()];
+        (0..200).for_each(|i| add(&mut one_by_one, item(i)));
+        let mut at_once = vec![first];
+        add_all(&mut at_once, (0..200).map(item));
+        let show = |v: &[Evidence]| {
+            v.iter()
+                .map(|e| format!("{:?} {:?} {:?} {}", e.ranks, e.hosts, e.processes, e.text))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(show(&at_once), show(&one_by_one));
+        // 3 facts x (about processes, about hosts), plus the subjectless item it began with.
+        assert_eq!(one_by_one.len(), 7);
+    }
 }
