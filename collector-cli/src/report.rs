@@ -196,6 +196,9 @@ pub struct Report {
 fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
     let mut out = Vec::new();
     let gap = |what: &str, fact: String| Evidence::new(EvidenceKind::Gap, fact).value("gap", what);
+    // Gathered first and joined in one pass: most of these facts hold for every rank of a
+    // large job alike (see `evidence::add_all`).
+    let mut per_process = Vec::new();
     for (i, p) in job.processes.iter().enumerate() {
         if p.lost > 0 {
             let worst = p.lost_by_thread.iter().max_by_key(|(_, _, n)| *n);
@@ -209,8 +212,7 @@ fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
                     format!(", most on thread {tid}{name}: {n}")
                 })
                 .unwrap_or_default();
-            evidence::add(
-                &mut out,
+            per_process.push(
                 gap(
                     "records_lost",
                     format!(
@@ -231,8 +233,7 @@ fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
                     count(n - 1, "more reader warning", "more reader warnings")
                 ),
             };
-            evidence::add(
-                &mut out,
+            per_process.push(
                 gap(
                     "damaged_file",
                     format!(
@@ -246,8 +247,7 @@ fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
             );
         }
         if p.comms_not_kept > 0 {
-            evidence::add(
-                &mut out,
+            per_process.push(
                 gap(
                     "communicators_not_kept",
                     format!(
@@ -260,8 +260,7 @@ fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
             );
         }
         if p.died() && p.signal.is_none() && p.signals.is_empty() {
-            evidence::add(
-                &mut out,
+            per_process.push(
                 gap(
                     "no_end_mark",
                     "ended without a clean exit and without a recorded signal (SIGKILL, the OOM killer, or a node loss); its end is known only as after its last sign of life".to_owned(),
@@ -270,6 +269,7 @@ fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
             );
         }
     }
+    evidence::add_all(&mut out, per_process);
     if let Some(g) = launcher_ranks_without_dump(job) {
         evidence::add(&mut out, g);
     }

@@ -25,6 +25,10 @@ pub enum TimeBase {
         anchors: Vec<(u64, u64)>,
         /// Nanoseconds per tick from the creation-time calibration.
         ns_per_tick: f64,
+        /// Per anchor: its ticks and nanoseconds as `f64` and the rate (ns per tick) used from
+        /// it on, computed once here rather than per record: a dump converts thousands of
+        /// timestamps with the same few anchors.
+        segments: Vec<(f64, f64, f64)>,
     },
 }
 
@@ -59,9 +63,16 @@ impl TimeBase {
                 if anchors.is_empty() {
                     return None;
                 }
+                let segments = (0..anchors.len())
+                    .map(|i| {
+                        let (ta, ma) = anchors[i];
+                        (ta as f64, ma as f64, segment_rate(&anchors, i, ns_per_tick))
+                    })
+                    .collect();
                 Some(Self::Tsc {
                     anchors,
                     ns_per_tick,
+                    segments,
                 })
             }
             _ => None,
@@ -71,23 +82,28 @@ impl TimeBase {
     /// The CLOCK_MONOTONIC nanoseconds of a record timestamp.
     pub fn to_monotonic_ns(&self, t: u64) -> u64 {
         let Self::Tsc {
-            anchors,
-            ns_per_tick,
+            anchors, segments, ..
         } = self
         else {
             return t;
         };
         // The last anchor at or before t (or the first one, extrapolating backwards).
         let i = anchors.partition_point(|a| a.0 <= t).saturating_sub(1);
-        let (ta, ma) = anchors[i];
-        let rate = anchors[i + 1..]
-            .iter()
-            .find(|b| (b.0 - ta) as f64 * ns_per_tick >= MIN_SEGMENT_NS)
-            .map(|&(tb, mb)| (mb as f64 - ma as f64) / (tb - ta) as f64)
-            .unwrap_or(*ns_per_tick);
-        let ns = ma as f64 + (t as f64 - ta as f64) * rate;
+        let (ta, ma, rate) = segments[i];
+        let ns = ma + (t as f64 - ta) * rate;
         ns.max(0.0) as u64
     }
+}
+
+/// The rate from anchor `i` on: the slope to the first later anchor at least
+/// [`MIN_SEGMENT_NS`] away, or the calibrated rate when there is none.
+fn segment_rate(anchors: &[(u64, u64)], i: usize, ns_per_tick: f64) -> f64 {
+    let (ta, ma) = anchors[i];
+    anchors[i + 1..]
+        .iter()
+        .find(|b| (b.0 - ta) as f64 * ns_per_tick >= MIN_SEGMENT_NS)
+        .map(|&(tb, mb)| (mb as f64 - ma as f64) / (tb - ta) as f64)
+        .unwrap_or(ns_per_tick)
 }
 
 /// Number of anchors a header holds.

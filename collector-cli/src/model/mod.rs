@@ -1147,14 +1147,12 @@ impl JobModel {
         }
         processes.par_iter_mut().for_each(ProcessModel::finish);
         // Sort by world rank where known so output reads rank 0, 1, 2...
-        processes.sort_by_key(|p| {
-            (
-                p.world_rank().is_none(),
-                p.world_rank(),
-                p.host.clone(),
-                p.pid,
-            )
-        });
+        // (Compared by reference: a cloned host name per comparison was n log n allocations.)
+        fn order(p: &ProcessModel) -> (bool, Option<u32>, &str, u32) {
+            let rank = p.world_rank();
+            (rank.is_none(), rank, p.host.as_str(), p.pid)
+        }
+        processes.sort_by(|a, b| order(a).cmp(&order(b)));
         let mut comms: BTreeMap<u64, CommView> = BTreeMap::new();
         for (i, p) in processes.iter().enumerate() {
             for m in &p.memberships {
@@ -1165,12 +1163,14 @@ impl JobModel {
                     comm_hash: m.comm_hash,
                     ..CommView::default()
                 });
+                // Processes come in order, so `i` is already listed only as the last entry (a
+                // `contains` scan here made a 16k-rank communicator cost ranks x ranks).
                 let claims = c.nranks_claims.entry(m.nranks).or_default();
-                if !claims.contains(&i) {
+                if claims.last() != Some(&i) {
                     claims.push(i);
                 }
                 let mem = c.members.entry(m.rank).or_default();
-                if !mem.contains(&i) {
+                if mem.last() != Some(&i) {
                     mem.push(i);
                 }
             }
@@ -1189,6 +1189,14 @@ impl JobModel {
         // A process that vanished while others went on is a failure at its last record — a lower
         // bound, so only when its peers outlived it: a whole job killed at once is a hang, and a
         // rank blocked in communicator init was waiting, not failing.
+        // Per process: whether it failed and its latest failure time, kept up to date as
+        // failures are added below (scanning `failures` per process was ranks x ranks).
+        let mut failed = vec![false; processes.len()];
+        let mut last_failure_t: Vec<Option<u64>> = vec![None; processes.len()];
+        for f in &failures {
+            failed[f.process] = true;
+            last_failure_t[f.process] = last_failure_t[f.process].max(Some(f.t));
+        }
         for (i, p) in processes.iter().enumerate() {
             let stop_signal = p
                 .signals
@@ -1197,10 +1205,7 @@ impl JobModel {
                 .copied();
             let crashed = p.signals.iter().any(|(s, _)| !is_termination_signal(*s));
             let vanished = p.died() && p.signals.is_empty();
-            if crashed
-                || !(vanished || stop_signal.is_some())
-                || failures.iter().any(|f| f.process == i)
-            {
+            if crashed || !(vanished || stop_signal.is_some()) || failed[i] {
                 continue;
             }
             // A rank blocked in communicator init was waiting for its peers, not failing.
@@ -1212,7 +1217,7 @@ impl JobModel {
             let outlived_by_events = processes.iter().enumerate().any(|(j, q)| {
                 j != i
                     && ((q.clean_exit && q.exit_t.is_none_or(|x| x > end))
-                        || failures.iter().any(|f| f.process == j && f.t >= end))
+                        || last_failure_t[j].is_some_and(|t| t >= end))
             });
             // Blocked in a call when it ended (init, a collective's enqueue, a group end) while
             // the rest of the job merely lives on: it was waiting on its peers, not failing; the
@@ -1239,6 +1244,8 @@ impl JobModel {
                 || outlived_by_calls
                 || (!blocked && processes.iter().enumerate().any(|(j, q)| j != i && q.alive));
             if outlived {
+                failed[i] = true;
+                last_failure_t[i] = last_failure_t[i].max(Some(end));
                 failures.push(JobFailure {
                     process: i,
                     t: end,

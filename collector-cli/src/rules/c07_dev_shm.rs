@@ -24,15 +24,16 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "Give the container a bigger /dev/shm (docker run --shm-size=1g or --ipc=host; Kubernetes: a \
          memory-backed emptyDir at /dev/shm); workaround NCCL_SHM_DISABLE=1.",
     );
+    // Processes per machine, counted once (counting per process was ranks x ranks).
+    let mut per_machine: std::collections::HashMap<&str, usize> = Default::default();
+    for q in &job.processes {
+        *per_machine.entry(q.machine()).or_default() += 1;
+    }
     for (p, pm) in job.processes.iter().enumerate() {
         let shm = pm.host_facts.as_ref().and_then(|h| h.dev_shm_bytes);
         // The same threshold `doctor` warns at (knowledge/thresholds.toml).
         let small = shm.is_some_and(crate::knowledge::thresholds::dev_shm_too_small);
-        let local = job
-            .processes
-            .iter()
-            .filter(|q| q.machine() == pm.machine())
-            .count();
+        let local = per_machine[pm.machine()];
         for (i, c) in pm.calls.iter().enumerate() {
             if !c.failed() || c.is_cuda {
                 continue;

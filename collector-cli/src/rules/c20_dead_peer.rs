@@ -51,12 +51,14 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     );
     f.consequence = true;
     // Identical errors on many ranks are one item (a 1,024-rank job has 1,023 survivors):
-    // `Finding::fact` joins equal facts.
+    // `Finding::facts` joins equal facts.
+    let mut calls = Vec::with_capacity(remote.len());
     for &(p, i, _) in &remote {
         f.involve(job, p);
         f.explain(p, i);
-        f.fact(Evidence::call(&job.processes[p].calls[i]).of(job, p));
+        calls.push(Evidence::call(&job.processes[p].calls[i]).of(job, p));
     }
+    f.facts(calls);
     // Culprits: a process that failed (non-remote) before the first remote error, or whose dump
     // stops before it without a clean exit.
     let mut culprit = None;

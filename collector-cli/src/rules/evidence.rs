@@ -189,12 +189,8 @@ impl Evidence {
 
     /// The fact holds for (or relates) every process in `ps`.
     pub fn of_all(mut self, job: &JobModel, ps: &[usize]) -> Self {
-        for &p in ps {
-            let r = ProcessRef::of(job, p);
-            if !self.processes.contains(&r) {
-                self.processes.push(r);
-            }
-        }
+        self.processes
+            .extend(ps.iter().map(|&p| ProcessRef::of(job, p)));
         self.render();
         self
     }
@@ -224,22 +220,25 @@ impl Evidence {
 
     /// Takes `other`'s subjects (same fact, more ranks or hosts).
     fn absorb(&mut self, other: Self) {
-        for p in other.processes {
-            if !self.processes.contains(&p) {
-                self.processes.push(p);
-            }
-        }
+        self.take_subjects(other);
+        self.render();
+    }
+
+    /// Takes `other`'s subjects without rendering (see [`add_all`]).
+    fn take_subjects(&mut self, other: Self) {
+        self.processes.extend(other.processes);
         for h in other.host_subjects {
             if !self.host_subjects.contains(&h) {
                 self.host_subjects.push(h);
             }
         }
-        self.render();
     }
 
-    /// Recomputes `ranks`, `hosts` and `text` from the subjects.
+    /// Recomputes `ranks`, `hosts` and `text` from the subjects (and puts the processes in
+    /// order without repeats).
     fn render(&mut self) {
         self.processes.sort();
+        self.processes.dedup();
         let mut ranks: Vec<u32> = self.processes.iter().filter_map(|p| p.rank).collect();
         ranks.sort_unstable();
         ranks.dedup();
@@ -318,6 +317,38 @@ pub fn add(items: &mut Vec<Evidence>, e: Evidence) {
     }
 }
 
+/// Adds every item of `new` as [`add`] would, one after the other, with the same result; but
+/// each joined item is rendered once at the end rather than once per subject it gains, and
+/// items are matched through an index on their wording. Why: a fact held by every rank of a
+/// 16k-rank job (`records_lost`) added rank by rank re-rendered its whole rank list each time,
+/// ranks x ranks.
+pub fn add_all(items: &mut Vec<Evidence>, new: impl IntoIterator<Item = Evidence>) {
+    let mut by_fact: BTreeMap<(EvidenceKind, String), Vec<usize>> = BTreeMap::new();
+    for (i, x) in items.iter().enumerate() {
+        by_fact.entry((x.kind, x.fact.clone())).or_default().push(i);
+    }
+    let mut touched = vec![false; items.len()];
+    for e in new {
+        let candidates = by_fact.entry((e.kind, e.fact.clone())).or_default();
+        match candidates.iter().copied().find(|&i| items[i].same_fact(&e)) {
+            Some(i) => {
+                items[i].take_subjects(e);
+                touched[i] = true;
+            }
+            None => {
+                candidates.push(items.len());
+                items.push(e);
+                touched.push(false);
+            }
+        }
+    }
+    for (x, touched) in items.iter_mut().zip(touched) {
+        if touched {
+            x.render();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,5 +407,39 @@ mod tests {
             items[0].text,
             "ranks 0-63 on 8 hosts: ncclAllReduce returned 6"
         );
+    }
+
+    #[test]
+    fn adding_all_at_once_gives_what_adding_one_by_one_gives() {
+        // Facts in an interleaved order, repeated subjects, host facts, a pre-existing item.
+        let item = |i: u32| {
+            let (fact, rc) = match i % 3 {
+                0 => ("ncclAllReduce returned 6", 6),
+                1 => ("ncclAllReduce returned 6", 5),
+                _ => ("lost records", 0),
+            };
+            let mut e = Evidence::new(EvidenceKind::Call, fact).value("rc", rc);
+            if i % 5 == 4 {
+                e = e.on_host(&format!("h{}", i % 7));
+            } else {
+                e.processes
+                    .push(p(Some(i % 40), &format!("node{}", i % 6), 1000 + i % 40));
+                e.render();
+            }
+            e
+        };
+        let first = Evidence::new(EvidenceKind::Call, "lost records").value("rc", 0);
+        let mut one_by_one = vec![first.clone()];
+        (0..200).for_each(|i| add(&mut one_by_one, item(i)));
+        let mut at_once = vec![first];
+        add_all(&mut at_once, (0..200).map(item));
+        let show = |v: &[Evidence]| {
+            v.iter()
+                .map(|e| format!("{:?} {:?} {:?} {}", e.ranks, e.hosts, e.processes, e.text))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(show(&at_once), show(&one_by_one));
+        // 3 facts x (about processes, about hosts), plus the subjectless item it began with.
+        assert_eq!(one_by_one.len(), 7);
     }
 }

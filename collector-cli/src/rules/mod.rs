@@ -114,9 +114,10 @@ impl Finding {
         }
         let pm = &job.processes[p];
         if let Some(r) = pm.world_rank() {
-            if !self.ranks.contains(&r) {
-                self.ranks.push(r);
-                self.ranks.sort_unstable();
+            // Kept sorted by inserting in place (a scan and a sort per rank was ranks x ranks
+            // for a finding that involves a whole large job).
+            if let Err(at) = self.ranks.binary_search(&r) {
+                self.ranks.insert(at, r);
             }
         }
         self.processes.push(ProcessRef::of(job, p));
@@ -132,6 +133,12 @@ impl Finding {
     /// item's processes and hosts instead of a second line.
     pub fn fact(&mut self, e: Evidence) {
         evidence::add(&mut self.evidence, e);
+    }
+
+    /// [`Self::fact`] for each item, in order, with the same result; for a fact added once per
+    /// rank of a large job (each joined item's rank list is written once, not once per rank).
+    pub fn facts(&mut self, es: impl IntoIterator<Item = Evidence>) {
+        evidence::add_all(&mut self.evidence, es);
     }
 
     pub fn remedy(mut self, r: &str) -> Self {
