@@ -1273,6 +1273,18 @@ impl JobModel {
     }
 
     /// The earliest failure of each process, earliest process first.
+    /// Every failure with NCCL's or CUDA's text: (process, call index, time), in failure order.
+    pub fn failures_with_text(&self) -> Vec<(usize, usize, u64)> {
+        self.failures
+            .iter()
+            .filter_map(|fl| match fl.what {
+                FailureWhat::Call(i) | FailureWhat::AsyncError(i) => Some((fl.process, i, fl.t)),
+                FailureWhat::Signal(_) | FailureWhat::Died => None,
+            })
+            .filter(|&(p, i, _)| self.processes[p].calls[i].error_text.is_some())
+            .collect()
+    }
+
     pub fn first_failure_per_process(&self) -> Vec<JobFailure> {
         let mut seen = BTreeSet::new();
         self.failures

@@ -14,7 +14,7 @@
 
 use crate::knowledge::references::{self as know, RefKind};
 use crate::model::references::{self, Resolution, Status};
-use crate::model::{FailureWhat, JobModel};
+use crate::model::JobModel;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding, Severity};
 
 /// More reference items than this on one finding are summarized in one line (a job of 1,000
@@ -28,18 +28,6 @@ pub fn evidence_of(job: &JobModel, p: usize, r: &Resolution) -> Evidence {
         e = e.value(k, v);
     }
     e.of(job, p)
-}
-
-/// Every failure with a text: (process, call index, time), earliest first.
-fn failures_with_text(job: &JobModel) -> Vec<(usize, usize, u64)> {
-    job.failures
-        .iter()
-        .filter_map(|fl| match fl.what {
-            FailureWhat::Call(i) | FailureWhat::AsyncError(i) => Some((fl.process, i, fl.t)),
-            FailureWhat::Signal(_) | FailureWhat::Died => None,
-        })
-        .filter(|&(p, i, _)| job.processes[p].calls[i].error_text.is_some())
-        .collect()
 }
 
 /// The resolutions of every identifier in the text of call `i` of process `p`, failed at `t`.
@@ -124,7 +112,7 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
             .any(|f| !f.consequence && f.explains.contains(&(p, i)))
     };
     let mut findings: Vec<(String, Finding)> = Vec::new();
-    for (p, i, t) in failures_with_text(job) {
+    for (p, i, t) in job.failures_with_text() {
         if explained(p, i) {
             continue;
         }

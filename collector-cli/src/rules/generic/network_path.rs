@@ -23,7 +23,7 @@ use crate::knowledge::sockets::{self, PathOutcome};
 use crate::model::endpoints::{
     self, address_kind, local_route, owners, shared_routable_interface, AddressKind, Endpoint,
 };
-use crate::model::{FailureWhat, JobModel};
+use crate::model::JobModel;
 use crate::rules::{who, Confidence, Finding, Severity};
 
 /// What the peer's address turned out to be.
@@ -115,18 +115,6 @@ impl Verdict {
                 .to_owned(),
         }
     }
-}
-
-/// The failures with a text: (process, call index, time).
-fn failures_with_text(job: &JobModel) -> Vec<(usize, usize, u64)> {
-    job.failures
-        .iter()
-        .filter_map(|fl| match fl.what {
-            FailureWhat::Call(i) | FailureWhat::AsyncError(i) => Some((fl.process, i, fl.t)),
-            FailureWhat::Signal(_) | FailureWhat::Died => None,
-        })
-        .filter(|&(p, i, _)| job.processes[p].calls[i].error_text.is_some())
-        .collect()
 }
 
 /// Whether every process on the peer's machine had ended (failed, died, exited) by `t`:
@@ -287,7 +275,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     let shared_if = shared_routable_interface(job);
     let first_failure = job.failures.first().map(|f| (f.process, f.t));
     let mut findings: Vec<(Verdict, Finding)> = Vec::new();
-    for (p, i, t) in failures_with_text(job) {
+    for (p, i, t) in job.failures_with_text() {
         let call = &job.processes[p].calls[i];
         let text = call.error_text.as_deref().unwrap_or_default();
         // Only a failed connection is about the path; an address in another message (a peer
