@@ -19,7 +19,7 @@ for n in "${ranks[@]}"; do
     job="$out/job-$n"
     rm -rf "$job"
     target/release/examples/scale_job "$job" "$n" "${COLLS:-3000}" "${SHIM_SLOTS:-2048}" "${PROF_SLOTS:-2048}"
-    cat "$job"/* > /dev/null # into the page cache, as after a gather
+    find "$job" -type f -exec cat {} + > /dev/null # into the page cache, as after a gather
     /usr/bin/time -v "$bin" report "$job" --json > "$out/report-$n.json" 2> "$out/time-$n.txt" || true
     grep -E "Elapsed|User time|System time|Maximum resident" "$out/time-$n.txt" | sed "s/^/$n ranks: /"
 done
