@@ -160,13 +160,26 @@ pub struct AggTotals {
 }
 
 impl AggTotals {
+    /// Adds one cell.
     pub fn add(&mut self, c: &CellSnapshot) {
-        self.count = self.count.saturating_add(c.count);
-        self.bytes = self.bytes.saturating_add(c.bytes);
-        self.timed_count = self.timed_count.saturating_add(c.timed_count);
-        self.timed_bytes = self.timed_bytes.saturating_add(c.timed_bytes);
-        self.gpu_ns_sum = self.gpu_ns_sum.saturating_add(c.gpu_ns_sum);
-        self.gpu_ns_max = self.gpu_ns_max.max(c.gpu_ns_max);
+        self.merge(&AggTotals {
+            count: c.count,
+            bytes: c.bytes,
+            timed_count: c.timed_count,
+            timed_bytes: c.timed_bytes,
+            gpu_ns_sum: c.gpu_ns_sum,
+            gpu_ns_max: c.gpu_ns_max,
+        });
+    }
+
+    /// Adds other totals (of another cell, table or rank): sums saturate, the maximum is kept.
+    pub fn merge(&mut self, o: &AggTotals) {
+        self.count = self.count.saturating_add(o.count);
+        self.bytes = self.bytes.saturating_add(o.bytes);
+        self.timed_count = self.timed_count.saturating_add(o.timed_count);
+        self.timed_bytes = self.timed_bytes.saturating_add(o.timed_bytes);
+        self.gpu_ns_sum = self.gpu_ns_sum.saturating_add(o.gpu_ns_sum);
+        self.gpu_ns_max = self.gpu_ns_max.max(o.gpu_ns_max);
     }
 }
 

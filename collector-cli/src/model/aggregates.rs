@@ -53,11 +53,11 @@ impl CommAggregate {
     pub fn merge(&mut self, o: &CommAggregate) {
         for (f, t) in &o.by_func {
             match self.by_func.iter_mut().find(|(g, _)| g == f) {
-                Some((_, mine)) => add_totals(mine, t),
+                Some((_, mine)) => mine.merge(t),
                 None => self.by_func.push((*f, *t)),
             }
         }
-        add_totals(&mut self.totals, &o.totals);
+        self.totals.merge(&o.totals);
         self.bus_bytes += o.bus_bytes;
     }
 
@@ -77,15 +77,6 @@ impl CommAggregate {
     pub fn busbw_gbps(&self) -> Option<f64> {
         (self.totals.gpu_ns_sum > 0).then(|| self.bus_bytes / self.totals.gpu_ns_sum as f64)
     }
-}
-
-fn add_totals(a: &mut AggTotals, b: &AggTotals) {
-    a.count = a.count.saturating_add(b.count);
-    a.bytes = a.bytes.saturating_add(b.bytes);
-    a.timed_count = a.timed_count.saturating_add(b.timed_count);
-    a.timed_bytes = a.timed_bytes.saturating_add(b.timed_bytes);
-    a.gpu_ns_sum = a.gpu_ns_sum.saturating_add(b.gpu_ns_sum);
-    a.gpu_ns_max = a.gpu_ns_max.max(b.gpu_ns_max);
 }
 
 /// Every aggregate table of a dump that names its communicator, merged per communicator.
