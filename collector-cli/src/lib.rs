@@ -17,6 +17,7 @@ pub mod rules;
 pub mod run;
 pub mod runs;
 pub mod scenarios;
+pub mod story;
 pub mod synth;
 pub mod trace;
 

@@ -62,6 +62,17 @@ pub fn datatype_name(v: u64) -> String {
     n.to_owned()
 }
 
+/// Bytes per element of an `ncclDataType_t` (NCCL's `ncclTypeSize`).
+pub fn datatype_size(v: u64) -> Option<u64> {
+    Some(match v {
+        0 | 1 | 10 | 11 => 1,
+        6 | 9 => 2,
+        2 | 3 | 7 => 4,
+        4 | 5 | 8 => 8,
+        _ => return None,
+    })
+}
+
 /// `ncclRedOp_t` name (user-created PreMulSum ops are numbered after the built-ins).
 pub fn redop_name(v: u64) -> String {
     let n = match v {

@@ -249,7 +249,7 @@ macro_rules! call_ids {
         $view:ident $({ $($arg:ident),* $(,)? })?; )*) => {
         /// Every function or event a record can be about.
         #[repr(u16)]
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum CallId {
             $( $(#[$doc])* $variant = $id, )*
         }

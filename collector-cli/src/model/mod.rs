@@ -240,6 +240,10 @@ pub struct ProcessModel {
     pub signal: Option<SignalFact>,
     /// Clean-exit time (wall clock), when the process exited normally.
     pub exit_t: Option<u64>,
+    /// The status it passed to `exit` / `_exit`, when the recorder saw it.
+    pub exit_status: Option<i32>,
+    /// It ended through `_exit` (fork children, `os._exit`): atexit handlers did not run.
+    pub exit_underscore: bool,
     /// Latest sign of life that left no record (a deduplicated async-error poll), wall clock.
     pub last_alive: Option<u64>,
     /// Records lost to ring wrap, per thread: (tid, thread name, lost).

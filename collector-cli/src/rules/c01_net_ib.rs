@@ -23,7 +23,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "nccl-net-unavailable",
         Some("C01"),
         "NCCL_NET forces a network that cannot initialise on this host",
-        Severity::Primary,
         Confidence::High,
     )
     .remedy(

@@ -61,7 +61,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             "unpaired-p2p",
             Some("C02"),
             "Point-to-point sends and receives do not pair up between ranks",
-            Severity::Primary,
             Confidence::Medium,
         )
         .remedy(

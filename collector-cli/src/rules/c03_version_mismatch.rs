@@ -25,7 +25,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "nccl-version-mismatch",
         Some("C03"),
         "Ranks run different NCCL versions",
-        Severity::Primary,
         Confidence::High,
     )
     .remedy(

@@ -12,7 +12,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "cumem-import-invalid-device",
         Some("C04"),
         "CUDA IPC import of a peer GPU's memory failed with 'invalid device ordinal'",
-        Severity::Primary,
         Confidence::Medium,
     )
     .remedy(

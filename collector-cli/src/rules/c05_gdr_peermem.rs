@@ -20,8 +20,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "gdr-peermem-undetected",
         Some("C05"),
         "GPUDirect RDMA is disabled: this NCCL does not detect the loaded nvidia_peermem module",
-        // A bandwidth problem, not an error: the root cause only when nothing failed.
-        if job.failures.is_empty() { Severity::Primary } else { Severity::Contributing },
         Confidence::High,
     )
     .remedy(

@@ -20,7 +20,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "duplicate-gpu",
         Some("C06"),
         "Several ranks use the same GPU",
-        Severity::Primary,
         Confidence::High,
     )
     .remedy(

@@ -17,7 +17,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "dev-shm-too-small",
         Some("C07"),
         "/dev/shm is too small for NCCL's shared-memory transport",
-        Severity::Primary,
         Confidence::High,
     )
     .remedy(

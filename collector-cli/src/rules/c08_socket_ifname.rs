@@ -46,7 +46,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "socket-ifname-no-match",
         Some("C08"),
         "NCCL_SOCKET_IFNAME matches no network interface",
-        Severity::Primary,
         Confidence::High,
     )
     .remedy(

@@ -12,7 +12,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "cuda-driver-older-than-runtime",
         Some("C18"),
         "The CUDA driver is older than the CUDA runtime in use",
-        Severity::Primary,
         Confidence::High,
     )
     .remedy(

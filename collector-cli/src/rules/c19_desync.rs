@@ -171,7 +171,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             format!(
                 "Ranks issued different collectives at sequence number {seq} on one communicator"
             ),
-            Severity::Primary,
             Confidence::High,
         )
         .remedy(

@@ -42,7 +42,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "peer-failure-seen-by-survivors",
         Some("C20"),
         "Remote errors on surviving ranks: a peer failed first",
-        Severity::Contributing,
         Confidence::High,
     )
     .remedy(

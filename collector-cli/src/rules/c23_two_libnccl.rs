@@ -9,7 +9,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "two-libnccl-in-process",
         Some("C23"),
         "More than one libnccl is loaded in one process",
-        Severity::Contributing,
         Confidence::High,
     )
     .remedy(

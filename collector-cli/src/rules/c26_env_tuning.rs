@@ -69,7 +69,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "nccl-tuning-env-differs",
         Some("C26"),
         "NCCL tuning variables differ across ranks",
-        Severity::Contributing,
         Confidence::Medium,
     )
     .remedy(

@@ -33,7 +33,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             "nranks-disagreement",
             Some("C27"),
             "Processes disagree on the number of ranks of one communicator",
-            Severity::Primary,
             Confidence::High,
         )
         .remedy(

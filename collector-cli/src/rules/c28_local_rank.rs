@@ -20,7 +20,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "local-rank-beyond-visible-gpus",
         Some("C28"),
         "A process was asked to use a GPU it cannot see (local rank ≥ visible GPUs)",
-        Severity::Primary,
         Confidence::High,
     )
     .remedy("Launch no more processes per node than visible GPUs (nproc_per_node) and pick the device from LOCAL_RANK, not the global rank.");

@@ -9,7 +9,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "libnccl-not-loaded",
         Some("C35"),
         "No libnccl could be loaded in the process",
-        Severity::Primary,
         Confidence::Medium,
     )
     .remedy(

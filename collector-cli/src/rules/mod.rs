@@ -23,9 +23,12 @@ pub mod c35_no_libnccl;
 pub mod evidence;
 pub mod generic;
 pub mod message_facts;
+pub mod registry;
 pub mod signatures;
+pub mod verdict;
 
 use crate::model::{CallEvent, JobModel};
+use crate::story::Story;
 pub use crate::rules::evidence::{Evidence, EvidenceKind, ProcessRef};
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -79,21 +82,36 @@ pub struct Finding {
     /// teardown noise): such a finding is never chosen as primary while another explains a
     /// failure, and sorts after its equals.
     pub consequence: bool,
+    /// Its role in the job's story (declared in [`registry`], or set from the knowledge entry
+    /// that made it): what the verdict may make of it.
+    #[serde(skip)]
+    pub role: registry::Role,
+    /// The failure-graph nodes it explains besides its calls (declared in [`registry`]).
+    #[serde(skip)]
+    pub covers: &'static [crate::story::NodeClass],
+    /// A failure in its own right even when nothing else failed.
+    #[serde(skip)]
+    pub standalone: bool,
+    /// Names a specific mechanism (beats a generic finding on the same root).
+    #[serde(skip)]
+    pub specific: bool,
 }
 
 impl Finding {
+    /// A candidate finding: its severity is the verdict's to decide ([`verdict::decide`]);
+    /// its role and what it covers come from its declaration ([`registry::declared`]).
     pub fn new(
         id: &str,
         catalog: Option<&'static str>,
         title: impl Into<String>,
-        severity: Severity,
         confidence: Confidence,
     ) -> Self {
+        let declared = registry::declared(id);
         Self {
             id: id.to_owned(),
             catalog,
             title: title.into(),
-            severity,
+            severity: Severity::Contributing,
             ranks: Vec::new(),
             processes: Vec::new(),
             evidence: Vec::new(),
@@ -104,7 +122,17 @@ impl Finding {
             explains: Vec::new(),
             process_ids: BTreeSet::new(),
             consequence: false,
+            role: declared.map_or(registry::Role::Cause, |d| d.role),
+            covers: declared.map_or(&[], |d| d.covers),
+            standalone: declared.is_some_and(|d| d.standalone),
+            specific: declared.map_or(catalog.is_some(), |d| d.specific),
         }
+    }
+
+    /// Sets the role (for findings made from knowledge entries, which carry their own).
+    pub fn with_role(mut self, role: registry::Role) -> Self {
+        self.role = role;
+        self
     }
 
     /// Adds a process (and its world rank) to the finding.
@@ -246,41 +274,44 @@ impl Default for Options {
     }
 }
 
-type RuleFn = fn(&JobModel, &Options) -> Vec<Finding>;
+type RuleFn = fn(&JobModel, &Story, &Options) -> Vec<Finding>;
 
 /// Every rule, in the order their findings are listed when equally ranked.
 pub const RULES: &[(&str, RuleFn)] = &[
-    ("C01", |j, _| c01_net_ib::check(j)),
-    ("C02", |j, _| c02_unpaired_p2p::check(j)),
-    ("C03", |j, _| c03_version_mismatch::check(j)),
-    ("C04", |j, _| c04_cumem_import::check(j)),
-    ("C05", |j, _| c05_gdr_peermem::check(j)),
-    ("C06", |j, _| c06_duplicate_gpu::check(j)),
-    ("C07", |j, _| c07_dev_shm::check(j)),
-    ("C08", |j, _| c08_socket_ifname::check(j)),
-    ("C18", |j, _| c18_driver_runtime::check(j)),
-    ("C19", |j, _| c19_desync::check(j)),
-    ("C20", |j, _| c20_dead_peer::check(j)),
-    ("C23", |j, _| c23_two_libnccl::check(j)),
-    ("C26", |j, _| c26_env_tuning::check(j)),
-    ("C27", |j, _| c27_nranks::check(j)),
-    ("C28", |j, _| c28_local_rank::check(j)),
-    ("C35", |j, _| c35_no_libnccl::check(j)),
-    ("signatures", |j, _| signatures::check(j)),
-    ("signal", |j, _| generic::fatal_signal::check(j)),
-    ("invalid-arg", |j, _| generic::invalid_argument::check(j)),
-    ("abrupt", |j, _| generic::abrupt_end::check(j)),
-    ("missing", |j, _| generic::missing_ranks::check(j)),
-    ("network", |j, _| generic::network_path::check(j)),
-    ("threads", |j, _| generic::concurrent_comm::check(j)),
-    ("waiting", |j, _| generic::waiting_ranks::check(j)),
-    ("uid", |j, _| generic::uid_split::check(j)),
-    ("stuck", |j, o| {
-        generic::stuck::check(j, o.now_ns, o.stall_after_ns)
+    ("C01", |j, _, _| c01_net_ib::check(j)),
+    ("C02", |j, _, _| c02_unpaired_p2p::check(j)),
+    ("C03", |j, _, _| c03_version_mismatch::check(j)),
+    ("C04", |j, _, _| c04_cumem_import::check(j)),
+    ("C05", |j, _, _| c05_gdr_peermem::check(j)),
+    ("C06", |j, _, _| c06_duplicate_gpu::check(j)),
+    ("C07", |j, _, _| c07_dev_shm::check(j)),
+    ("C08", |j, _, _| c08_socket_ifname::check(j)),
+    ("C18", |j, _, _| c18_driver_runtime::check(j)),
+    ("C19", |j, _, _| c19_desync::check(j)),
+    ("sizes", |j, s, _| generic::story_findings::size_mismatch(j, s)),
+    ("app-cuda", |j, _, _| generic::app_cuda::check(j)),
+    ("C20", |j, _, _| c20_dead_peer::check(j)),
+    ("C23", |j, _, _| c23_two_libnccl::check(j)),
+    ("C26", |j, _, _| c26_env_tuning::check(j)),
+    ("C27", |j, _, _| c27_nranks::check(j)),
+    ("C28", |j, _, _| c28_local_rank::check(j)),
+    ("C35", |j, _, _| c35_no_libnccl::check(j)),
+    ("signatures", |j, _, _| signatures::check(j)),
+    ("signal", |j, s, _| generic::fatal_signal::check(j, s)),
+    ("invalid-arg", |j, _, _| generic::invalid_argument::check(j)),
+    ("abrupt", |j, s, _| generic::abrupt_end::check(j, s)),
+    ("left-early", |j, s, _| generic::story_findings::left_early(j, s)),
+    ("missing", |j, _, _| generic::missing_ranks::check(j)),
+    ("network", |j, _, _| generic::network_path::check(j)),
+    ("threads", |j, _, _| generic::concurrent_comm::check(j)),
+    ("waiting", |j, _, _| generic::waiting_ranks::check(j)),
+    ("uid", |j, _, _| generic::uid_split::check(j)),
+    ("stuck", |j, s, o| {
+        generic::stuck::check(j, s, o.now_ns, o.stall_after_ns)
     }),
-    ("late", |j, _| generic::late_rank::check(j)),
-    ("env", |j, _| generic::env_diff::check(j)),
-    ("libs", |j, _| generic::lib_diff::check(j)),
+    ("late", |j, _, _| generic::late_rank::check(j)),
+    ("env", |j, _, _| generic::env_diff::check(j)),
+    ("libs", |j, _, _| generic::lib_diff::check(j)),
 ];
 
 /// Runs every rule with the default [`Options`]; see [`diagnose_with`].
@@ -288,255 +319,40 @@ pub fn diagnose(job: &JobModel) -> Vec<Finding> {
     diagnose_with(job, &Options::default())
 }
 
-/// Runs every rule and orders the findings: primary first, then by confidence.
+/// Tells the job's story once ([`Story::build`]), runs every rule over it and lets the verdict
+/// ([`verdict::decide`]) choose what is primary; see [`diagnose_story`].
 pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
-    let mut findings: Vec<Finding> = RULES.iter().flat_map(|(_, f)| f(job, options)).collect();
-    // What the identifiers in a failure's text are, where no rule explains that failure.
+    let story = Story::build(job);
+    diagnose_story(job, &story, options)
+}
+
+/// The candidates of every rule over `story`, then the verdict. Four checks read what the other
+/// candidates explain (never their severity): the identifiers in an unexplained failure's text,
+/// known bugs of the version where the failing call matches them, every failure still
+/// unexplained, and what only the failing processes have when no clear cause covers them.
+pub fn diagnose_story(job: &JobModel, story: &Story, options: &Options) -> Vec<Finding> {
+    let mut findings: Vec<Finding> = RULES
+        .iter()
+        .flat_map(|(_, f)| f(job, story, options))
+        .collect();
     let xref = generic::cross_reference::check(job, &findings);
     findings.extend(xref);
-    // Version awareness reads what the other rules concluded (a known bug is primary only where
-    // no primary finding explains the failure already).
     let known = generic::known_bug::check(job, &findings);
     findings.extend(known);
     findings.extend(generic::unknown::check(job, &findings));
-    // What only the failing processes have, when nothing explains the failure clearly.
     let differential = generic::differential::check(job, &findings);
     findings.extend(differential);
-    // A desync, or threads racing on one communicator, explains the hang it causes: the hang
-    // is then a consequence.
-    const HANG_CAUSES: &[&str] = &[
-        "collective-desync",
-        "communicator-used-from-several-threads",
-    ];
-    if findings
-        .iter()
-        .any(|f| HANG_CAUSES.contains(&f.id.as_str()))
-    {
-        for f in findings.iter_mut().filter(|f| f.id.starts_with("stuck-")) {
-            f.severity = Severity::Contributing;
-        }
-    }
-    // A finding that explains the very calls a hang is stuck in (an init waiting for an
-    // unreachable root) is its cause: the hang is then a consequence.
-    let explains_stuck_call = |f: &Finding, p: usize| {
-        f.explains
-            .iter()
-            .any(|&(fp, i)| fp == p && job.processes[p].calls.get(i).is_some_and(|c| c.in_flight()))
-    };
-    let hang_explained: Vec<bool> = findings
-        .iter()
-        .map(|s| {
-            s.id.starts_with("stuck-")
-                && !s.process_ids.is_empty()
-                && s.process_ids.iter().all(|&p| {
-                    findings.iter().any(|f| {
-                        !f.id.starts_with("stuck-")
-                            && f.severity == Severity::Primary
-                            && explains_stuck_call(f, p)
-                    })
-                })
-        })
-        .collect();
-    for (f, explained) in findings.iter_mut().zip(hang_explained) {
-        if explained {
-            f.severity = Severity::Contributing;
-        }
-    }
-    demote_later_failures(job, &mut findings);
-    // What every identifier in an explained failure's text is in this job.
+    // What every identifier in an explained failure's text is in this job; which transport a
+    // transport hang was in.
     for f in findings.iter_mut() {
         generic::cross_reference::annotate(job, f);
-    }
-    for f in findings.iter_mut().filter(|f| f.id == "stuck-inside-nccl") {
-        generic::transport_hang::annotate(job, f);
+        if f.covers.contains(&crate::story::NodeClass::StuckInside) {
+            generic::transport_hang::annotate(job, f);
+        }
     }
     generic::missing_ranks::adopt_echoes(job, &mut findings);
-    demote_primaries_explaining_nothing(job, &mut findings);
-    if !findings.iter().any(|f| f.severity == Severity::Primary) {
-        // Nobody claimed the root cause: the finding covering the earliest failure is primary,
-        // unless that finding is a consequence (a peer's closed connection, teardown noise):
-        // then the earliest failure explained by a finding that is not.
-        let explaining = |first: &crate::model::JobFailure| {
-            let key = match first.what {
-                crate::model::FailureWhat::Call(i) | crate::model::FailureWhat::AsyncError(i) => {
-                    Some((first.process, i))
-                }
-                crate::model::FailureWhat::Signal(_) | crate::model::FailureWhat::Died => None,
-            };
-            // The finding that explains that failure; for a death or signal (no call to
-            // explain), the first finding about that process.
-            match key {
-                Some(k) => findings.iter().position(|f| f.explains.contains(&k)),
-                None => findings
-                    .iter()
-                    .position(|f| f.process_ids.contains(&first.process)),
-            }
-        };
-        // Never a consequence: when only echoes explain the failures (their cause lies in a
-        // damaged dump or outside what was recorded), the report has no primary rather than a
-        // teardown message as the cause; the echo's own finding says where to look.
-        let chosen = job
-            .failures
-            .iter()
-            .filter_map(explaining)
-            .find(|&i| !findings[i].consequence);
-        if let Some(i) = chosen {
-            findings[i].severity = Severity::Primary;
-        }
-    }
-    findings.sort_by_key(|f| (f.severity, f.consequence, f.confidence));
+    verdict::decide(job, story, &mut findings);
     findings
-}
-
-/// A finding that explains no failure is never primary while something failed: a condition
-/// (ranks that never arrived, a hang elsewhere) that accounts for none of the job's failures is
-/// context, and the failure's own explanation leads the report.
-fn demote_primaries_explaining_nothing(job: &JobModel, findings: &mut [Finding]) {
-    let firsts = job.first_failure_per_process();
-    if firsts.is_empty() {
-        return;
-    }
-    for f in findings
-        .iter_mut()
-        .filter(|f| f.severity == Severity::Primary)
-    {
-        if !firsts.iter().any(|e| explains_failure(f, e)) {
-            f.severity = Severity::Contributing;
-        }
-    }
-}
-
-/// When a finding's story starts: the earliest failure it explains, or (a finding about a
-/// death or signal, which explains no call) its processes' earliest such failure.
-fn onset(job: &JobModel, f: &Finding) -> Option<(u64, usize)> {
-    let explained = f
-        .explains
-        .iter()
-        .filter_map(|&(p, i)| {
-            let c = job.processes.get(p)?.calls.get(i)?;
-            c.reports_error().then(|| (c.fail_time(), p))
-        })
-        .min();
-    explained.or_else(|| {
-        job.failures
-            .iter()
-            .filter(|fl| f.process_ids.contains(&fl.process))
-            .filter(|fl| {
-                matches!(
-                    fl.what,
-                    crate::model::FailureWhat::Signal(_) | crate::model::FailureWhat::Died
-                )
-            })
-            .map(|fl| (fl.t, fl.process))
-            .min()
-    })
-}
-
-/// Whether a failure of process `p` can be a consequence of one of process `q`: the same
-/// process (an abort after an error), or processes that share a communicator (or the uniqueId
-/// they were joining), through which a failure propagates.
-fn causally_linked(job: &JobModel, p: usize, q: usize) -> bool {
-    if p == q {
-        return true;
-    }
-    let comms = |x: usize| -> BTreeSet<u64> {
-        let pm = &job.processes[x];
-        pm.memberships
-            .iter()
-            .map(|m| m.comm_hash)
-            .chain(
-                pm.calls
-                    .iter()
-                    .filter(|c| c.is_init())
-                    .filter_map(|c| c.arg("uid_hash")),
-            )
-            .filter(|&h| h != 0)
-            .collect()
-    };
-    !comms(p).is_disjoint(&comms(q))
-}
-
-/// How well the end of a process that died without a mark (SIGKILL, no record of its own) is
-/// known: its last record is only a lower bound of the death. A process that was busy until
-/// then (calls every few microseconds) died right after it; one that was idle may have died any
-/// time later. Returns the typical spacing of its last calls when it was busy.
-fn busy_until_the_end(pm: &crate::model::ProcessModel) -> Option<u64> {
-    pm.busy_spacing()
-}
-
-/// Whether failure `e` certainly happened before time `t` (beyond the clocks' uncertainty
-/// `tolerance`): a recorded failure by its time. A silent death's time is only a lower bound,
-/// so it counts only against a later *reaction* (an abort, an NCCL error), not against a fault
-/// of the later process's own (`later_is_fault`), and only when the dead process was busy until
-/// its last record and `t` is far past it: a rank OOM-killed mid-training, whose peers abort
-/// afterwards, came first; a crash of another rank while a silent one may have been idle did not
-/// necessarily come second.
-fn certainly_before(
-    job: &JobModel,
-    e: &crate::model::JobFailure,
-    t: u64,
-    tolerance: u64,
-    later_is_fault: bool,
-) -> bool {
-    if t <= e.t.saturating_add(tolerance) {
-        return false;
-    }
-    match e.what {
-        crate::model::FailureWhat::Died => {
-            !later_is_fault
-                && busy_until_the_end(&job.processes[e.process])
-                    .is_some_and(|gap| t - e.t > gap.saturating_mul(20))
-        }
-        _ => true,
-    }
-}
-
-/// A signal the kernel raises for a fault of the process itself (not a reaction to others).
-fn is_fault_signal(signo: u64) -> bool {
-    matches!(signo, 4 | 7 | 8 | 11) // SIGILL, SIGBUS, SIGFPE, SIGSEGV
-}
-
-/// Consequences never outrank the failure that caused them: a primary finding whose story
-/// starts after an earlier failure of the job, on the same process or one linked to it through
-/// a communicator, is demoted to contributing and says after what. Failures closer than the
-/// clocks can order stay primary (they may be independent, e.g. every rank's init), and a rank
-/// that went silent is not assumed dead before an explicit error unless it was busy until then.
-fn demote_later_failures(job: &JobModel, findings: &mut [Finding]) {
-    for f in findings
-        .iter_mut()
-        .filter(|f| f.severity == Severity::Primary)
-    {
-        let Some((t, p)) = onset(job, f) else {
-            continue;
-        };
-        let later_is_fault = job.failures.iter().any(|e| {
-            e.process == p
-                && e.t == t
-                && matches!(e.what, crate::model::FailureWhat::Signal(s) if is_fault_signal(s))
-        });
-        let earlier = job.failures.iter().find(|e| {
-            let tolerance = job.processes[p]
-                .clock_uncertainty
-                .max(job.processes[e.process].clock_uncertainty);
-            !f.process_ids.contains(&e.process)
-                && certainly_before(job, e, t, tolerance, later_is_fault)
-                && causally_linked(job, p, e.process)
-                || e.process == p
-                    && !matches!(e.what, crate::model::FailureWhat::Died)
-                    && e.t < t
-                    && !explains_failure(f, e)
-        });
-        if let Some(e) = earlier {
-            f.severity = Severity::Contributing;
-            f.consequence = true;
-            f.evidence(format!(
-                "after an earlier failure ({}: {}), {} ms before: likely a consequence of it",
-                who(job, e.process),
-                job.describe(e),
-                (t - e.t) / 1_000_000
-            ));
-        }
-    }
 }
 
 /// Whether finding `f` accounts for failure `e`: it explains that call, or (a death or signal,

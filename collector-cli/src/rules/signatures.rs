@@ -257,7 +257,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             sig.id,
             Some(sig.catalog),
             sig.title,
-            Severity::Primary,
             sig.confidence,
         )
         .remedy(remedy_of(sig));

@@ -4,18 +4,22 @@
 //! Every such rank is one finding ("ranks 8-15 on node1"): a lost node or an OOM sweep kills
 //! many ranks at once, and one finding per rank would repeat one cause.
 
-use crate::model::{FailureWhat, JobModel};
+use crate::model::JobModel;
+use crate::story::{NodeKind, Story};
 use crate::rules::evidence::{name_refs, ProcessRef};
 use crate::rules::{who, Confidence, Evidence, EvidenceKind, Finding, Severity};
 
-pub fn check(job: &JobModel) -> Vec<Finding> {
+pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
     let first = job.failures.first().map(|f| f.process);
-    let dead: Vec<usize> = job
-        .failures
+    // Every process the story found vanished (its dump ends with no mark while it mattered).
+    let mut dead: Vec<usize> = story
+        .nodes
         .iter()
-        .filter(|f| f.what == FailureWhat::Died)
-        .map(|f| f.process)
+        .filter(|n| n.kind == NodeKind::Vanished)
+        .map(|n| n.process)
         .collect();
+    dead.sort_unstable();
+    dead.dedup();
     if dead.is_empty() {
         return Vec::new();
     }
@@ -28,11 +32,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             "{} stopped without a clean exit and without an error of its own",
             name_refs(&refs)
         ),
-        if is_first {
-            Severity::Primary
-        } else {
-            Severity::Contributing
-        },
         Confidence::Medium,
     )
     .remedy(

@@ -68,7 +68,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "communicator-used-from-several-threads",
         Some("C25"),
         "One communicator was used by two threads at the same time",
-        Severity::Primary,
         Confidence::High,
     )
     .remedy(

@@ -124,7 +124,7 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
             let k = match findings.iter().position(|(x, _)| *x == key) {
                 Some(k) => k,
                 None => {
-                    let f = Finding::new(id, None, title, Severity::Contributing, confidence)
+                    let f = Finding::new(id, None, title, confidence)
                         .remedy(&remedy);
                     findings.push((key, f));
                     findings.len() - 1

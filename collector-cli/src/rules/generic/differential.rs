@@ -8,6 +8,7 @@
 //! explains the failure with high confidence, as a low-confidence lead, not a verdict.
 
 use crate::model::{FailureWhat, JobModel, ProcessModel};
+use crate::rules::registry::Role;
 use crate::rules::{name_processes, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use ncclshim_format::NcclResult;
 use std::collections::{BTreeMap, BTreeSet};
@@ -107,7 +108,7 @@ fn failed_by_itself(job: &JobModel, p: usize) -> bool {
 pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
     let clear = found
         .iter()
-        .any(|f| f.severity == Severity::Primary && f.confidence == Confidence::High);
+        .any(|f| f.role == Role::Cause && f.specific && f.confidence == Confidence::High);
     if clear {
         return Vec::new();
     }
@@ -160,7 +161,6 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
             name_processes(job, &failing),
             job.processes.len()
         ),
-        Severity::Contributing,
         Confidence::Low,
     )
     .remedy(

@@ -40,7 +40,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "nccl-env-differs",
         None,
         "NCCL environment variables differ across ranks",
-        Severity::Contributing,
         Confidence::Low,
     )
     .remedy(

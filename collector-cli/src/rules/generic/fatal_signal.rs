@@ -5,16 +5,22 @@
 
 use crate::model::{is_termination_signal, FailureWhat, JobModel};
 use crate::names::signal_name;
+use crate::story::Story;
 use crate::rules::evidence::{name_refs, ProcessRef};
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding, Severity};
 use std::collections::BTreeMap;
 
-pub fn check(job: &JobModel) -> Vec<Finding> {
+pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
     // signal → the processes it reached, in process order: one finding for the job, its title
     // naming each signal with the ranks it reached ("ranks 3-5 on node2 received SIGSEGV"), since
     // one crash sweeping several ranks is one cause, not one finding per rank.
     let mut by_signal: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
     for (p, pm) in job.processes.iter().enumerate() {
+        // A framework that gave up (aborted its communicator, then SIGABRT) did not crash:
+        // its end follows from what it gave up on.
+        if matches!(story.ends[p], crate::story::ending::Ending::Aborted { .. }) {
+            continue;
+        }
         let stopped_early = job.failures.iter().any(|f| {
             f.process == p && matches!(f.what, FailureWhat::Signal(s) if is_termination_signal(s))
         });
@@ -41,7 +47,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "fatal-signal",
         None,
         title,
-        Severity::Primary,
         Confidence::High,
     )
     .remedy("Read the stderr and core dump / dmesg of the crashed ranks for the crashing frame; the errors of other ranks follow from it.");

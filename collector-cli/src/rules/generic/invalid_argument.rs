@@ -34,7 +34,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                     who(job, p)
                 )
             },
-            Severity::Primary,
             if c.error_text.is_some() {
                 Confidence::High
             } else {

@@ -19,7 +19,8 @@ use crate::knowledge::bugs::{self, Change, EnvCondition, Feature, Impact, Kind, 
 use crate::knowledge::codes::cuda_error_in_text;
 use crate::knowledge::thresholds::thresholds;
 use crate::model::{JobModel, ProcessModel};
-use crate::rules::{name_processes, Confidence, Finding, Severity};
+use crate::rules::registry::Role;
+use crate::rules::{name_processes, Confidence, Finding};
 use ncclshim_format::NcclResult;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -75,14 +76,14 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
     }
     let primary_explained: BTreeSet<(usize, usize)> = found
         .iter()
-        .filter(|f| f.severity == Severity::Primary)
+        .filter(|f| f.role == Role::Cause && f.specific)
         .flat_map(|f| f.explains.iter().copied())
         .collect();
     // A process another rule already explains as primary gets no "may be a known bug" guess: a
     // weak match under a clear cause would only blur it.
     let explained_processes: BTreeSet<usize> = found
         .iter()
-        .filter(|f| f.severity == Severity::Primary)
+        .filter(|f| f.role == Role::Cause && f.specific)
         .flat_map(|f| f.process_ids.iter().copied())
         .collect();
     let mut out = Vec::new();
@@ -108,8 +109,10 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
     }
     // "The version may be the cause" is worth saying only when nothing else explains the job:
     // beside a primary finding it would only blur the cause.
-    let job_has_primary = found.iter().any(|f| f.severity == Severity::Primary)
-        || out.iter().any(|f| f.severity == Severity::Primary);
+    let job_has_primary = found
+        .iter()
+        .chain(&out)
+        .any(|f| f.role == Role::Cause && !f.explains.is_empty());
     if !job_has_primary {
         for (impact, entries) in weak {
             out.push(weak_finding(job, impact, &entries));
@@ -433,18 +436,16 @@ fn entry_finding(
         &format!("known-{}", c.id),
         None,
         format!("NCCL {}: {what}: {}{fixed}", versions.join("/"), c.title),
-        if primary {
-            Severity::Primary
-        } else {
-            Severity::Contributing
-        },
         if best == Strength::Strong {
             Confidence::High
         } else {
             Confidence::Medium
         },
     )
-    .remedy(&remedy(c));
+    .remedy(&remedy(c))
+    // A strong match of the failing call is a cause; anything vaguer only a condition, never
+    // primary over a cause.
+    .with_role(if primary { Role::Cause } else { Role::Condition });
     f.fixed_in = c.fixed_in.clone();
     for line in version_line(job, hs) {
         f.evidence(line);
@@ -495,9 +496,9 @@ fn weak_finding(job: &JobModel, impact: Impact, entries: &[(&Change, Vec<Hit>)])
                 .filter(|_| entries.iter().all(|(c, _)| c.fixed_in.is_some()))
                 .unwrap_or_default()
         ),
-        Severity::Contributing,
         Confidence::Low,
     )
+    .with_role(Role::Condition)
     .remedy(&match newest_fix {
         Some(v) => format!(
             "If the failure is not explained otherwise, upgrade NCCL to {v} or newer; each entry below names its own workaround."

@@ -101,7 +101,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 ms(wait_median),
                 if late_ranks.len() == 1 { "it" } else { "them" },
             ),
-            Severity::Advisory,
             Confidence::Medium,
         )
         .remedy(

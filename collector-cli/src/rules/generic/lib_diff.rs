@@ -24,7 +24,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "library-differs",
         None,
         "Ranks load different NCCL plugins or CUDA libraries",
-        Severity::Contributing,
         Confidence::Low,
     )
     .remedy("Run every rank from one software image: same NCCL plugins (NCCL_NET_PLUGIN, libnccl-net*.so on the path), same CUDA driver and runtime.");

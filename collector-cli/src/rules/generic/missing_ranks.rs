@@ -40,11 +40,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 missing.len()
             ),
             if waiting.is_empty() {
-                Severity::Contributing
-            } else {
-                Severity::Primary
-            },
-            if waiting.is_empty() {
                 Confidence::Low
             } else {
                 Confidence::Medium

@@ -6,6 +6,7 @@
 //! rule explains.
 
 pub mod abrupt_end;
+pub mod app_cuda;
 pub mod concurrent_comm;
 pub mod cross_reference;
 pub mod differential;
@@ -17,6 +18,7 @@ pub mod late_rank;
 pub mod lib_diff;
 pub mod missing_ranks;
 pub mod network_path;
+pub mod story_findings;
 pub mod stuck;
 pub mod transport_hang;
 pub mod uid_split;

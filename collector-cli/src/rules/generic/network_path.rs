@@ -260,7 +260,6 @@ fn finding_for<'a>(
                 verdict.id(),
                 verdict.catalog(),
                 verdict.title(),
-                severity,
                 verdict.confidence(),
             )
             .remedy(&verdict.remedy(shared_if));

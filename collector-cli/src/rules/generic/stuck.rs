@@ -8,6 +8,7 @@
 //! named by a number that covers the whole job.
 
 use crate::model::{JobModel, ProcessModel};
+use crate::story::{NodeKind, Story};
 use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use ncclshim_format::CallId;
 
@@ -209,7 +210,7 @@ fn stalled(job: &JobModel, members: &[(u32, usize)], now: u64, stall_ns: u64) ->
 
 /// The hang findings at the instant `now_ns`; `stall_ns`: how long live ranks must have been
 /// quiet (see [`DEFAULT_STALL_NS`]).
-pub fn check(job: &JobModel, now_ns: u64, stall_ns: u64) -> Vec<Finding> {
+pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<Finding> {
     let mut out = Vec::new();
     for &comm in job.comms.keys() {
         let members = job.comm_members(comm);
@@ -222,13 +223,10 @@ pub fn check(job: &JobModel, now_ns: u64, stall_ns: u64) -> Vec<Finding> {
         if !stalled(job, &members, now_ns, stall_ns) {
             continue;
         }
-        // A rank with an error of its own explains the hang better than the hang does.
-        if members
-            .iter()
-            .any(|(_, p)| job.failures.iter().any(|f| f.process == *p))
-        {
-            continue;
-        }
+        // Hang analysis runs whatever else failed: the verdict decides whether the hang is the
+        // cause (a laggard the others' aborts follow from) or a consequence (ranks blocked
+        // after a peer crashed).
+        let stall = story.comm(comm).and_then(|c| c.stall.as_ref());
         let mut states: Vec<RankState> = members
             .iter()
             .map(|&(r, p)| state(&job.processes[p], p, r, comm))
@@ -247,10 +245,30 @@ pub fn check(job: &JobModel, now_ns: u64, stall_ns: u64) -> Vec<Finding> {
         }
         let max = states.iter().filter_map(|s| s.issued).max();
         let any_inside = states.iter().any(|s| s.inside.is_some());
-        let laggards: Vec<&RankState> = states
-            .iter()
-            .filter(|s| s.inside.is_none() && s.issued < max)
-            .collect();
+        // The story's stall (collectives compared per function, as NCCL numbers them) names
+        // the ranks behind, and only those still in the job (a rank that left or crashed is
+        // its own finding); without one, the sequence numbers of the one source all ranks have.
+        let laggards: Vec<&RankState> = match stall {
+            Some(st) => states
+                .iter()
+                .filter(|s| {
+                    st.behind.iter().any(|b| b.1 == s.process)
+                        && story.nodes.iter().any(|n| {
+                            n.process == s.process && n.kind == NodeKind::Behind(comm)
+                        })
+                })
+                .collect(),
+            None => states
+                .iter()
+                .filter(|s| s.inside.is_none() && s.issued < max)
+                .filter(|s| !job.processes[s.process].clean_exit)
+                .collect(),
+        };
+        // The ranks behind the stall left the job, crashed or vanished: their own findings
+        // tell it, and the waiters are no transport hang.
+        if stall.is_some() && laggards.is_empty() {
+            continue;
+        }
         let not_finished = members.iter().any(|(_, p)| !job.processes[*p].clean_exit);
         if !(any_inside || (!laggards.is_empty() && not_finished)) {
             continue;
@@ -270,7 +288,6 @@ pub fn check(job: &JobModel, now_ns: u64, stall_ns: u64) -> Vec<Finding> {
                     "Hang: {noun} {} stopped issuing collectives (stuck outside NCCL); the others wait for {them}",
                     rank_list(&rs)
                 ),
-                Severity::Primary,
                 Confidence::High,
             )
             .remedy(
@@ -313,7 +330,6 @@ pub fn check(job: &JobModel, now_ns: u64, stall_ns: u64) -> Vec<Finding> {
                     let (noun, verb) = if rs.len() == 1 { ("rank", "is") } else { ("ranks", "are") };
                     format!("Hang: {noun} {} {verb} stuck inside NCCL", rank_list(&rs))
                 },
-                Severity::Primary,
                 if all && same_seq { Confidence::Medium } else { Confidence::Low },
             )
             .remedy(

@@ -31,7 +31,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             "unique-id-split",
             None,
             format!("Ranks waiting to form a {n}-rank communicator hold {} different uniqueIds", by_uid.len()),
-            Severity::Primary,
             Confidence::Medium,
         )
         .remedy("Make every rank receive the uniqueId from the same root for the same communicator (one MASTER_ADDR/port, one ncclGetUniqueId per communicator, no stale ids).");

@@ -77,7 +77,6 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
                 "unexplained-error",
                 None,
                 format!("{} failed with {rc} {rc_name} (no known cause matches)", c.name),
-                Severity::Contributing,
                 Confidence::Low,
             )
             .remedy(
@@ -144,11 +143,13 @@ fn explained_by_knowledge(
         &format!("nccl-message-{}", e.id),
         catalog,
         title,
-        Severity::Contributing,
         confidence,
     )
     .remedy(&best.cause.remedy);
     f.consequence = consequence;
+    if consequence {
+        f.role = crate::rules::registry::Role::Consequence;
+    }
     f.evidence(format!("meaning: {}", e.meaning));
     for c in &m.captures {
         f.evidence(format!("in the text: {} = {}", c.name, c.value));

@@ -65,7 +65,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "ranks-waiting-when-stopped",
         None,
         "Ranks without an error of their own waited until they were stopped",
-        Severity::Contributing,
         Confidence::High,
     )
     .remedy(

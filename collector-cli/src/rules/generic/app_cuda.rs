@@ -1,0 +1,49 @@
+//! The application's own CUDA driver call failed: a driver call the shim recorded outside any
+//! NCCL call (not flagged as made by NCCL) returned an error — a CUDA IPC or cuMem import the
+//! framework or the user's code made itself (sharing tensors between processes), not NCCL's
+//! transport setup. Named as the application's, with the driver's own text.
+
+use crate::model::JobModel;
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
+
+pub fn check(job: &JobModel) -> Vec<Finding> {
+    let mut out: Vec<Finding> = Vec::new();
+    for (p, pm) in job.processes.iter().enumerate() {
+        for (i, c) in pm.calls.iter().enumerate() {
+            if !c.is_cuda || c.nested || !c.failed() {
+                continue;
+            }
+            let mut f = Finding::new(
+                "application-cuda-call-failed",
+                None,
+                format!(
+                    "The application's own {} failed with {} (outside any NCCL call)",
+                    c.name,
+                    c.rc_name()
+                ),
+                Confidence::High,
+            )
+            .remedy(
+                "This driver call was made by the application or its framework (e.g. sharing a \
+                 CUDA tensor between processes through CUDA IPC), not by NCCL: check the handle's \
+                 origin (exported by a live process on the same machine, same device visible), \
+                 CUDA_VISIBLE_DEVICES in both processes, and that the exporter still holds the \
+                 memory.",
+            );
+            f.involve(job, p);
+            f.explain(p, i);
+            f.fact(Evidence::call(c).of(job, p));
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Inference,
+                    format!("{} was called outside any NCCL call (not made by NCCL)", c.name),
+                )
+                .value("call", c.name.as_ref())
+                .value("nested", false)
+                .of(job, p),
+            );
+            out.push(f);
+        }
+    }
+    out
+}

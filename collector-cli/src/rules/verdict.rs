@@ -1,0 +1,137 @@
+//! One verdict: which findings are primary, which contributing, which advisory.
+//!
+//! Rules return candidates; this pass alone sets their severity, from the story's failure graph
+//! and each finding's declared role ([`super::registry`]):
+//! 1. a finding *covers* a node when it explains that call (`Finding::explain`) or, for a node
+//!    that is no call (a signal, a vanished or departed rank, a laggard, a mismatch, a transport
+//!    hang), when the node's process is one of its processes and its declaration covers that
+//!    kind of node;
+//! 2. the candidates for primary are the causes and conditions that cover a root of the story,
+//!    ordered by precedence: causes before conditions, a specific mechanism before a generic
+//!    symptom, higher confidence first, then the earliest root. Going down that list, a finding
+//!    is primary when it covers a root no primary covers yet — so the mechanism absorbs its
+//!    symptom, and identical simultaneous failures explained by one finding are one cause;
+//! 3. a job without roots (nothing failed) can still have a standalone cause (a silent
+//!    fallback, a hang with no error): those are primary;
+//! 4. everything else is contributing (a consequence when it covers only explained nodes), and
+//!    advisories stay advisory.
+
+use super::registry::Role;
+use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
+use crate::model::JobModel;
+use crate::story::{NodeKind, Story};
+use std::collections::BTreeSet;
+
+/// Whether finding `f` covers node `i` of the story.
+pub fn covers(story: &Story, f: &Finding, i: usize) -> bool {
+    let n = &story.nodes[i];
+    match n.kind {
+        NodeKind::Error(c) | NodeKind::AsyncError(c) => f.explains.contains(&(n.process, c)),
+        k => f.covers.contains(&k.class()) && f.process_ids.contains(&n.process),
+    }
+}
+
+/// Sets every finding's severity and orders them: primary first.
+pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
+    let roots: BTreeSet<usize> = story.roots().into_iter().collect();
+    let covered: Vec<Vec<usize>> = findings
+        .iter()
+        .map(|f| {
+            (0..story.nodes.len())
+                .filter(|&i| covers(story, f, i))
+                .collect()
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..findings.len())
+        .filter(|&i| matches!(findings[i].role, Role::Cause | Role::Condition))
+        .filter(|&i| covered[i].iter().any(|n| roots.contains(n)))
+        .collect();
+    let first_root_t = |i: usize| {
+        covered[i]
+            .iter()
+            .filter(|n| roots.contains(n))
+            .map(|&n| story.nodes[n].t)
+            .min()
+            .unwrap_or(u64::MAX)
+    };
+    order.sort_by_key(|&i| {
+        let f = &findings[i];
+        (
+            f.role,
+            !f.specific,
+            f.confidence,
+            first_root_t(i),
+            i,
+        )
+    });
+    let mut explained_roots: BTreeSet<usize> = BTreeSet::new();
+    let mut primary = vec![false; findings.len()];
+    for &i in &order {
+        let new: Vec<usize> = covered[i]
+            .iter()
+            .copied()
+            .filter(|n| roots.contains(n) && !explained_roots.contains(n))
+            .collect();
+        if !new.is_empty() {
+            primary[i] = true;
+            explained_roots.extend(new);
+        }
+    }
+    if roots.is_empty() {
+        for (i, f) in findings.iter().enumerate() {
+            if f.role == Role::Cause && f.standalone {
+                primary[i] = true;
+            }
+        }
+    }
+    for (i, f) in findings.iter_mut().enumerate() {
+        f.severity = if primary[i] {
+            Severity::Primary
+        } else if f.role == Role::Advisory {
+            Severity::Advisory
+        } else {
+            Severity::Contributing
+        };
+        let explains_only_consequences =
+            !covered[i].is_empty() && covered[i].iter().all(|n| !roots.contains(n));
+        f.consequence = !primary[i] && (f.role == Role::Consequence || explains_only_consequences);
+        if f.consequence && explains_only_consequences {
+            // Say what it follows from: the root of its earliest node.
+            let n = covered[i][0];
+            let r = story.root_of(n);
+            let (root, why) = (&story.nodes[r], story.nodes[n].cause.as_ref());
+            if r != n {
+                let line = format!(
+                    "a consequence of {}: {}{}",
+                    super::who(job, root.process),
+                    describe(job, story, r),
+                    why.map(|(_, w)| format!(" ({w})")).unwrap_or_default()
+                );
+                f.fact(Evidence::new(EvidenceKind::Inference, line));
+            }
+        }
+    }
+    findings.sort_by_key(|f| (f.severity, f.consequence, f.confidence));
+    let _ = Confidence::High;
+}
+
+/// One line for a node.
+pub fn describe(job: &JobModel, story: &Story, i: usize) -> String {
+    let n = &story.nodes[i];
+    let pm = &job.processes[n.process];
+    match n.kind {
+        NodeKind::Error(c) | NodeKind::AsyncError(c) => pm.calls[c].describe(),
+        NodeKind::Signal(s) => format!("fatal signal {}", crate::names::signal_name(s)),
+        NodeKind::Vanished => "its dump ends without a clean exit".into(),
+        NodeKind::LeftEarly => story.ends[n.process].describe(),
+        NodeKind::Behind(comm) => format!("it stopped issuing collectives on comm {comm:#x}"),
+        NodeKind::Mismatch { comm, index, .. } => story
+            .comm(comm)
+            .and_then(|c| c.mismatches.get(index))
+            .map(|m| m.text.clone())
+            .unwrap_or_default(),
+        NodeKind::StuckInside(comm) => {
+            format!("every rank of comm {comm:#x} is stuck inside one operation")
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! The job's story, computed once from the model and read by every rule and by the verdict.
+//!
+//! - [`ending`]: how each process ended (clean exit with status, crash, stopped by another
+//!   process, aborted by its framework, vanished, still running).
+//! - [`progress`]: where each rank was on each communicator, the operation some ranks waited in
+//!   and who was behind it and why, and the collectives or p2p pairs issued differently.
+//! - the failure graph ([`Node`]): every recorded failure (error, async error, signal, abnormal
+//!   end) and every located cause without an error (a laggard, a rank that left, a mismatch, a
+//!   transport hang) is a node; each node names the earlier node that explains it (`cause`) and
+//!   why. Nodes without a cause are the roots: what the verdict must explain.
+//!
+//! Causal direction: a node is explained by (1) an earlier node of the same process (an abort
+//! after its error); (2) a mismatch on a communicator it belongs to; (3) the rank that was
+//! behind the operation it waited in (a laggard, a rank that left, crashed or vanished); (4) a
+//! transport hang it was killed in; (5) a failure of a linked process (sharing a communicator)
+//! that certainly came before it — a silent death counts only against a reaction and only when
+//! the dead process was busy until its end. Nodes are ordered by time and a node may only name
+//! an earlier one, so the graph has no cycles. A rank that vanished while behind, whose peers saw
+//! no sign of its departure (no closed connection, only their own timeouts and aborts), is
+//! located as a laggard: its death came later, when the launcher cleaned up.
+
+pub mod ending;
+pub mod progress;
+
+use crate::knowledge::messages;
+use crate::model::{FailureWhat, JobModel};
+use ending::Ending;
+use ncclshim_format::NcclResult;
+use progress::{Behind, CommStory, Place};
+use std::collections::BTreeSet;
+
+/// What a node of the failure graph is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKind {
+    /// A call that returned an error (index into the process's calls).
+    Error(usize),
+    /// `ncclCommGetAsyncError` reported an error.
+    AsyncError(usize),
+    /// A fatal signal, or a request to stop that the job outlived.
+    Signal(u64),
+    /// The process ended without any mark while the job went on.
+    Vanished,
+    /// It exited (any status) while its peers still waited for it.
+    LeftEarly,
+    /// It never issued the operation its peers waited in (communicator hash).
+    Behind(u64),
+    /// Index into the communicator's mismatches: the ranks issued one operation differently
+    /// (`desync`: a different collective altogether, not different arguments).
+    Mismatch { comm: u64, index: usize, desync: bool },
+    /// Every rank entered the same operation and it never completed (communicator hash).
+    StuckInside(u64),
+}
+
+impl NodeKind {
+    /// The class a finding declares it covers (see `rules::registry`).
+    pub fn class(self) -> NodeClass {
+        match self {
+            NodeKind::Error(_) | NodeKind::AsyncError(_) => NodeClass::Call,
+            NodeKind::Signal(_) => NodeClass::Signal,
+            NodeKind::Vanished => NodeClass::Vanished,
+            NodeKind::LeftEarly => NodeClass::LeftEarly,
+            NodeKind::Behind(_) => NodeClass::Behind,
+            NodeKind::Mismatch { desync: true, .. } => NodeClass::Desync,
+            NodeKind::Mismatch { .. } => NodeClass::Mismatch,
+            NodeKind::StuckInside(_) => NodeClass::StuckInside,
+        }
+    }
+}
+
+/// Node kinds as findings declare what they explain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NodeClass {
+    Call,
+    Signal,
+    Vanished,
+    LeftEarly,
+    Behind,
+    /// Different arguments (count, datatype, reduction, root, p2p size) for one operation.
+    Mismatch,
+    /// A different collective at the same point.
+    Desync,
+    StuckInside,
+}
+
+/// One failure (or located cause) of the job.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub process: usize,
+    pub t: u64,
+    pub kind: NodeKind,
+    /// The earlier node that explains this one, and why.
+    pub cause: Option<(usize, String)>,
+}
+
+/// The whole story.
+#[derive(Debug, Clone, Default)]
+pub struct Story {
+    pub ends: Vec<Ending>,
+    pub comms: Vec<CommStory>,
+    /// Ordered by time; a node's cause always precedes it.
+    pub nodes: Vec<Node>,
+}
+
+impl Story {
+    pub fn build(job: &JobModel) -> Story {
+        let ends: Vec<Ending> = job.processes.iter().map(ending::of).collect();
+        let comms = progress::build(job);
+        let mut s = Story {
+            ends,
+            comms,
+            nodes: Vec::new(),
+        };
+        s.add_nodes(job);
+        s.link(job);
+        s
+    }
+
+    /// Indices of the nodes nothing explains.
+    pub fn roots(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].cause.is_none())
+            .collect()
+    }
+
+    /// The root a node's explanations lead to.
+    pub fn root_of(&self, mut i: usize) -> usize {
+        while let Some((c, _)) = &self.nodes[i].cause {
+            i = *c;
+        }
+        i
+    }
+
+    /// Whether process `p` failed in any way (a node of its own).
+    pub fn has_node(&self, p: usize) -> bool {
+        self.nodes.iter().any(|n| n.process == p)
+    }
+
+    /// The stall of communicator `comm`, if any.
+    pub fn comm(&self, comm: u64) -> Option<&CommStory> {
+        self.comms.iter().find(|c| c.comm == comm)
+    }
+
+    fn add_nodes(&mut self, job: &JobModel) {
+        let mut nodes: Vec<Node> = job
+            .failures
+            .iter()
+            .map(|f| Node {
+                process: f.process,
+                t: f.t,
+                kind: match f.what {
+                    FailureWhat::Call(i) => NodeKind::Error(i),
+                    FailureWhat::AsyncError(i) => NodeKind::AsyncError(i),
+                    FailureWhat::Signal(s) => NodeKind::Signal(s),
+                    FailureWhat::Died => NodeKind::Vanished,
+                },
+                cause: None,
+            })
+            .collect();
+        // Ranks behind a stalled operation: a laggard (alive, or stopped later) or one that left.
+        for c in &self.comms {
+            let Some(stall) = &c.stall else { continue };
+            let waiters: Vec<usize> = stall.waiting.iter().map(|w| w.1).collect();
+            let departure_seen = waiters.iter().any(|&w| saw_peer_leave(job, w));
+            // A vanished rank lived on behind the stall when it showed signs of life (its
+            // framework's async-error polls) well after the waiters issued the operation;
+            // otherwise it ended there (a departure), unless the peers saw no sign of it.
+            let lived_on = |p: usize| match self.ends[p] {
+                Ending::Vanished { last_seen } => {
+                    last_seen > stall.since.saturating_add(1_000_000_000)
+                        || (!departure_seen && job.processes[p].busy_spacing().is_none())
+                }
+                _ => true,
+            };
+            let departed = |p: usize| {
+                matches!(
+                    self.ends[p],
+                    Ending::Exited { .. } | Ending::Crashed { .. }
+                ) || !lived_on(p)
+            };
+            // A rank that left, crashed or died explains the stall: ranks behind it that are
+            // still alive are not located as laggards (they may wait on it elsewhere).
+            let any_departed = stall.behind.iter().any(|b| departed(b.1));
+            for &(_, p, why) in &stall.behind {
+                if why != Behind::NeverIssued {
+                    continue;
+                }
+                if any_departed && !departed(p) {
+                    continue;
+                }
+                let last = c
+                    .members
+                    .iter()
+                    .find(|m| m.process == p)
+                    .and_then(|m| m.last_coll.values().map(|x| x.t).max())
+                    .unwrap_or(stall.since);
+                let kind = match self.ends[p] {
+                    Ending::Exited { .. } => NodeKind::LeftEarly,
+                    Ending::Crashed { .. } => continue,
+                    Ending::Vanished { .. } if !lived_on(p) => continue,
+                    Ending::Running
+                    | Ending::Stopped { .. }
+                    | Ending::Aborted { .. }
+                    | Ending::Vanished { .. } => NodeKind::Behind(c.comm),
+                };
+                let t = match kind {
+                    NodeKind::LeftEarly => self.ends[p].time().unwrap_or(last),
+                    _ => last,
+                };
+                if !nodes.iter().any(|n| n.process == p && n.kind == kind) {
+                    nodes.push(Node {
+                        process: p,
+                        t,
+                        kind,
+                        cause: None,
+                    });
+                }
+            }
+        }
+        for c in &self.comms {
+            for (index, m) in c.mismatches.iter().enumerate() {
+                let Some(&(_, p, _)) = m.sides.iter().find(|s| m.odd.contains(&s.0)) else {
+                    continue;
+                };
+                nodes.push(Node {
+                    process: p,
+                    t: m.t,
+                    kind: NodeKind::Mismatch {
+                        comm: c.comm,
+                        index,
+                        desync: m.field == "collective",
+                    },
+                    cause: None,
+                });
+            }
+            // Every rank inside the same operation, none behind: the transport hang.
+            if c.stall.is_none()
+                && c.members.len() >= 2
+                && c.members.iter().all(|m| matches!(m.place, Place::InOp { .. }))
+            {
+                let first = &c.members[0];
+                let t = match first.place {
+                    Place::InOp { call } => job.processes[first.process].calls[call].t_enter,
+                    _ => 0,
+                };
+                nodes.push(Node {
+                    process: first.process,
+                    t,
+                    kind: NodeKind::StuckInside(c.comm),
+                    cause: None,
+                });
+            }
+        }
+        // A process that vanished where nobody outlived it to say so (a one-rank job killed, the
+        // only vanished process of a job whose other ranks exited): no clean exit rules out
+        // "no problem found".
+        let vanished: Vec<usize> = (0..job.processes.len())
+            .filter(|&p| matches!(self.ends[p], Ending::Vanished { .. }))
+            .collect();
+        let any_stall = self.comms.iter().any(|c| c.stall.is_some());
+        if vanished.len() == 1 && !any_stall {
+            let p = vanished[0];
+            let blocked = job.processes[p].in_flight_calls().next().is_some();
+            if !blocked && !nodes.iter().any(|n| n.process == p) {
+                nodes.push(Node {
+                    process: p,
+                    t: self.ends[p].time().unwrap_or(0),
+                    kind: NodeKind::Vanished,
+                    cause: None,
+                });
+            }
+        }
+        // A rank that stopped issuing or left after a failure of its own did so because of it:
+        // its Behind / LeftEarly node comes after that failure.
+        let own_failure: Vec<Option<u64>> = (0..job.processes.len())
+            .map(|p| {
+                nodes
+                    .iter()
+                    .filter(|n| {
+                        n.process == p
+                            && matches!(
+                                n.kind,
+                                NodeKind::Error(_) | NodeKind::AsyncError(_) | NodeKind::Signal(_)
+                            )
+                    })
+                    .map(|n| n.t)
+                    .min()
+            })
+            .collect();
+        for n in nodes.iter_mut() {
+            if matches!(n.kind, NodeKind::Behind(_) | NodeKind::LeftEarly) {
+                if let Some(t) = own_failure[n.process] {
+                    n.t = n.t.max(t.saturating_add(1));
+                }
+            }
+        }
+        nodes.sort_by_key(|n| (n.t, n.process, precedence(n.kind)));
+        self.nodes = nodes;
+    }
+
+    fn link(&mut self, job: &JobModel) {
+        let tol = |a: usize, b: usize| {
+            job.processes[a]
+                .clock_uncertainty
+                .max(job.processes[b].clock_uncertainty)
+                .max(1_000_000)
+        };
+        let member_of = |p: usize| -> BTreeSet<u64> { comms_of(job, p) };
+        let memberships: Vec<BTreeSet<u64>> = (0..job.processes.len()).map(member_of).collect();
+        // A reaction (a closed connection, an abort) explains nothing on another process.
+        let reactions: Vec<bool> = self
+            .nodes
+            .iter()
+            .map(|n| is_reaction(job, &self.ends, n))
+            .collect();
+        for i in 0..self.nodes.len() {
+            let n = self.nodes[i].clone();
+            let p = n.process;
+            let reaction = reactions[i];
+            let mut cause: Option<(usize, String)> = None;
+            // (1) An earlier node of the same process.
+            if let Some(j) = (0..i).find(|&j| self.nodes[j].process == p) {
+                cause = Some((j, "an earlier failure of the same process".into()));
+            }
+            // (2) A mismatch on one of its communicators, before it.
+            if cause.is_none() && !matches!(n.kind, NodeKind::Mismatch { .. }) {
+                if let Some(j) = (0..i).find(|&j| match self.nodes[j].kind {
+                    NodeKind::Mismatch { comm, .. } => memberships[p].contains(&comm),
+                    _ => false,
+                }) {
+                    cause = Some((j, "the ranks issued an operation differently".into()));
+                }
+            }
+            // (3) The rank behind the operation it waited in.
+            if cause.is_none() && !matches!(n.kind, NodeKind::Behind(_) | NodeKind::LeftEarly) {
+                for c in &self.comms {
+                    let Some(stall) = &c.stall else { continue };
+                    if !stall.waiting.iter().any(|w| w.1 == p) {
+                        continue;
+                    }
+                    let behind: Vec<usize> = stall.behind.iter().map(|b| b.1).collect();
+                    if let Some(j) = (0..i).find(|&j| {
+                        behind.contains(&self.nodes[j].process) && self.nodes[j].process != p
+                    }) {
+                        cause = Some((
+                            j,
+                            format!(
+                                "it waited in {} #{} for that rank",
+                                stall.function.name(),
+                                stall.op_seq
+                            ),
+                        ));
+                        break;
+                    }
+                }
+            }
+            // (4) A transport hang it was stopped in.
+            if cause.is_none() {
+                if let Some(j) = (0..i).find(|&j| match self.nodes[j].kind {
+                    NodeKind::StuckInside(comm) => memberships[p].contains(&comm),
+                    _ => false,
+                }) {
+                    cause = Some((j, "it was stuck in the same operation".into()));
+                }
+            }
+            // (5) A failure of a linked process that certainly came before.
+            if cause.is_none() {
+                let fault = !reaction;
+                if let Some(j) = (0..i).find(|&j| {
+                    let m = &self.nodes[j];
+                    m.process != p
+                        && !reactions[j]
+                        && !memberships[p].is_disjoint(&memberships[m.process])
+                        && n.t > m.t.saturating_add(tol(p, m.process))
+                        && match m.kind {
+                            NodeKind::Vanished => {
+                                !fault
+                                    && job.processes[m.process]
+                                        .busy_spacing()
+                                        .is_some_and(|gap| n.t - m.t > gap.saturating_mul(20))
+                            }
+                            _ => true,
+                        }
+                }) {
+                    cause = Some((j, "an earlier failure of a linked rank".into()));
+                }
+            }
+            self.nodes[i].cause = cause;
+        }
+    }
+}
+
+/// Order of nodes at the same instant: located causes before what they explain.
+fn precedence(k: NodeKind) -> u8 {
+    match k {
+        NodeKind::Mismatch { .. } => 0,
+        NodeKind::Behind(_) | NodeKind::LeftEarly | NodeKind::StuckInside(_) => 1,
+        NodeKind::Error(_) | NodeKind::AsyncError(_) => 2,
+        NodeKind::Signal(_) => 3,
+        NodeKind::Vanished => 4,
+    }
+}
+
+/// Every communicator (or uniqueId being joined) process `p` belongs to.
+pub fn comms_of(job: &JobModel, p: usize) -> BTreeSet<u64> {
+    let pm = &job.processes[p];
+    pm.memberships
+        .iter()
+        .map(|m| m.comm_hash)
+        .chain(
+            pm.calls
+                .iter()
+                .filter(|c| c.is_init())
+                .filter_map(|c| c.arg("uid_hash")),
+        )
+        .filter(|&h| h != 0)
+        .collect()
+}
+
+/// Whether process `p` recorded an error saying a peer left (a closed or reset connection, a
+/// remote error): the peer's departure was seen.
+fn saw_peer_leave(job: &JobModel, p: usize) -> bool {
+    job.processes[p].calls.iter().any(|c| {
+        c.reports_error()
+            && (c.returned(NcclResult::RemoteError)
+                || c.async_result() == Some(NcclResult::RemoteError)
+                || c.error_text
+                    .as_deref()
+                    .and_then(messages::classify)
+                    .is_some_and(|m| m.entry.role == messages::Role::Consequence))
+    })
+}
+
+/// Whether a node is a reaction to something else (a remote error, a closed connection, an
+/// abort, a request to stop) rather than a fault of its own process.
+fn is_reaction(job: &JobModel, ends: &[Ending], n: &Node) -> bool {
+    let pm = &job.processes[n.process];
+    match n.kind {
+        NodeKind::Error(i) | NodeKind::AsyncError(i) => {
+            let c = &pm.calls[i];
+            c.returned(NcclResult::RemoteError)
+                || c.async_result() == Some(NcclResult::RemoteError)
+                || c.error_text
+                    .as_deref()
+                    .and_then(messages::classify)
+                    .is_some_and(|m| m.entry.role.is_consequence())
+        }
+        NodeKind::Signal(_) => matches!(
+            ends[n.process],
+            Ending::Aborted { .. } | Ending::Stopped { .. }
+        ),
+        NodeKind::Vanished => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,520 @@
+//! Where each rank was on each communicator when the job ended, and who waited for whom.
+//!
+//! Numbering follows the source's own: the shim numbers every operation of a communicator
+//! (`seq`) and every collective per function (`op_seq`, NCCL's `coll.seqNumber`). Point-to-point
+//! operations pair two ranks only, so ranks legitimately differ in `seq`; collectives involve
+//! every rank, so the collectives a rank issued per function are what the ranks must agree on.
+//! A rank that issued fewer collectives of a function than its peers is behind; peers that
+//! issued the next one wait for it. The same collective (function, `op_seq`) issued with a
+//! different count, datatype, reduction or root is a mismatch; the k-th send from A to B and the
+//! k-th receive at B from A with different sizes is an unpaired p2p size.
+
+use crate::model::{JobModel, ProcessModel};
+use crate::names::datatype_size;
+use ncclshim_format::CallId;
+use std::collections::BTreeMap;
+
+/// Where one rank was on one communicator at its end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// Its communicator init never returned.
+    InInit { call: usize },
+    /// Inside an operation that never returned (index into the process's calls).
+    InOp { call: usize },
+    /// Inside another call on the communicator (group end, finalize, destroy…).
+    InCall { call: usize },
+    /// Outside NCCL, its last operation on the communicator returned.
+    Outside,
+    /// It destroyed or aborted the communicator.
+    Left,
+}
+
+/// One collective as a rank issued it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IssuedColl {
+    pub call: CallId,
+    pub op_seq: u64,
+    pub count: u64,
+    pub datatype: u64,
+    pub redop: u64,
+    pub root: u64,
+    pub call_index: usize,
+    pub t: u64,
+}
+
+impl IssuedColl {
+    /// What every rank must agree on for this collective (the reduction and root only where
+    /// the function has them).
+    fn key(&self) -> (u64, u64, Option<u64>, Option<u64>) {
+        let reduces = matches!(
+            self.call,
+            CallId::NcclAllReduce | CallId::NcclReduce | CallId::NcclReduceScatter
+        );
+        let rooted = matches!(
+            self.call,
+            CallId::NcclBroadcast | CallId::NcclReduce | CallId::NcclGather | CallId::NcclScatter
+        );
+        (
+            self.count,
+            self.datatype,
+            reduces.then_some(self.redop),
+            rooted.then_some(self.root),
+        )
+    }
+}
+
+/// `ncclBcast` is numbered with `ncclBroadcast` (NCCL counts both as Broadcast).
+fn function(c: CallId) -> CallId {
+    if c == CallId::NcclBcast {
+        CallId::NcclBroadcast
+    } else {
+        c
+    }
+}
+
+/// One member of a communicator.
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub rank: u32,
+    pub process: usize,
+    pub place: Place,
+    /// Per collective function, the newest one it issued.
+    pub last_coll: BTreeMap<CallId, IssuedColl>,
+    /// Operations issued per the communicator table (all kinds; survives ring wrap).
+    pub issued: Option<u64>,
+    /// Whether records of this rank were lost (wrap, pruning): absent ops are then no evidence.
+    pub lossy: bool,
+}
+
+/// Why a rank did not take part in an operation its peers waited in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behind {
+    /// It never issued the operation (it was elsewhere, outside NCCL or in another call).
+    NeverIssued,
+    /// It issued the same collective with different arguments.
+    Different,
+}
+
+/// An operation some ranks waited in and others did not join.
+#[derive(Debug, Clone)]
+pub struct Stall {
+    pub comm: u64,
+    pub function: CallId,
+    /// The collective's number per function (from 0) the waiters issued.
+    pub op_seq: u64,
+    /// Ranks that issued it: (rank, process).
+    pub waiting: Vec<(u32, usize)>,
+    /// Ranks that did not: (rank, process, why).
+    pub behind: Vec<(u32, usize, Behind)>,
+    /// When the first waiter issued it.
+    pub since: u64,
+}
+
+/// The same collective issued differently, or a send and its receive of different sizes.
+#[derive(Debug, Clone)]
+pub struct Mismatch {
+    pub comm: u64,
+    /// `count`, `datatype`, `reduction`, `root`, `collective`, `size`.
+    pub field: &'static str,
+    /// Every side: (rank, process, call index).
+    pub sides: Vec<(u32, usize, usize)>,
+    /// The ranks that differ from the majority (for a pair, the later rank of a collective, or
+    /// the receiver of a p2p).
+    pub odd: Vec<u32>,
+    pub t: u64,
+    pub text: String,
+}
+
+/// One communicator's story.
+#[derive(Debug, Clone)]
+pub struct CommStory {
+    pub comm: u64,
+    pub members: Vec<Member>,
+    pub stall: Option<Stall>,
+    pub mismatches: Vec<Mismatch>,
+}
+
+fn member(job: &JobModel, comm: u64, rank: u32, p: usize) -> Member {
+    let pm = &job.processes[p];
+    let ptr = pm
+        .memberships
+        .iter()
+        .find(|m| m.comm_hash == comm)
+        .map(|m| m.comm_ptr)
+        .unwrap_or(0);
+    let mut place = Place::Outside;
+    for (i, c) in pm.calls.iter().enumerate() {
+        if !c.in_flight() || c.nested || c.call == Some(CallId::NcclCommGetAsyncError) {
+            continue;
+        }
+        if c.is_init() && c.arg("uid_hash") == Some(comm) {
+            place = Place::InInit { call: i };
+        } else if ptr != 0 && c.comm == ptr {
+            place = if c.call.is_some_and(CallId::is_nccl_operation) {
+                Place::InOp { call: i }
+            } else {
+                Place::InCall { call: i }
+            };
+        }
+    }
+    if place == Place::Outside && left(pm, comm, ptr) {
+        place = Place::Left;
+    }
+    let mut last_coll: BTreeMap<CallId, IssuedColl> = BTreeMap::new();
+    for o in pm.ops.iter().filter(|o| o.comm_hash == Some(comm)) {
+        if matches!(o.call, CallId::NcclSend | CallId::NcclRecv) {
+            continue;
+        }
+        let Some(c) = pm.calls.get(o.call_index) else {
+            continue;
+        };
+        let Some(v) = c.operation() else { continue };
+        let issued = IssuedColl {
+            call: o.call,
+            op_seq: v.op_seq,
+            count: o.count,
+            datatype: o.datatype,
+            redop: o.op,
+            root: o.root_or_peer,
+            call_index: o.call_index,
+            t: c.t_enter,
+        };
+        let e = last_coll.entry(function(o.call)).or_insert(issued);
+        if issued.op_seq >= e.op_seq {
+            *e = issued;
+        }
+    }
+    let issued = pm
+        .progress
+        .iter()
+        .filter(|c| c.comm_hash == comm)
+        .map(|c| c.issued)
+        .max();
+    Member {
+        rank,
+        process: p,
+        place,
+        last_coll,
+        issued,
+        lossy: pm.lost > 0 || pm.pruned > 0,
+    }
+}
+
+/// Whether the process destroyed, finalized or aborted communicator `ptr`.
+fn left(pm: &ProcessModel, comm: u64, ptr: u64) -> bool {
+    pm.calls.iter().any(|c| {
+        matches!(
+            c.call,
+            Some(CallId::NcclCommDestroy | CallId::NcclCommAbort | CallId::NcclCommFinalize)
+        ) && ptr != 0
+            && c.comm == ptr
+    }) || pm
+        .progress
+        .iter()
+        .any(|c| c.comm_hash == comm && matches!(c.state, "destroyed" | "aborted"))
+}
+
+/// The stall of a communicator: the earliest collective (by time) some members issued and
+/// others never did.
+fn stall(job: &JobModel, comm: u64, members: &[Member]) -> Option<Stall> {
+    let functions: std::collections::BTreeSet<CallId> = members
+        .iter()
+        .flat_map(|m| m.last_coll.keys().copied())
+        .collect();
+    let mut best: Option<Stall> = None;
+    for f in functions {
+        let newest = members
+            .iter()
+            .filter_map(|m| m.last_coll.get(&f).map(|c| c.op_seq))
+            .max()?;
+        let waiting: Vec<&Member> = members
+            .iter()
+            .filter(|m| m.last_coll.get(&f).is_some_and(|c| c.op_seq == newest))
+            .collect();
+        let behind: Vec<(u32, usize, Behind)> = members
+            .iter()
+            .filter(|m| match m.last_coll.get(&f) {
+                Some(c) => c.op_seq < newest,
+                // A rank with no collective of this function at all: behind only when none of
+                // its records were lost (else the ones it issued may have been overwritten).
+                None => !m.lossy && newest == 0 || newest > 0 && !m.lossy,
+            })
+            .map(|m| (m.rank, m.process, Behind::NeverIssued))
+            .collect();
+        if behind.is_empty() {
+            continue;
+        }
+        let since = waiting
+            .iter()
+            .filter_map(|m| m.last_coll.get(&f).map(|c| c.t))
+            .min()
+            .unwrap_or(0);
+        // A waiter's issue time after which nothing is expected: every process of the job is
+        // finished with it (exited cleanly at the same count cannot stall).
+        let _ = job;
+        if best.as_ref().is_none_or(|b| since < b.since) {
+            best = Some(Stall {
+                comm,
+                function: f,
+                op_seq: newest,
+                waiting: waiting.iter().map(|m| (m.rank, m.process)).collect(),
+                behind,
+                since,
+            });
+        }
+    }
+    best
+}
+
+/// Collectives issued with different arguments at the same (function, op_seq), earliest first.
+fn coll_mismatches(job: &JobModel, comm: u64) -> Vec<Mismatch> {
+    // (function, op_seq) → every rank's issue of it.
+    let mut at: BTreeMap<(CallId, u64), Vec<(u32, usize, IssuedColl)>> = BTreeMap::new();
+    for (rank, p) in job.comm_members(comm) {
+        let pm = &job.processes[p];
+        for o in pm.ops.iter().filter(|o| o.comm_hash == Some(comm)) {
+            if matches!(o.call, CallId::NcclSend | CallId::NcclRecv) {
+                continue;
+            }
+            let Some(v) = pm.calls.get(o.call_index).and_then(|c| c.operation()) else {
+                continue;
+            };
+            at.entry((function(o.call), v.op_seq)).or_default().push((
+                rank,
+                p,
+                IssuedColl {
+                    call: o.call,
+                    op_seq: v.op_seq,
+                    count: o.count,
+                    datatype: o.datatype,
+                    redop: o.op,
+                    root: o.root_or_peer,
+                    call_index: o.call_index,
+                    t: pm.calls[o.call_index].t_enter,
+                },
+            ));
+        }
+    }
+    let mut out = Vec::new();
+    for ((f, seq), sides) in at {
+        if sides.len() < 2 {
+            continue;
+        }
+        let reference = sides[0].2.key();
+        if sides.iter().all(|s| s.2.key() == reference) {
+            continue;
+        }
+        // The majority's arguments; for a tie the lowest rank's (PyTorch's analyzer names the
+        // later rank of a pair too).
+        let mut groups: BTreeMap<(u64, u64, Option<u64>, Option<u64>), Vec<u32>> =
+            BTreeMap::new();
+        for s in &sides {
+            groups.entry(s.2.key()).or_default().push(s.0);
+        }
+        let majority = groups
+            .iter()
+            .max_by_key(|(k, rs)| (rs.len(), **k == reference))
+            .map(|(k, _)| *k)
+            .unwrap_or(reference);
+        let odd: Vec<u32> = sides
+            .iter()
+            .filter(|s| s.2.key() != majority)
+            .map(|s| s.0)
+            .collect();
+        let odd_one = sides.iter().find(|s| s.2.key() != majority).map(|s| s.2);
+        let field = match odd_one {
+            Some(o) if o.count != majority.0 => "count",
+            Some(o) if o.datatype != majority.1 => "datatype",
+            Some(o) if o.key().2 != majority.2 => "reduction",
+            _ => "root",
+        };
+        let name = f.name();
+        let text = sides
+            .iter()
+            .map(|(r, _, c)| {
+                format!(
+                    "rank {r} {name} #{seq} count={} {}",
+                    c.count,
+                    crate::names::datatype_name(c.datatype)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        out.push(Mismatch {
+            comm,
+            field,
+            sides: sides.iter().map(|s| (s.0, s.1, s.2.call_index)).collect(),
+            odd,
+            t: sides.iter().map(|s| s.2.t).min().unwrap_or(0),
+            text,
+        });
+    }
+    out.sort_by_key(|m| m.t);
+    out
+}
+
+/// Sends and receives that pair up (k-th send from A to B, k-th receive at B from A) with
+/// different byte sizes.
+fn p2p_mismatches(job: &JobModel, comm: u64) -> Vec<Mismatch> {
+    type Side = (u32, usize, usize, u64, u64, u64);
+    // (from, to) → sends (rank, process, call, bytes, t) in order; receives likewise.
+    let mut sends: BTreeMap<(u32, u32), Vec<Side>> = BTreeMap::new();
+    let mut recvs: BTreeMap<(u32, u32), Vec<Side>> = BTreeMap::new();
+    for (rank, p) in job.comm_members(comm) {
+        let pm = &job.processes[p];
+        if pm.lost > 0 || pm.pruned > 0 {
+            return Vec::new();
+        }
+        for o in pm.ops.iter().filter(|o| o.comm_hash == Some(comm)) {
+            let peer = o.root_or_peer as u32;
+            let bytes = o.count.saturating_mul(datatype_size(o.datatype).unwrap_or(1));
+            let t = pm.calls[o.call_index].t_enter;
+            match o.call {
+                CallId::NcclSend => sends.entry((rank, peer)).or_default().push((
+                    rank,
+                    p,
+                    o.call_index,
+                    bytes,
+                    t,
+                    o.count,
+                )),
+                CallId::NcclRecv => recvs.entry((peer, rank)).or_default().push((
+                    rank,
+                    p,
+                    o.call_index,
+                    bytes,
+                    t,
+                    o.count,
+                )),
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (pair, ss) in &sends {
+        let Some(rs) = recvs.get(pair) else { continue };
+        if let Some((s, r)) = ss.iter().zip(rs).find(|(s, r)| s.3 != r.3) {
+            out.push(Mismatch {
+                comm,
+                field: "size",
+                sides: vec![(s.0, s.1, s.2), (r.0, r.1, r.2)],
+                odd: vec![r.0],
+                t: s.4.min(r.4),
+                text: format!(
+                    "rank {} sends count={} ({} bytes) to rank {}; rank {} receives count={} ({} bytes) from rank {}",
+                    s.0, s.5, s.3, pair.1, r.0, r.5, r.3, pair.0
+                ),
+            });
+        }
+    }
+    out
+}
+
+/// Every communicator's story.
+pub fn build(job: &JobModel) -> Vec<CommStory> {
+    job.comms
+        .keys()
+        .map(|&comm| {
+            let members: Vec<Member> = job
+                .comm_members(comm)
+                .into_iter()
+                .map(|(r, p)| member(job, comm, r, p))
+                .collect();
+            let mut mismatches = coll_mismatches(job, comm);
+            mismatches.extend(p2p_mismatches(job, comm));
+            let mut stall = if members.len() >= 2 {
+                stall(job, comm, &members)
+            } else {
+                None
+            };
+            // A behind rank that issued as many collectives in all as the waiters issued a
+            // different collective at that point: a mismatch, not a laggard.
+            if let Some(s) = stall.as_ref() {
+                if let Some(m) = different_collective(&members, s) {
+                    mismatches.push(m);
+                }
+            }
+            // A rank that issued the stalled collective with other arguments took part
+            // differently, not never.
+            if let Some(s) = stall.as_mut() {
+                for m in &mismatches {
+                    for b in s.behind.iter_mut() {
+                        if m.odd.contains(&b.0) {
+                            b.2 = Behind::Different;
+                        }
+                    }
+                }
+            }
+            CommStory {
+                comm,
+                members,
+                stall,
+                mismatches,
+            }
+        })
+        .collect()
+}
+
+/// Collectives a member issued in all (every function), when known.
+fn total_colls(m: &Member) -> u64 {
+    m.last_coll.values().map(|c| c.op_seq + 1).sum()
+}
+
+/// The stall's behind ranks that issued as many collectives as the waiters, but another one:
+/// the ranks disagree on which collective comes next.
+fn different_collective(members: &[Member], s: &Stall) -> Option<Mismatch> {
+    let first = s.waiting.first()?.1;
+    let waiter = members.iter().find(|m| m.process == first)?;
+    let wc = waiter.last_coll.get(&s.function)?;
+    let total = total_colls(waiter);
+    let others: Vec<&Member> = s
+        .behind
+        .iter()
+        .filter_map(|b| members.iter().find(|m| m.process == b.1))
+        .filter(|m| !m.lossy && total_colls(m) >= total)
+        .collect();
+    let other = others.first()?;
+    // What it issued instead: its newest collective of another function.
+    let instead = other
+        .last_coll
+        .iter()
+        .filter(|(f, _)| **f != s.function)
+        .map(|(_, c)| *c)
+        .max_by_key(|c| c.t)?;
+    // The minority is odd; a tie names the ranks that are not the lowest rank's side.
+    let odd: Vec<u32> = if others.len() * 2 > members.len()
+        || (others.len() * 2 == members.len() && s.waiting.iter().any(|w| w.0 < other.rank))
+    {
+        s.waiting.iter().map(|w| w.0).collect()
+    } else {
+        others.iter().map(|m| m.rank).collect()
+    };
+    let mut sides: Vec<(u32, usize, usize)> = s
+        .waiting
+        .iter()
+        .map(|w| (w.0, w.1, wc.call_index))
+        .collect();
+    sides.extend(others.iter().map(|m| (m.rank, m.process, instead.call_index)));
+    Some(Mismatch {
+        comm: s.comm,
+        field: "collective",
+        text: format!(
+            "{} issued {} #{} count={} while {} issued {} count={} at the same point",
+            rank_words(&s.waiting.iter().map(|w| w.0).collect::<Vec<_>>()),
+            wc.call.name(),
+            wc.op_seq,
+            wc.count,
+            rank_words(&others.iter().map(|m| m.rank).collect::<Vec<_>>()),
+            instead.call.name(),
+            instead.count
+        ),
+        sides,
+        odd,
+        t: wc.t.min(instead.t),
+    })
+}
+
+fn rank_words(rs: &[u32]) -> String {
+    let noun = if rs.len() == 1 { "rank" } else { "ranks" };
+    format!("{noun} {}", crate::rules::rank_list(rs))
+}
