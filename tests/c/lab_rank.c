@@ -5,7 +5,8 @@
  * process does around it: sleeping, hanging outside NCCL, crashing by a signal, exiting.
  * Prints one line per NCCL step ("<call> rc=<n>") so a failing scenario can be read. Keeps
  * going after a failed call unless the script says otherwise (frameworks often do: the
- * watchdog aborts later). */
+ * watchdog aborts later). An `app_driver` step is the application's own CUDA driver call (made
+ * outside NCCL, reached through cuGetProcAddress as the CUDA runtime reaches it). */
 #define _GNU_SOURCE
 #include "../doubles/lab/lab_script.h"
 #include <dlfcn.h>
@@ -37,7 +38,29 @@ static void say(const char* call, long n, ncclResult_t rc) {
     fflush(stdout);
 }
 
-static char buf[1 << 16];
+/* Never read or written (the scripted libnccl does not touch buffers; the real one fails before
+ * it would): large enough for the biggest count a scenario names, as 4-byte elements. */
+static char buf[1 << 22];
+
+/* The application's own driver call `name` (the CUDA doubles answer it from the script). */
+typedef struct { char reserved[64]; } ipc_handle;
+static int app_driver_call(const char* name) {
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) { printf("app %s: %s\n", name, dlerror()); return -1; }
+    int (*cu_init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
+    int (*gpa)(const char*, void**, int, uint64_t, int*) =
+        (int (*)(const char*, void**, int, uint64_t, int*))dlsym(h, "cuGetProcAddress_v2");
+    void* fn = NULL;
+    if (!cu_init || !gpa || cu_init(0) || gpa(name, &fn, 12080, 0, NULL) || !fn) return -1;
+    if (!strcmp(name, "cuIpcOpenMemHandle")) {
+        uint64_t dptr = 0;
+        ipc_handle handle;
+        memset(&handle, 0x5a, sizeof handle); /* what a peer process sent over */
+        return ((int (*)(uint64_t*, ipc_handle, unsigned))fn)(&dptr, handle, 1 /* LAZY_ENABLE_PEER_ACCESS */);
+    }
+    printf("app %s: lab_rank does not know how to call it\n", name);
+    return -1;
+}
 
 int main(void) {
     lab_load();
@@ -56,6 +79,12 @@ int main(void) {
         else if (!strcmp(op, "hang")) { printf("hanging outside NCCL\n"); fflush(stdout); for (;;) pause(); }
         else if (!strcmp(op, "signal")) { fflush(stdout); raise(s->sig); continue; }
         else if (!strcmp(op, "exit")) { fflush(stdout); exit(s->code); }
+        else if (!strcmp(op, "app_driver")) {
+            int r = app_driver_call(s->cu);
+            printf("app %s -> CUresult %d\n", s->cu, r);
+            fflush(stdout);
+            continue;
+        }
         else if (!strcmp(op, "ncclGetVersion")) { int v; rc = ncclGetVersion(&v); n = 1; }
         else if (!strcmp(op, "ncclGetUniqueId")) { ncclUniqueId id; rc = ncclGetUniqueId(&id); n = 1; }
         else if (!strcmp(op, "ncclCommInitRank")) {

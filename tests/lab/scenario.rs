@@ -154,7 +154,7 @@ pub struct Cuda {
 }
 
 /// One step of a rank's script. Exactly one of `call`, `sleep_ms`, `hang_outside`, `signal`,
-/// `exit`, `load` says what the step is.
+/// `exit`, `load`, `app_driver` says what the step is.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Step {
@@ -189,7 +189,10 @@ pub struct Step {
     pub root: Option<String>,
     /// A CUDA driver call NCCL makes inside this step, and its CUresult.
     pub driver: Option<String>,
+    /// The CUresult of `driver` or `app_driver`.
     pub driver_rc: Option<i32>,
+    /// The application's own CUDA driver call (`cuIpcOpenMemHandle`), outside any NCCL call.
+    pub app_driver: Option<String>,
     pub sleep_ms: Option<u64>,
     pub hang_outside: Option<bool>,
     /// `SIGSEGV`, `SIGABRT`, `SIGKILL`, ...: the rank raises it.
@@ -242,9 +245,10 @@ impl Scenario {
                     s.signal.is_some(),
                     s.exit.is_some(),
                     s.load.is_some(),
+                    s.app_driver.is_some(),
                 ];
                 if kinds.iter().filter(|k| **k).count() != 1 {
-                    return Err(format!("a step must be exactly one of call/sleep_ms/hang_outside/signal/exit/load: {s:?}"));
+                    return Err(format!("a step must be exactly one of call/sleep_ms/hang_outside/signal/exit/load/app_driver: {s:?}"));
                 }
                 if let Some(sig) = &s.signal {
                     signal_number(sig)?;

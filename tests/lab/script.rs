@@ -78,6 +78,12 @@ fn step_line(s: &Step, place: &RankPlace) -> String {
         field(&mut l, "code", code);
         return l;
     }
+    if let Some(f) = &s.app_driver {
+        l.push_str("op=app_driver");
+        field(&mut l, "cu", f);
+        field(&mut l, "cu_rc", s.driver_rc.unwrap_or(0));
+        return l;
+    }
     if let Some(lib) = &s.load {
         l.push_str("op=load");
         field(&mut l, "name", lib);

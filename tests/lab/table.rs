@@ -66,7 +66,8 @@ pub fn render(outcomes: &[(String, Scenario, Outcome)]) -> String {
            `{ call = \"ncclCommGetAsyncError\", repeat = 100, every_ms = 1, async_error = 6 }`,\n\
            `{ driver = ... }` inside a call (`driver = \"cuMemImportFromShareableHandle\", driver_rc = 101`),\n\
            `{ sleep_ms = 50 }`, `{ hang_outside = true }`, `{ signal = \"SIGSEGV\" }`, `{ exit = 1 }`,\n\
-           `{ load = \"libcudart.so.12\" }`;\n\
+           `{ load = \"libcudart.so.12\" }`, `{ app_driver = \"cuIpcOpenMemHandle\", driver_rc = 1 }` (the\n\
+           application's own driver call, outside NCCL);\n\
          - `[launcher]`: `timeout_ms` (then SIGTERM), `kill_after_ms` (then SIGKILL), `interrupt_ms` (Ctrl-C);\n\
          - `[expect]`: `primary` (finding id, or `none`), `ranks`, `facts` (texts the primary finding\n\
            must contain), `absent` (finding ids that must not appear), `also` (ids that must appear too),\n\

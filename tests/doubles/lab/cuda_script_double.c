@@ -63,7 +63,10 @@ EXPORT int cuDeviceGetName(char* name, int len, int dev) {
 }
 EXPORT int cuGetErrorString(int e, const char** s) {
     switch (e) {
+    case 1: *s = "invalid argument"; break;
+    case 2: *s = "out of memory"; break;
     case 101: *s = "invalid device ordinal"; break;
+    case 201: *s = "invalid device context"; break;
     case 217: *s = "peer access is not supported between these two devices"; break;
     case 401: *s = "the operation cannot be performed in the present state"; break;
     case 700: *s = "an illegal memory access was encountered"; break;
@@ -78,6 +81,16 @@ EXPORT int cuMemExportToShareableHandle(void* o, uint64_t h, int t, unsigned lon
 EXPORT int cuMulticastBindMem(uint64_t a, size_t b, uint64_t c, size_t d, size_t e, unsigned long long f) { (void)a; (void)b; (void)c; (void)d; (void)e; (void)f; return answer("cuMulticastBindMem"); }
 EXPORT int cuMulticastCreate(uint64_t* h, const void* prop) { (void)h; (void)prop; return answer("cuMulticastCreate"); }
 EXPORT int cuMemMap(uint64_t a, size_t b, size_t c, uint64_t d, unsigned long long e) { (void)a; (void)b; (void)c; (void)d; (void)e; return answer("cuMemMap"); }
+/* cuIpcOpenMemHandle(CUdeviceptr*, CUipcMemHandle (64 bytes, by value), unsigned flags): the
+ * `_v2` symbol is what cuGetProcAddress hands out from CUDA 11.0 on, as the real driver does. */
+typedef struct { char reserved[64]; } lab_ipc_handle;
+EXPORT int cuIpcOpenMemHandle_v2(uint64_t* dptr, lab_ipc_handle h, unsigned flags) {
+    (void)h; (void)flags;
+    int rc = answer("cuIpcOpenMemHandle");
+    if (!rc && dptr) *dptr = 0x7f2000000000ull;
+    return rc;
+}
+EXPORT int cuIpcOpenMemHandle(uint64_t* dptr, lab_ipc_handle h, unsigned flags) { return cuIpcOpenMemHandle_v2(dptr, h, flags); }
 
 static const struct { const char* name; void* fn; } TABLE[] = {
     {"cuInit", (void*)cuInit}, {"cuDriverGetVersion", (void*)cuDriverGetVersion},
@@ -88,6 +101,7 @@ static const struct { const char* name; void* fn; } TABLE[] = {
     {"cuMemCreate", (void*)cuMemCreate}, {"cuMemExportToShareableHandle", (void*)cuMemExportToShareableHandle},
     {"cuMulticastBindMem", (void*)cuMulticastBindMem}, {"cuMemMap", (void*)cuMemMap},
     {"cuMulticastCreate", (void*)cuMulticastCreate},
+    {"cuIpcOpenMemHandle", (void*)cuIpcOpenMemHandle_v2},
 };
 EXPORT int cuGetProcAddress_v2(const char* sym, void** pfn, int ver, uint64_t flags, int* status) {
     (void)ver; (void)flags;

@@ -86,7 +86,11 @@ static ncclResult_t play(const char* name) {
  * 2.29, v5 from 2.28; both share the v5 descriptor); init per communicator with its commHash,
  * then per collective a Coll event (started after the launch, stopped once enqueued) and one
  * kernel channel whose GPU stop comes as state 22 (KernelChStop) — the channel never stops
- * when the scripted call hangs, as a kernel stuck on the GPU — and finalize at destroy/abort. */
+ * when the scripted call hangs, as a kernel stuck on the GPU — and finalize at destroy/abort.
+ * Point-to-point calls are P2p events (no sequence number: NCCL numbers only collectives, per
+ * communicator and function) started when their group is launched; a pair with a remote peer gets
+ * a kernel channel like a collective, a send/recv to self none (NCCL 2.28 enqueue.cc addP2pToPlan:
+ * a self pair has no proxy op, and kernel channel events come from the proxy). */
 struct prof_descr_v5 {          /* ncclProfilerEventDescr_v5_t, 112 bytes (offsets in nccl-facts §1.6) */
     uint64_t type;
     void* parent;
@@ -98,11 +102,17 @@ struct prof_descr_v5 {          /* ncclProfilerEventDescr_v5_t, 112 bytes (offse
             void* parent_group;
         } coll;
         struct { uint8_t channel; uint64_t ptimer; } kernel_ch;
+        struct {
+            const char* func; void* buff; const char* datatype; size_t count; int peer; uint8_t nchannels;
+            void* parent_group;
+        } p2p;
     };
 };
 _Static_assert(sizeof(struct prof_descr_v5) == 112, "ncclProfilerEventDescr_v5_t is 112 bytes");
 _Static_assert(__builtin_offsetof(struct prof_descr_v5, coll.parent_group) == 104, "coll.parentGroup @104");
 _Static_assert(__builtin_offsetof(struct prof_descr_v5, kernel_ch.ptimer) == 32, "kernelCh.pTimer @32");
+_Static_assert(__builtin_offsetof(struct prof_descr_v5, p2p.peer) == 56, "p2p.peer @56");
+_Static_assert(__builtin_offsetof(struct prof_descr_v5, p2p.parent_group) == 64, "p2p.parentGroup @64");
 typedef void (*prof_log_t)(int, unsigned long, const char*, int, const char*, ...);
 struct prof_v5 {
     const char* name;
@@ -112,7 +122,7 @@ struct prof_v5 {
     int (*record)(void* handle, int state, void* args);
     int (*finalize)(void* ctx);
 };
-enum { PROF_COLL = 1 << 1, PROF_KERNEL_CH = 1 << 6, PROF_KERNEL_CH_STOP = 22 };
+enum { PROF_COLL = 1 << 1, PROF_P2P = 1 << 2, PROF_KERNEL_CH = 1 << 6, PROF_KERNEL_CH_STOP = 22 };
 
 static void prof_log(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
     (void)level; (void)flags; (void)file; (void)line; (void)fmt; /* NCCL_DEBUG is not played */
@@ -211,6 +221,56 @@ static void prof_coll(struct script_comm* c, int f, const void* s, void* r, size
     p->stop(ch);
 }
 
+/* One point-to-point task as NCCL's ncclProfilerStartTaskEvents reports it when its plan is
+ * launched: a P2p event (started, stopped once enqueued) and, for a remote peer only, one kernel
+ * channel that ends on the GPU. `func` is ncclFuncToString's "Send" / "Recv"; count in elements. */
+static void prof_p2p(struct script_comm* c, const char* func, void* buff, size_t n, int dt, int peer) {
+    const struct prof_v5* p = prof_plugin();
+    if (!p || !c || !c->prof_ctx || !(c->prof_mask & (PROF_P2P | PROF_KERNEL_CH))) return;
+    struct prof_descr_v5 d;
+    memset(&d, 0, sizeof d);
+    d.type = PROF_P2P;
+    d.rank = c->rank;
+    d.p2p.func = func; d.p2p.buff = buff; d.p2p.datatype = prof_datatype(dt); d.p2p.count = n;
+    d.p2p.peer = peer; d.p2p.nchannels = 1;
+    void* ev = NULL;
+    p->start(c->prof_ctx, &ev, &d);
+    if (ev) p->stop(ev);
+    if (peer == c->rank || !(c->prof_mask & PROF_KERNEL_CH)) return;
+    struct prof_descr_v5 k;
+    memset(&k, 0, sizeof k);
+    k.type = PROF_KERNEL_CH;
+    k.parent = ev;
+    k.rank = c->rank;
+    k.kernel_ch.ptimer = gpu_ns();
+    void* ch = NULL;
+    p->start(c->prof_ctx, &ch, &k);
+    if (!ch || c->kernel_stuck) return;
+    uint64_t stop = gpu_ns();
+    p->record(ch, PROF_KERNEL_CH_STOP, &stop);
+    p->stop(ch);
+}
+
+/* Send/recv calls made inside ncclGroupStart/End wait for the outermost ncclGroupEnd, which
+ * launches them (NCCL reports their P2p events then, not at the call). */
+struct p2p_task { struct script_comm* comm; const char* func; void* buff; size_t count; int dt, peer; };
+static struct p2p_task p2p_queue[1024];
+static int p2p_queued, group_depth;
+
+static void p2p_issue(struct script_comm* c, const char* func, void* buff, size_t n, int dt, int peer) {
+    if (group_depth == 0) { prof_p2p(c, func, buff, n, dt, peer); return; }
+    if (p2p_queued < (int)(sizeof p2p_queue / sizeof p2p_queue[0]))
+        p2p_queue[p2p_queued++] = (struct p2p_task){c, func, buff, n, dt, peer};
+}
+
+static void p2p_launch(void) {
+    for (int i = 0; i < p2p_queued; i++) {
+        struct p2p_task* t = &p2p_queue[i];
+        prof_p2p(t->comm, t->func, t->buff, t->count, t->dt, t->peer);
+    }
+    p2p_queued = 0;
+}
+
 static void prof_finalize(struct script_comm* c) {
     const struct prof_v5* p = prof_plugin();
     if (p && c && c->prof_ctx) p->finalize(c->prof_ctx);
@@ -293,8 +353,15 @@ API(ncclCommAbort, ncclComm_t comm) {
     ncclResult_t rc = play("ncclCommAbort"); prof_finalize(comm); free(comm); return rc;
 }
 API(ncclCommFinalize, ncclComm_t comm) { (void)comm; return play("ncclCommFinalize"); }
-API(ncclGroupStart, void) { return play("ncclGroupStart"); }
-API(ncclGroupEnd, void) { return play("ncclGroupEnd"); }
+API(ncclGroupStart, void) { group_depth++; return play("ncclGroupStart"); }
+API(ncclGroupEnd, void) {
+    ncclResult_t rc = play("ncclGroupEnd");
+    if (group_depth > 0 && --group_depth == 0) {
+        if (rc) p2p_queued = 0; /* a failed launch enqueues nothing */
+        else p2p_launch();
+    }
+    return rc;
+}
 
 API(ncclAllReduce, const void* s, void* r, size_t n, int dt, int op, ncclComm_t comm, void* stream) {
     (void)stream; (void)op; return play_coll("ncclAllReduce", comm, 0, s, r, n, dt, 0);
@@ -309,8 +376,14 @@ API(ncclReduceScatter, const void* s, void* r, size_t n, int dt, int op, ncclCom
     (void)stream; (void)op; return play_coll("ncclReduceScatter", comm, 3, s, r, n, dt, 0);
 }
 API(ncclSend, const void* s, size_t n, int dt, int peer, ncclComm_t comm, void* stream) {
-    (void)s; (void)n; (void)dt; (void)peer; (void)comm; (void)stream; return play("ncclSend");
+    (void)stream;
+    ncclResult_t rc = play("ncclSend");
+    if (!rc) p2p_issue(comm, "Send", (void*)s, n, dt, peer);
+    return rc;
 }
 API(ncclRecv, void* r, size_t n, int dt, int peer, ncclComm_t comm, void* stream) {
-    (void)r; (void)n; (void)dt; (void)peer; (void)comm; (void)stream; return play("ncclRecv");
+    (void)stream;
+    ncclResult_t rc = play("ncclRecv");
+    if (!rc) p2p_issue(comm, "Recv", r, n, dt, peer);
+    return rc;
 }
