@@ -95,6 +95,10 @@ pub struct Finding {
     /// Names a specific mechanism (beats a generic finding on the same root).
     #[serde(skip)]
     pub specific: bool,
+    /// The job's failures it accounts for through the story (a primary accounts for the
+    /// consequences of the roots it explains).
+    #[serde(skip)]
+    pub accounts: Vec<(usize, crate::model::FailureWhat)>,
 }
 
 impl Finding {
@@ -126,6 +130,15 @@ impl Finding {
             covers: declared.map_or(&[], |d| d.covers),
             standalone: declared.is_some_and(|d| d.standalone),
             specific: declared.map_or(catalog.is_some(), |d| d.specific),
+            accounts: Vec::new(),
+        }
+    }
+
+    /// Records that this finding accounts for a failure of the job (set by the verdict for
+    /// what its roots explain).
+    pub fn account(&mut self, p: usize, what: crate::model::FailureWhat) {
+        if !self.accounts.contains(&(p, what)) {
+            self.accounts.push((p, what));
         }
     }
 
@@ -358,6 +371,9 @@ pub fn diagnose_story(job: &JobModel, story: &Story, options: &Options) -> Vec<F
 /// Whether finding `f` accounts for failure `e`: it explains that call, or (a death or signal,
 /// which is no call) it is about that process.
 pub fn explains_failure(f: &Finding, e: &crate::model::JobFailure) -> bool {
+    if f.accounts.contains(&(e.process, e.what)) {
+        return true;
+    }
     match e.what {
         crate::model::FailureWhat::Call(i) | crate::model::FailureWhat::AsyncError(i) => {
             f.explains.contains(&(e.process, i))

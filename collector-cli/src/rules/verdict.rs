@@ -84,6 +84,19 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
             }
         }
     }
+    // What each finding accounts for: the nodes it covers, and for a primary every node whose
+    // root it covers (the consequences of its cause).
+    for (i, f) in findings.iter_mut().enumerate() {
+        for n in 0..story.nodes.len() {
+            let mine = covered[i].contains(&n)
+                || (primary[i] && covered[i].contains(&story.root_of(n)));
+            if mine {
+                if let Some(what) = failure_what(story.nodes[n].kind) {
+                    f.account(story.nodes[n].process, what);
+                }
+            }
+        }
+    }
     for (i, f) in findings.iter_mut().enumerate() {
         f.severity = if primary[i] {
             Severity::Primary
@@ -133,5 +146,18 @@ pub fn describe(job: &JobModel, story: &Story, i: usize) -> String {
         NodeKind::StuckInside(comm) => {
             format!("every rank of comm {comm:#x} is stuck inside one operation")
         }
+    }
+}
+
+/// The job failure a node stands for, when it is one (laggards and mismatches are causes the
+/// story located, not recorded failures).
+fn failure_what(k: NodeKind) -> Option<crate::model::FailureWhat> {
+    use crate::model::FailureWhat;
+    match k {
+        NodeKind::Error(c) => Some(FailureWhat::Call(c)),
+        NodeKind::AsyncError(c) => Some(FailureWhat::AsyncError(c)),
+        NodeKind::Signal(s) => Some(FailureWhat::Signal(s)),
+        NodeKind::Vanished => Some(FailureWhat::Died),
+        _ => None,
     }
 }

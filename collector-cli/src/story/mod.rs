@@ -124,8 +124,13 @@ impl Story {
 
     /// The root a node's explanations lead to.
     pub fn root_of(&self, mut i: usize) -> usize {
-        while let Some((c, _)) = &self.nodes[i].cause {
-            i = *c;
+        // Bounded: the graph has no cycles (see the module header); the bound keeps a defect
+        // from hanging the report.
+        for _ in 0..self.nodes.len() {
+            match &self.nodes[i].cause {
+                Some((c, _)) => i = *c,
+                None => break,
+            }
         }
         i
     }
@@ -312,13 +317,22 @@ impl Story {
             .iter()
             .map(|n| is_reaction(job, &self.ends, n))
             .collect();
+        // A driver call NCCL made inside one of its calls belongs to that call's failure: the
+        // outer call and NCCL's text drive the diagnosis.
+        let outer: Vec<Option<usize>> = (0..self.nodes.len())
+            .map(|i| self.enclosing_failure(job, i))
+            .collect();
         for i in 0..self.nodes.len() {
             let n = self.nodes[i].clone();
             let p = n.process;
             let reaction = reactions[i];
             let mut cause: Option<(usize, String)> = None;
-            // (1) An earlier node of the same process.
-            if let Some(j) = (0..i).find(|&j| self.nodes[j].process == p) {
+            if let Some(o) = outer[i] {
+                self.nodes[i].cause = Some((o, "a driver call NCCL made inside that call".into()));
+                continue;
+            }
+            // (1) An earlier node of the same process (not one nested in a later call).
+            if let Some(j) = (0..i).find(|&j| self.nodes[j].process == p && outer[j].is_none()) {
                 cause = Some((j, "an earlier failure of the same process".into()));
             }
             // (2) A mismatch on one of its communicators, before it.
@@ -338,7 +352,11 @@ impl Story {
                         continue;
                     }
                     let behind: Vec<usize> = stall.behind.iter().map(|b| b.1).collect();
-                    if let Some(j) = (0..i).find(|&j| {
+                    // A reaction (its abort, its death while waiting) may follow a departure
+                    // recorded later than it (a rank that left after the waiter's last record):
+                    // reactions explain nothing across processes, so this makes no cycle.
+                    let upto = if reaction { self.nodes.len() } else { i };
+                    if let Some(j) = (0..upto).find(|&j| {
                         behind.contains(&self.nodes[j].process) && self.nodes[j].process != p
                     }) {
                         cause = Some((
@@ -364,11 +382,13 @@ impl Story {
             }
             // (5) A failure of a linked process that certainly came before.
             if cause.is_none() {
-                let fault = !reaction;
+                let fault = matches!(n.kind, NodeKind::Signal(s) if matches!(s, 4 | 7 | 8 | 11));
                 if let Some(j) = (0..i).find(|&j| {
                     let m = &self.nodes[j];
                     m.process != p
-                        && !reactions[j]
+                        && (!reactions[j] || m.kind == NodeKind::Vanished)
+                        && self.root_of(j) != i
+                        && outer[j].is_none()
                         && !memberships[p].is_disjoint(&memberships[m.process])
                         && n.t > m.t.saturating_add(tol(p, m.process))
                         && match m.kind {
@@ -386,6 +406,34 @@ impl Story {
             }
             self.nodes[i].cause = cause;
         }
+    }
+}
+
+impl Story {
+    /// For a failed driver call NCCL made (nested), the node of the NCCL call it was made in.
+    fn enclosing_failure(&self, job: &JobModel, i: usize) -> Option<usize> {
+        let n = &self.nodes[i];
+        let NodeKind::Error(c) = n.kind else {
+            return None;
+        };
+        let pm = &job.processes[n.process];
+        let inner = &pm.calls[c];
+        if !inner.is_cuda || !inner.nested {
+            return None;
+        }
+        self.nodes.iter().position(|m| {
+            m.process == n.process
+                && match m.kind {
+                    NodeKind::Error(o) | NodeKind::AsyncError(o) => {
+                        let outer = &pm.calls[o];
+                        !outer.is_cuda
+                            && outer.tid == inner.tid
+                            && outer.t_enter <= inner.t_enter
+                            && outer.t_exit.is_none_or(|x| x >= inner.t_enter)
+                    }
+                    _ => false,
+                }
+        })
     }
 }
 

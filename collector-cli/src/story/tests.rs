@@ -130,7 +130,7 @@ fn a_count_mismatch_claims_the_truncation_it_causes_on_the_peer() {
     assert!(matches!(story.nodes[roots[0]].kind, NodeKind::Mismatch { .. }));
     let p = primaries(&job, &story);
     assert_eq!(p.len(), 1, "{p:?}");
-    assert_eq!(p[0].0, "collective-desync");
+    assert_eq!(p[0].0, "collective-size-mismatch");
 }
 
 #[test]
@@ -146,8 +146,10 @@ fn a_p2p_size_mismatch_names_both_sizes() {
     assert_eq!(m.len(), 1);
     assert_eq!(m[0].field, "size");
     assert!(m[0].text.contains("1048576 bytes") && m[0].text.contains("524288 bytes"));
+    assert!(m[0].text.contains("count=262144") && m[0].text.contains("count=131072"));
     let p = primaries(&job, &story);
-    assert_eq!(p, vec![("p2p-size-mismatch".to_owned(), vec![0, 1])]);
+    // The receiver is named; the sender's side is in the evidence.
+    assert_eq!(p, vec![("p2p-size-mismatch".to_owned(), vec![1])]);
 }
 
 #[test]
