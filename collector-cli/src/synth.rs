@@ -572,4 +572,44 @@ impl SynthRank {
             ring.instant(&s);
         }
     }
+
+    /// A profiler P2p event with the default event mask (channels summarized): NCCL starts it
+    /// after the kernel launch and the plugin completes it in place; a GPU-done record follows
+    /// when `gpu_done`. A send/recv to the rank itself never gets one on a real NCCL
+    /// (`knowledge/profiler.toml`, `self-p2p-no-gpu-end`).
+    pub fn prof_p2p_summarized(
+        &mut self,
+        comm_hash: u64,
+        func: &[u8],
+        count: u64,
+        peer: u64,
+        gpu_done: bool,
+    ) {
+        use ncclshim_format::profnames::NameTable;
+        let (_, ring) = self.prof();
+        let mut e = Entry::new(RecordKind::ProfStart, CallId::ProfP2p);
+        e.comm = comm_hash;
+        e.flags = slot_flags::COMPLETES_IN_PLACE | slot_flags::ENDS_AT_GPU_DONE;
+        e.args = args::ProfP2p {
+            func: u64::from(NameTable::Func.code_of(func)),
+            count,
+            datatype: u64::from(NameTable::Datatype.code_of(b"ncclFloat32")),
+            peer,
+            ..Default::default()
+        }
+        .to_args();
+        let op = ring.begin(&e).slot_ref();
+        if gpu_done {
+            let mut d = Entry::new(RecordKind::ProfState, CallId::ProfP2p);
+            d.args = args::ProfGpuDone {
+                handle: op.encode(),
+                state: ncclshim_format::schema::PROF_STATE_GPU_DONE,
+                gpu_start: 1_000,
+                gpu_stop: 2_000,
+                channels: 1,
+            }
+            .to_args();
+            ring.instant(&d);
+        }
+    }
 }

@@ -27,6 +27,7 @@ pub fn parse<T: DeserializeOwned>(name: &str, text: &str) -> T {
 pub mod bugs;
 pub mod codes;
 pub mod launchers;
+pub mod profiler;
 pub mod references;
 pub mod thresholds;
 pub mod visible_devices;

@@ -259,6 +259,9 @@ pub struct ProcessModel {
     pub damaged: Vec<(String, Vec<String>)>,
     pub notes: Vec<String>,
     pub nccl_version: Option<u64>,
+    /// The profiler ABI version NCCL loaded the plugin as (its init record), which fixes how the
+    /// profiler numbers events (`knowledge::profiler`).
+    pub prof_abi: Option<u32>,
     /// CLOCK_REALTIME − CLOCK_MONOTONIC used for this process's times (from its dump header).
     pub clock_offset: i128,
     /// How precisely that offset was measured (the calibration window).
@@ -375,6 +378,52 @@ impl ProcessModel {
     /// NCCL version from `ncclGetVersion`, `commCreated` or the library snapshot.
     pub fn nccl_version_text(&self) -> Option<String> {
         self.nccl_version.map(nccl_version_string)
+    }
+
+    /// The NCCL release this process ran, when recorded.
+    pub fn nccl_release(&self) -> Option<crate::knowledge::bugs::NcclVersion> {
+        self.nccl_version
+            .and_then(crate::knowledge::bugs::NcclVersion::from_code)
+    }
+
+    /// How this process's NCCL numbered its profiler events (by the ABI the plugin was loaded
+    /// as, else by the NCCL release).
+    pub fn profiler_era(&self) -> &'static crate::knowledge::profiler::Era {
+        crate::knowledge::profiler::era(self.nccl_release(), self.prof_abi)
+    }
+
+    /// The key a profiler Coll event is numbered under, per this process's NCCL: (function,
+    /// seq) where NCCL counts per function, (None, seq) where it counts per communicator; None
+    /// for an event without a number (P2p). Ranks compare equal keys, never bare numbers.
+    pub fn prof_seq_key(&self, o: &ProfOp) -> Option<(Option<u64>, u64)> {
+        use crate::knowledge::profiler::SeqScope;
+        let seq = o.seq?;
+        let scope = if o.p2p {
+            self.profiler_era().p2p_seq
+        } else {
+            self.profiler_era().coll_seq
+        };
+        match scope {
+            SeqScope::CommunicatorFunction => Some((Some(o.func), seq)),
+            SeqScope::Communicator | SeqScope::CommunicatorCe => Some((None, seq)),
+            SeqScope::None => None,
+        }
+    }
+
+    /// Whether NCCL never reports the GPU end of this profiler event, so its missing end says
+    /// nothing about a hang: a send/recv to the rank itself (no proxy op, so no kernel-channel
+    /// event; `knowledge/profiler.toml`, `self-p2p-no-gpu-end`).
+    pub fn gpu_end_never_reported(&self, o: &ProfOp) -> bool {
+        use crate::knowledge::profiler::{has_blind_spot, SELF_P2P_NO_GPU_END};
+        let own_rank = |comm: u64| {
+            self.memberships
+                .iter()
+                .find(|m| m.comm_hash == comm)
+                .map(|m| u64::from(m.rank))
+        };
+        o.p2p
+            && o.comm_hash.and_then(own_rank) == Some(o.root_or_peer)
+            && has_blind_spot(SELF_P2P_NO_GPU_END, self.nccl_release())
     }
 
     /// The physical host: the boot id when known (containers on one machine share it).
@@ -602,6 +651,7 @@ impl ProcessModel {
         self.comms_not_kept += o.comms_not_kept;
         self.notes.extend(o.notes);
         self.nccl_version = self.nccl_version.or(o.nccl_version);
+        self.prof_abi = self.prof_abi.or(o.prof_abi);
         if self.run_id.is_empty() {
             self.run_source = o.run_source;
             self.run_id = o.run_id;
@@ -731,6 +781,9 @@ impl ProcessModel {
         // ProfInit first, so events can be attributed to a communicator.
         for r in &records {
             if let Some(init) = r.view::<args::ProfInit>() {
+                if let Ok(abi) = u32::try_from(init.abi_version) {
+                    self.prof_abi.get_or_insert(abi);
+                }
                 let comm_hash = init.comm_hash;
                 // v1-v3 inits carry no communicator facts (hash 0, rank -1).
                 if comm_hash == 0 || init.rank as u32 == u32::MAX {

@@ -1,6 +1,11 @@
 //! C19: collective desync. Ranks of one communicator issue different collectives at the same
 //! sequence number (op, count, datatype, reduction, root), or in a different order; NCCL cannot
 //! tell and hangs. Compared per communicator from the shim's calls and the profiler's Coll events.
+//!
+//! Each source is compared in its own numbering: the shim counts a communicator's collectives;
+//! NCCL's profiler counts per communicator *and function* (`knowledge/profiler.toml`), so its
+//! events are compared at equal (function, number), never an AllReduce of one rank against a
+//! Broadcast of another that happen to carry the same number.
 
 use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
@@ -8,6 +13,7 @@ use crate::names::{datatype_name, redop_name};
 use ncclshim_format::CallId;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
 
 /// What must agree across ranks for one collective.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -75,11 +81,13 @@ fn shim_key(c: CallId, count: u64, dt: u64, op: u64, root: u64) -> Key {
     }
 }
 
-/// The smallest sequence number at which two ranks disagree. One pass: the first rank seen at a
-/// sequence number sets the reference, every other rank is compared with it.
-fn first_divergence(entries: impl Iterator<Item = (u64, Key)>) -> Option<u64> {
-    let mut reference: HashMap<u64, Key> = HashMap::new();
-    let mut first: Option<u64> = None;
+/// The smallest number at which two ranks disagree. One pass: the first rank seen at a number
+/// sets the reference, every other rank is compared with it. `N` is the source's numbering: a
+/// bare sequence number (the shim's), or (function, number) for a profiler that counts per
+/// function; numbers order by their sequence number first.
+fn first_divergence<N: Copy + Ord + Hash>(entries: impl Iterator<Item = (N, Key)>) -> Option<N> {
+    let mut reference: HashMap<N, Key> = HashMap::new();
+    let mut first: Option<N> = None;
     for (seq, key) in entries {
         if first.is_some_and(|f| seq >= f) {
             continue;
@@ -112,13 +120,15 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             })
         };
         let prof_ops = |p: usize| {
-            job.processes[p]
-                .prof_ops
+            let pm = &job.processes[p];
+            pm.prof_ops
                 .iter()
-                .filter(move |o| o.comm_hash == Some(comm) && !o.p2p && o.seq.is_some())
+                .filter(move |o| o.comm_hash == Some(comm) && !o.p2p)
+                .filter_map(move |o| Some((pm.prof_seq_key(o)?, o)))
         };
         // The shim's and the profiler's sequence numbers are counted by different code and are
-        // only compared with their own kind.
+        // only compared with their own kind; the profiler's only between ranks whose NCCL
+        // numbers alike (a job mixing releases is C03's to report).
         let shim_div = first_divergence(members.iter().flat_map(|&(_, p)| {
             shim_ops(p).map(|o| {
                 (
@@ -127,23 +137,32 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 )
             })
         }));
-        let prof_div = first_divergence(members.iter().flat_map(|&(_, p)| {
-            prof_ops(p).map(|o| {
-                (
-                    o.seq.unwrap_or(0),
-                    Key {
-                        op: o.func,
-                        count: o.count,
-                        datatype: o.datatype,
-                        redop: None,
-                        root: None,
-                    },
-                )
+        let one_numbering = members.windows(2).all(|w| {
+            job.processes[w[0].1].profiler_era().coll_seq
+                == job.processes[w[1].1].profiler_era().coll_seq
+        });
+        // Ordered by number first, then function: the earliest divergence of any function.
+        let prof_div = one_numbering
+            .then(|| {
+                first_divergence(members.iter().flat_map(|&(_, p)| {
+                    prof_ops(p).map(|((func, seq), o)| {
+                        (
+                            (seq, func),
+                            Key {
+                                op: o.func,
+                                count: o.count,
+                                datatype: o.datatype,
+                                redop: None,
+                                root: None,
+                            },
+                        )
+                    })
+                }))
             })
-        }));
-        let (seq, source) = match (shim_div, prof_div) {
-            (Some(s), _) => (s, ""),
-            (None, Some(s)) => (s, " (profiler)"),
+            .flatten();
+        let (seq, prof_func, source) = match (shim_div, prof_div) {
+            (Some(s), _) => (s, None, ""),
+            (None, Some((s, func))) => (s, Some(func), " (profiler)"),
             (None, None) => continue,
         };
         let mut groups: BTreeMap<Sig, Vec<u32>> = BTreeMap::new();
@@ -153,24 +172,32 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                     .find(|o| o.seq == seq)
                     .map(|o| shim_sig(o.call, o.count, o.datatype, o.op, o.root_or_peer))
             } else {
-                prof_ops(p).find(|o| o.seq == Some(seq)).map(|o| Sig {
-                    op: crate::profnames::func_name(o.func),
-                    count: o.count,
-                    datatype: crate::profnames::datatype_name(o.datatype),
-                    redop: None,
-                    root: None,
-                })
+                prof_ops(p)
+                    .find(|(k, _)| *k == (prof_func.flatten(), seq))
+                    .map(|(_, o)| Sig {
+                        op: crate::profnames::func_name(o.func),
+                        count: o.count,
+                        datatype: crate::profnames::datatype_name(o.datatype),
+                        redop: None,
+                        root: None,
+                    })
             };
             if let Some(sig) = sig {
                 groups.entry(sig).or_default().push(rank);
             }
         }
+        // Where the profiler numbers per function, "number 5" is the function's own count.
+        let numbered = match prof_func.flatten() {
+            Some(func) => format!(
+                "{} number {seq} (the profiler numbers each function separately)",
+                crate::profnames::func_name(func)
+            ),
+            None => format!("sequence number {seq}"),
+        };
         let mut f = Finding::new(
             "collective-desync",
             Some("C19"),
-            format!(
-                "Ranks issued different collectives at sequence number {seq} on one communicator"
-            ),
+            format!("Ranks issued different collectives at {numbered} on one communicator"),
             Confidence::High,
         )
         .remedy(
@@ -187,7 +214,14 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             f.fact(
                 Evidence::new(
                     EvidenceKind::Progress,
-                    format!("comm {comm:#x} seq {seq}{source}: issued {}", sig.text()),
+                    match prof_func.flatten() {
+                        Some(func) => format!(
+                            "comm {comm:#x} {} #{seq}{source}: issued {}",
+                            crate::profnames::func_name(func),
+                            sig.text()
+                        ),
+                        None => format!("comm {comm:#x} seq {seq}{source}: issued {}", sig.text()),
+                    },
                 )
                 .value("comm", format!("{comm:#x}"))
                 .value("seq", seq)
@@ -248,5 +282,87 @@ mod tests {
             }
         });
         assert!(find(&fs, "collective-desync").is_none());
+    }
+
+    fn func(name: &[u8]) -> u64 {
+        u64::from(ncclshim_format::profnames::NameTable::Func.code_of(name))
+    }
+
+    /// NCCL's profiler numbers each function from 0 (`knowledge/profiler.toml`): two ranks that
+    /// issue AllReduce, AllGather and Broadcast in the same order carry "seq 0" three times each.
+    /// Compared by bare number, AllReduce #0 would differ from AllGather #0.
+    #[test]
+    fn the_profilers_per_function_numbers_are_compared_per_function() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            for r in s.ranks.iter_mut() {
+                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
+                for round in 0..3 {
+                    for (name, count) in [
+                        (&b"AllReduce"[..], 1024),
+                        (b"AllGather", 8192),
+                        (b"Broadcast", 4096),
+                    ] {
+                        r.prof_coll(
+                            crate::synth::WORLD_UID,
+                            round,
+                            func(name),
+                            count,
+                            7,
+                            0,
+                            true,
+                            true,
+                        );
+                    }
+                }
+            }
+        });
+        assert!(find(&fs, "collective-desync").is_none(), "{fs:#?}");
+    }
+
+    /// The same per-function numbering still finds a real desync: the second AllGather has a
+    /// different size on rank 1, named by its function and its number.
+    #[test]
+    fn a_difference_at_one_functions_number_is_a_desync() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            for r in s.ranks.iter_mut() {
+                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
+                for round in 0..3 {
+                    let gather = if r.rank == 1 && round == 1 {
+                        4096
+                    } else {
+                        8192
+                    };
+                    r.prof_coll(
+                        crate::synth::WORLD_UID,
+                        round,
+                        func(b"AllReduce"),
+                        1024,
+                        7,
+                        0,
+                        true,
+                        true,
+                    );
+                    r.prof_coll(
+                        crate::synth::WORLD_UID,
+                        round,
+                        func(b"AllGather"),
+                        gather,
+                        7,
+                        0,
+                        true,
+                        true,
+                    );
+                }
+            }
+        });
+        let f = find(&fs, "collective-desync").expect("C19");
+        assert!(f.title.contains("AllGather number 1"), "{}", f.title);
+        assert!(
+            f.evidence.iter().any(|e| e.ranks == [1]
+                && e.values["count"] == 4096
+                && e.values["source"] == "profiler"),
+            "{:#?}",
+            f.evidence
+        );
     }
 }

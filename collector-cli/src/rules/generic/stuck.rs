@@ -6,16 +6,24 @@
 //! completed per rank, never lost to wrap) are a third source of progress, and each hang
 //! finding states every rank's counts, so the rank with fewer operations than its peers is
 //! named by a number that covers the whole job.
+//!
+//! The profiler's events are read as NCCL emits them (`knowledge/profiler.toml`): Coll events
+//! are numbered per function, so a rank's progress is the count of its numbered collectives, not
+//! the highest number; P2p events carry no number; a send/recv to the rank itself never reports
+//! a GPU end, so its missing end is no hang; and a collective whose kernel ended on a peer did
+//! not hang on this rank either (the peer could not have finished it alone).
 
 use crate::model::{JobModel, ProcessModel};
 use crate::story::{NodeKind, Story};
 use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use ncclshim_format::CallId;
+use std::collections::{HashMap, HashSet};
 
 /// Where a rank is stuck inside NCCL.
 #[derive(Debug)]
 struct Inside {
-    /// `ncclAllReduce seq 5 never returned`, `collective seq 5 (AllReduce) its kernel never ended (profiler)`.
+    /// `ncclAllReduce seq 5 never returned`, `collective seq 5 (AllReduce) its kernel never ended
+    /// (profiler)` (the profiler's number of that function), `Send to/from peer 3 ...`.
     text: String,
     /// The call or the profiler's function name.
     op: String,
@@ -28,7 +36,8 @@ struct Inside {
 struct RankState {
     rank: u32,
     process: usize,
-    /// Highest collective sequence number issued on the communicator (see `choose_source`).
+    /// Position of the last collective issued on the communicator, in one source's numbering
+    /// (see `check`).
     issued: Option<u64>,
     shim_seq: Option<u64>,
     prof_seq: Option<u64>,
@@ -39,7 +48,48 @@ struct RankState {
     last_call: Option<String>,
 }
 
-fn state(pm: &ProcessModel, p: usize, rank: u32, comm: u64) -> RankState {
+/// How many collectives the rank issued on `comm` as its profiler numbered them, minus one (the
+/// position of its last, comparable with a peer's): per-function numbering counts each
+/// function from 0, so the position is the sum over functions of their highest number + 1.
+/// None without numbered events.
+fn prof_position(pm: &ProcessModel, comm: u64) -> Option<u64> {
+    let mut highest: HashMap<Option<u64>, u64> = HashMap::new();
+    for o in pm.prof_ops.iter().filter(|o| o.comm_hash == Some(comm)) {
+        if let Some((func, seq)) = pm.prof_seq_key(o) {
+            let h = highest.entry(func).or_default();
+            *h = (*h).max(seq + 1);
+        }
+    }
+    (!highest.is_empty()).then(|| highest.values().sum::<u64>() - 1)
+}
+
+/// A collective as NCCL's profiler numbers it on a communicator (see `ProcessModel::prof_seq_key`).
+type NumberedColl = (Option<u64>, u64);
+
+/// The collectives of `comm` whose kernel ended on some rank. A collective cannot finish on one
+/// rank while another still runs it, so a rank whose record of such a collective lacks its end
+/// lost the record; it is not stuck there.
+fn ended_somewhere(job: &JobModel, members: &[(u32, usize)], comm: u64) -> HashSet<NumberedColl> {
+    let mut ended = HashSet::new();
+    for &(_, p) in members {
+        let pm = &job.processes[p];
+        ended.extend(
+            pm.prof_ops
+                .iter()
+                .filter(|o| o.comm_hash == Some(comm) && !o.p2p && o.kernel_stopped)
+                .filter_map(|o| pm.prof_seq_key(o)),
+        );
+    }
+    ended
+}
+
+fn state(
+    pm: &ProcessModel,
+    p: usize,
+    rank: u32,
+    comm: u64,
+    ended: &HashSet<NumberedColl>,
+) -> RankState {
     let ptr = pm
         .memberships
         .iter()
@@ -52,12 +102,7 @@ fn state(pm: &ProcessModel, p: usize, rank: u32, comm: u64) -> RankState {
         .filter(|o| o.comm_hash == Some(comm))
         .map(|o| o.seq)
         .max();
-    let prof_seq = pm
-        .prof_ops
-        .iter()
-        .filter(|o| o.comm_hash == Some(comm))
-        .filter_map(|o| o.seq)
-        .max();
+    let prof_seq = prof_position(pm, comm);
     let mut inside = None;
     for c in pm.calls.iter().filter(|c| c.in_flight() && !c.nested) {
         let on_comm =
@@ -78,14 +123,15 @@ fn state(pm: &ProcessModel, p: usize, rank: u32, comm: u64) -> RankState {
         }
     }
     if inside.is_none() {
-        // A communicator's kernels end in issue order, so an operation older than one whose
+        // A communicator's kernels end in issue order, so an operation started before one whose
         // kernel ended is not where the rank is stuck, even when its own end was not recorded
-        // (its in-flight entry was reused, or its end record was overwritten).
+        // (its in-flight entry was reused, or its end record was overwritten). Issue order is
+        // start order: the profiler's numbers restart per function.
         let newest_ended = pm
             .prof_ops
             .iter()
             .filter(|o| o.comm_hash == Some(comm) && o.kernel_stopped)
-            .filter_map(|o| o.seq)
+            .map(|o| o.t_start)
             .max();
         if let Some(o) = pm
             .prof_ops
@@ -93,8 +139,10 @@ fn state(pm: &ProcessModel, p: usize, rank: u32, comm: u64) -> RankState {
             .filter(|o| {
                 o.comm_hash == Some(comm) && (!o.stopped || (o.kernel_started && !o.kernel_stopped))
             })
-            .filter(|o| newest_ended.is_none_or(|n| o.seq.is_none_or(|s| s > n)))
-            .min_by_key(|o| o.seq)
+            .filter(|o| !pm.gpu_end_never_reported(o))
+            .filter(|o| newest_ended.is_none_or(|n| o.t_start > n))
+            .filter(|o| pm.prof_seq_key(o).is_none_or(|k| !ended.contains(&k)))
+            .min_by_key(|o| o.t_start)
         {
             let (what, state) = if o.kernel_started && !o.kernel_stopped {
                 ("its kernel never ended", "kernel_never_ended")
@@ -103,10 +151,14 @@ fn state(pm: &ProcessModel, p: usize, rank: u32, comm: u64) -> RankState {
             };
             let func = crate::profnames::func_name(o.func);
             inside = Some(Inside {
-                text: format!(
-                    "collective seq {} ({func}) {what} (profiler)",
-                    o.seq.map(|s| s.to_string()).unwrap_or("?".into()),
-                ),
+                text: match (o.p2p, o.seq) {
+                    (true, _) => {
+                        format!("{func} to/from peer {} {what} (profiler)", o.root_or_peer)
+                    }
+                    // Per-function numbering: "seq 5 (AllReduce)" is the fifth AllReduce.
+                    (false, Some(s)) => format!("collective seq {s} ({func}) {what} (profiler)"),
+                    (false, None) => format!("collective ({func}) {what} (profiler)"),
+                },
                 op: func.to_string(),
                 seq: o.seq,
                 state,
@@ -227,9 +279,10 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
         // cause (a laggard the others' aborts follow from) or a consequence (ranks blocked
         // after a peer crashed).
         let stall = story.comm(comm).and_then(|c| c.stall.as_ref());
+        let ended = ended_somewhere(job, &members, comm);
         let mut states: Vec<RankState> = members
             .iter()
-            .map(|&(r, p)| state(&job.processes[p], p, r, comm))
+            .map(|&(r, p)| state(&job.processes[p], p, r, comm, &ended))
             .collect();
         // The shim's and the profiler's sequence numbers are counted separately: compare ranks on
         // one source when every rank has it.
@@ -550,5 +603,179 @@ mod tests {
             }
         });
         assert!(fs.is_empty(), "{fs:?}");
+    }
+
+    fn func(name: &[u8]) -> u64 {
+        u64::from(ncclshim_format::profnames::NameTable::Func.code_of(name))
+    }
+
+    /// Two ranks that ran AllReduces and an all-to-all (whose send/recv to the rank itself
+    /// never reports a GPU end on a real NCCL) and then died: the self pair is no hang.
+    /// `other_peer_ends`: whether the send/recv pair with the other rank got its GPU end.
+    fn all_to_all_then_death(other_peer_ends: bool) -> Vec<crate::rules::Finding> {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            for r in s.ranks.iter_mut() {
+                let me = u64::from(r.rank);
+                r.prof_init(crate::synth::WORLD_UID, 2, me);
+                for seq in 0..3 {
+                    r.prof_coll(
+                        crate::synth::WORLD_UID,
+                        seq,
+                        func(b"AllReduce"),
+                        1024,
+                        7,
+                        0,
+                        true,
+                        true,
+                    );
+                }
+                for f in [&b"Send"[..], b"Recv"] {
+                    r.prof_p2p_summarized(crate::synth::WORLD_UID, f, 512, 1 - me, other_peer_ends);
+                    r.prof_p2p_summarized(crate::synth::WORLD_UID, f, 512, me, false);
+                }
+            }
+        });
+        fs
+    }
+
+    #[test]
+    fn a_self_send_recv_without_gpu_end_is_no_hang() {
+        let fs = all_to_all_then_death(true);
+        assert!(find(&fs, "stuck-inside-nccl").is_none(), "{fs:#?}");
+        // The same dumps with the pair to the other rank unfinished: a hang, so the test above
+        // is not blind.
+        let fs = all_to_all_then_death(false);
+        let f = find(&fs, "stuck-inside-nccl").expect("the other pair never ended");
+        assert!(
+            f.evidence.iter().any(|e| e.text.contains("to/from peer")),
+            "{:#?}",
+            f.evidence
+        );
+    }
+
+    /// Rank 1 issued a Broadcast where rank 0 issued its sixth AllReduce: both kernels hang.
+    /// The profiler numbers the Broadcast 0, below the AllReduces' 4 that ended, so only start
+    /// order (not the number) says it is rank 1's newest operation.
+    #[test]
+    fn a_hang_in_a_functions_first_collective_after_others_ended_is_found() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            for r in s.ranks.iter_mut() {
+                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
+                for seq in 0..5 {
+                    r.prof_coll(
+                        crate::synth::WORLD_UID,
+                        seq,
+                        func(b"AllReduce"),
+                        1024,
+                        7,
+                        0,
+                        true,
+                        true,
+                    );
+                }
+                if r.rank == 0 {
+                    r.prof_coll(
+                        crate::synth::WORLD_UID,
+                        5,
+                        func(b"AllReduce"),
+                        1024,
+                        7,
+                        0,
+                        true,
+                        false,
+                    );
+                } else {
+                    r.prof_coll(
+                        crate::synth::WORLD_UID,
+                        0,
+                        func(b"Broadcast"),
+                        4096,
+                        7,
+                        0,
+                        true,
+                        false,
+                    );
+                }
+            }
+        });
+        let f = find(&fs, "stuck-inside-nccl").expect("stuck inside");
+        assert!(
+            f.evidence.iter().any(|e| e.ranks == [1]
+                && e.text
+                    .contains("collective seq 0 (Broadcast) its kernel never ended")),
+            "{:#?}",
+            f.evidence
+        );
+    }
+
+    /// Rank 0's record of AllReduce #3 lacks its end, but rank 1's AllReduce #3 ended: a
+    /// collective cannot end on one rank while another still runs it, so nothing hung.
+    #[test]
+    fn a_collective_that_ended_on_a_peer_is_no_hang() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            for r in s.ranks.iter_mut() {
+                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
+                for seq in 0..4 {
+                    let ended = !(r.rank == 0 && seq == 3);
+                    r.prof_coll(
+                        crate::synth::WORLD_UID,
+                        seq,
+                        func(b"AllReduce"),
+                        1024,
+                        7,
+                        0,
+                        true,
+                        ended,
+                    );
+                }
+            }
+        });
+        assert!(find(&fs, "stuck-inside-nccl").is_none(), "{fs:#?}");
+    }
+
+    /// Rank 0 issued AllReduce, Broadcast; rank 1 AllReduce, AllReduce. Per-function numbers
+    /// top out at 0 and 1: compared as bare numbers rank 0 would look one collective behind.
+    /// Both issued two collectives.
+    #[test]
+    fn progress_counts_collectives_across_functions() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            for r in s.ranks.iter_mut() {
+                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_coll(
+                    crate::synth::WORLD_UID,
+                    0,
+                    func(b"AllReduce"),
+                    1024,
+                    7,
+                    0,
+                    true,
+                    true,
+                );
+                if r.rank == 0 {
+                    r.prof_coll(
+                        crate::synth::WORLD_UID,
+                        0,
+                        func(b"Broadcast"),
+                        1024,
+                        7,
+                        0,
+                        true,
+                        true,
+                    );
+                } else {
+                    r.prof_coll(
+                        crate::synth::WORLD_UID,
+                        1,
+                        func(b"AllReduce"),
+                        1024,
+                        7,
+                        0,
+                        true,
+                        true,
+                    );
+                }
+            }
+        });
+        assert!(find(&fs, "stuck-outside-nccl").is_none(), "{fs:#?}");
     }
 }

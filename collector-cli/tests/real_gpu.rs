@@ -1,0 +1,242 @@
+//! The report on real captures: dumps our recorder wrote inside real NCCL jobs on a real GPU
+//! (`tests/fixtures/real-gpu/<date>/*.tar.gz`), each checked against what `cases.json` says a
+//! correct report on that job says (exit status, the ranks of the primary finding, words it must
+//! use, its failure-catalog case). These are the ground truth no synthetic dump can replace: the
+//! numbering, the events and the gaps of a real NCCL, as it really is.
+//!
+//! One test per case, so a regression names the job; `every_case_has_a_test` makes a case added
+//! to `cases.json` without a test here fail.
+
+mod support;
+
+use regex::RegexBuilder;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const CAPTURE: &str = "2026-11-27";
+
+fn capture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/real-gpu")
+        .join(CAPTURE)
+}
+
+fn cases() -> Vec<Value> {
+    let path = capture_dir().join("cases.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str::<Value>(&text)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .as_array()
+        .expect("cases.json is a list")
+        .clone()
+}
+
+fn case(name: &str) -> Value {
+    cases()
+        .into_iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no case {name} in cases.json"))
+}
+
+/// Unpacks `NAME.tar.gz` into a fresh directory; returns it (kept alive by the guard) and the
+/// dumps directory inside.
+fn unpack(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let archive = capture_dir().join(format!("{name}.tar.gz"));
+    let file =
+        std::fs::File::open(&archive).unwrap_or_else(|e| panic!("{}: {e}", archive.display()));
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    tar::Archive::new(flate2::read::GzDecoder::new(file))
+        .unpack(dir.path())
+        .unwrap_or_else(|e| panic!("{}: {e}", archive.display()));
+    let dumps = dir.path().join(name).join("dumps");
+    assert!(
+        dumps.is_dir(),
+        "{} holds no {name}/dumps",
+        archive.display()
+    );
+    (dir, dumps)
+}
+
+/// `ncclshim report ARGS DIR`: (exit status, stdout).
+fn report(dumps: &Path, json: bool) -> (i32, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ncclshim"));
+    cmd.arg("report");
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd
+        .args(["--color", "never"])
+        .arg(dumps)
+        .output()
+        .expect("the ncclshim binary runs");
+    let code = out
+        .status
+        .code()
+        .unwrap_or_else(|| panic!("ncclshim report died: {:?}", out.status));
+    (code, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The text of the primary findings the `words` are matched against: title and evidence of
+/// each, and the first-failure line (what, call, error text), not anything anywhere in the
+/// report.
+fn primary_text(report: &Value, primaries: &[&Value]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for f in primaries {
+        parts.push(f["title"].as_str().unwrap_or_default().to_owned());
+        for e in f["evidence"].as_array().into_iter().flatten() {
+            parts.push(e["text"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    let first = &report["first_failure"];
+    for k in ["what", "call", "error_text"] {
+        if let Some(s) = first[k].as_str() {
+            parts.push(s.to_owned());
+        }
+    }
+    parts.join("\n")
+}
+
+fn check(name: &str) {
+    let case = case(name);
+    let expect = &case["expect"];
+    let (_guard, dumps) = unpack(name);
+    let (code, json) = report(&dumps, true);
+    let (text_code, text) = report(&dumps, false);
+    // Everything a failure message needs to be readable: what the job was and both reports.
+    let shown = format!(
+        "case {name}: {}\n--- report (text) ---\n{text}\n--- report --json ---\n{json}",
+        case["what"].as_str().unwrap_or_default()
+    );
+    let v: Value = serde_json::from_str(&json)
+        .unwrap_or_else(|e| panic!("report --json is not JSON ({e})\n{shown}"));
+    support::schema::check_report(&v);
+    assert_eq!(
+        code, text_code,
+        "the text and JSON reports disagree on the exit status\n{shown}"
+    );
+
+    let want_exit = expect["exit"]
+        .as_i64()
+        .expect("every case says its exit status");
+    assert_eq!(i64::from(code), want_exit, "exit status\n{shown}");
+
+    let findings: Vec<&Value> = v["findings"].as_array().into_iter().flatten().collect();
+    let primaries: Vec<&Value> = findings
+        .iter()
+        .copied()
+        .filter(|f| f["severity"] == "primary")
+        .collect();
+    if want_exit == 0 {
+        let above: Vec<&str> = findings
+            .iter()
+            .filter(|f| f["severity"] != "advisory")
+            .map(|f| f["id"].as_str().unwrap_or_default())
+            .collect();
+        assert!(
+            above.is_empty(),
+            "a healthy job has findings above advisory: {above:?}\n{shown}"
+        );
+    } else {
+        assert!(
+            !primaries.is_empty(),
+            "a failed job has a primary finding\n{shown}"
+        );
+    }
+
+    if let Some(want) = expect["primary_ranks"].as_array() {
+        let want: BTreeSet<u64> = want.iter().filter_map(Value::as_u64).collect();
+        let got: BTreeSet<u64> = primaries
+            .iter()
+            .flat_map(|f| f["ranks"].as_array().into_iter().flatten())
+            .filter_map(Value::as_u64)
+            .collect();
+        assert_eq!(got, want, "the ranks of the primary findings\n{shown}");
+    }
+
+    let haystack = primary_text(&v, &primaries);
+    for w in expect["words"].as_array().into_iter().flatten() {
+        let w = w.as_str().expect("words are regexes");
+        let re = RegexBuilder::new(w)
+            .case_insensitive(true)
+            .build()
+            .unwrap_or_else(|e| panic!("case {name}: bad regex {w:?}: {e}"));
+        assert!(
+            re.is_match(&haystack),
+            "no primary finding says /{w}/; their text:\n{haystack}\n{shown}"
+        );
+    }
+
+    let catalogs: Vec<&str> = primaries
+        .iter()
+        .map(|f| f["catalog"].as_str().unwrap_or("none"))
+        .collect();
+    if let Some(c) = expect["primary_catalog"].as_str() {
+        assert!(
+            catalogs.contains(&c),
+            "no primary finding is {c}: {catalogs:?}\n{shown}"
+        );
+    }
+    if let Some(c) = expect["primary_catalog_only"].as_str() {
+        assert!(
+            catalogs.iter().all(|x| *x == c),
+            "every primary finding must be {c}: {catalogs:?}\n{shown}"
+        );
+    }
+}
+
+macro_rules! real_gpu_cases {
+    ($($(#[$attr:meta])* $test:ident => $name:literal),* $(,)?) => {
+        $(
+            #[test]
+            $(#[$attr])*
+            fn $test() {
+                check($name);
+            }
+        )*
+        /// The case names this file tests.
+        const TESTED: &[&str] = &[$($name),*];
+    };
+}
+
+real_gpu_cases! {
+    mr_healthy => "mr-healthy",
+    mr_healthy_all => "mr-healthy-all",
+    mr_hang => "mr-hang",
+    mr_crash => "mr-crash",
+    mr_op_mismatch => "mr-op-mismatch",
+    mr_version => "mr-version",
+    badrank => "badrank",
+    selfsend => "selfsend",
+    net_ib => "net-ib",
+    bad_ifname => "bad-ifname",
+    dup_gpu => "dup-gpu",
+    loop_1rank => "loop-1rank",
+    cumem1 => "cumem1",
+    mr_slow => "mr-slow",
+}
+
+#[test]
+fn every_case_has_a_test() {
+    let listed: BTreeSet<String> = cases()
+        .iter()
+        .map(|c| {
+            c["name"]
+                .as_str()
+                .expect("every case has a name")
+                .to_owned()
+        })
+        .collect();
+    let tested: BTreeSet<String> = TESTED.iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        listed, tested,
+        "cases.json and the tests in real_gpu.rs list different cases"
+    );
+    for name in &listed {
+        assert!(
+            capture_dir().join(format!("{name}.tar.gz")).is_file(),
+            "case {name} has no tarball"
+        );
+    }
+}
