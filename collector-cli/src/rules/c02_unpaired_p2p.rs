@@ -2,7 +2,7 @@
 //! data, than B receives from A) deadlock; the proxy-thread WARNs seen at abort ("Could not
 //! receive type from localRank", "Connection closed by localRank") are teardown noise.
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use ncclshim_format::CallId;
 use std::collections::BTreeMap;

@@ -2,7 +2,7 @@
 //! P2P peers and `cuMemImportFromShareableHandle` fails with CUDA 101 'invalid device ordinal'
 //! (a user-mode driver bug, R570), surfacing as ncclUnhandledCudaError.
 
-use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
+use super::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
 use ncclshim_format::{CallId, NcclResult};

@@ -2,7 +2,7 @@
 //! `/sys/kernel/mm/memory_peers/...`, which kernels ≥ 6.4 / new OFED no longer create; with
 //! `nvidia_peermem` loaded it still decides GDR is unsupported and stages through host memory.
 
-use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
+use super::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::nccl_version_string;
 

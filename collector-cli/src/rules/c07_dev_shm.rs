@@ -1,7 +1,7 @@
 //! C07: `/dev/shm` too small (Docker's default 64 MiB) for NCCL's SHM transport buffers:
 //! ncclSystemError at init with a shared-memory WARN whose wording depends on the version.
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use ncclshim_format::NcclResult;
 

@@ -7,7 +7,7 @@
 //! events are compared at equal (function, number), never an AllReduce of one rank against a
 //! Broadcast of another that happen to carry the same number.
 
-use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
+use super::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::{datatype_name, redop_name};
 use ncclshim_format::CallId;

@@ -3,7 +3,7 @@
 //! rank that died or failed first, which this rule names (its own finding comes from the rule
 //! that explains it, or from `abrupt_end`).
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use ncclshim_format::NcclResult;
 

@@ -111,11 +111,23 @@ mod tests {
             s.ranks[0].env(&[("NCCL_PROTO", "Simple"), ("RANK", "0")]);
             s.ranks[1].env(&[("RANK", "1")]);
             let comms = s.init_world(22005);
+            s.ranks[0].coll(
+                CallId::NcclAllReduce,
+                comms[0],
+                0,
+                1 << 20,
+                7,
+                0,
+                0,
+                0,
+                None,
+            );
             s.ranks[1].coll(CallId::NcclAllReduce, comms[1], 0, 1 << 20, 7, 0, 0, 5,
                 Some("NET/Socket : peer 10.0.0.1<4312> message truncated : receiving 696320 bytes instead of 32768."));
         });
         let f = find(&fs, "nccl-tuning-env-differs").expect("C26");
-        assert_eq!(f.severity, Severity::Primary);
+        let ids: Vec<(&str, Severity)> = fs.iter().map(|f| (f.id.as_str(), f.severity)).collect();
+        assert_eq!(f.severity, Severity::Primary, "{ids:?}");
         // One item per value, each with the ranks that had it.
         let value_of = |rank: u32| {
             f.evidence

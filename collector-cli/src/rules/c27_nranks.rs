@@ -1,7 +1,7 @@
 //! C27: processes disagree on the number of ranks of one communicator (same uniqueId, different
 //! `nranks`): "Bootstrap Root : mismatch in rank count" / "mismatch in info from procs".
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {

@@ -5,7 +5,7 @@
 //! leaves from its parser (knowledge/visible_devices.rs: `-1`, `NoDevFiles` or a repeated index
 //! end the list).
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::launchers::{lookup, Role};
 use crate::knowledge::visible_devices::VisibleDevices;
 use crate::model::JobModel;

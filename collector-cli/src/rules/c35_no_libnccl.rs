@@ -1,7 +1,7 @@
 //! C35: the framework cannot load libnccl at all (JAX/XLA "Unable to load NCCL library"): no
 //! libnccl is mapped, although the process tried to use NCCL.
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {

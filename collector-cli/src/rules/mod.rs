@@ -28,8 +28,8 @@ pub mod signatures;
 pub mod verdict;
 
 use crate::model::{CallEvent, JobModel};
-use crate::story::Story;
 pub use crate::rules::evidence::{Evidence, EvidenceKind, ProcessRef};
+use crate::story::Story;
 use serde::Serialize;
 use std::collections::BTreeSet;
 
@@ -128,7 +128,9 @@ impl Finding {
             consequence: false,
             role: declared.map_or(registry::Role::Cause, |d| d.role),
             covers: declared.map_or(&[], |d| d.covers),
-            standalone: declared.is_some_and(|d| d.standalone),
+            // Findings named by the knowledge files (error signatures, network verdicts)
+            // describe a failure: standalone unless declared otherwise.
+            standalone: declared.is_none_or(|d| d.standalone),
             specific: declared.map_or(catalog.is_some(), |d| d.specific),
             accounts: Vec::new(),
         }
@@ -301,7 +303,9 @@ pub const RULES: &[(&str, RuleFn)] = &[
     ("C08", |j, _, _| c08_socket_ifname::check(j)),
     ("C18", |j, _, _| c18_driver_runtime::check(j)),
     ("C19", |j, _, _| c19_desync::check(j)),
-    ("sizes", |j, s, _| generic::story_findings::size_mismatch(j, s)),
+    ("sizes", |j, s, _| {
+        generic::story_findings::size_mismatch(j, s)
+    }),
     ("app-cuda", |j, _, _| generic::app_cuda::check(j)),
     ("C20", |j, _, _| c20_dead_peer::check(j)),
     ("C23", |j, _, _| c23_two_libnccl::check(j)),
@@ -313,7 +317,9 @@ pub const RULES: &[(&str, RuleFn)] = &[
     ("signal", |j, s, _| generic::fatal_signal::check(j, s)),
     ("invalid-arg", |j, _, _| generic::invalid_argument::check(j)),
     ("abrupt", |j, s, _| generic::abrupt_end::check(j, s)),
-    ("left-early", |j, s, _| generic::story_findings::left_early(j, s)),
+    ("left-early", |j, s, _| {
+        generic::story_findings::left_early(j, s)
+    }),
     ("missing", |j, _, _| generic::missing_ranks::check(j)),
     ("network", |j, _, _| generic::network_path::check(j)),
     ("threads", |j, _, _| generic::concurrent_comm::check(j)),

@@ -76,7 +76,7 @@ declare_findings! {
     "invalid-argument", None, Cause, [], standalone false, specific false, "NCCL rejected the arguments of a call";
     "rank-ended-abruptly", None, Cause, [Vanished], standalone true, specific false, "a rank's dump stops without a clean exit and without an error of its own";
     "rank-left-early", None, Cause, [LeftEarly], standalone true, specific false, "a rank exited while its peers still waited for it";
-    "ranks-never-arrived", None, Cause, [], standalone false, specific false, "ranks of a communicator left no trace";
+    "ranks-never-arrived", None, Cause, [], standalone true, specific false, "ranks of a communicator left no trace";
     "failing-rank-left-no-dump", None, Cause, [], standalone false, specific false, "the rank that failed first left no dump; the others saw it fail";
     "communicator-used-from-several-threads", None, Cause, [], standalone true, specific true, "one communicator is used from several threads at once";
     "ranks-waiting-when-stopped", None, Consequence, [], standalone false, specific false, "ranks without an error of their own waited until they were stopped";

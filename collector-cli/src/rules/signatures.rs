@@ -5,7 +5,7 @@
 //! titled, and which CUresults of the driver wrappers say the same without a text.
 
 use super::message_facts::ProcessFacts;
-use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
+use super::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::messages::{self, Fit};
 use crate::model::JobModel;
 use std::collections::HashMap;
@@ -253,13 +253,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     let errors = error_calls(job);
     let mut out = Vec::new();
     for sig in SIGNATURES {
-        let mut f = Finding::new(
-            sig.id,
-            Some(sig.catalog),
-            sig.title,
-            sig.confidence,
-        )
-        .remedy(remedy_of(sig));
+        let mut f = Finding::new(sig.id, Some(sig.catalog), sig.title, sig.confidence)
+            .remedy(remedy_of(sig));
         for e in &errors {
             let (p, i) = (e.process, e.call);
             let pm = &job.processes[p];

@@ -56,13 +56,7 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
     };
     order.sort_by_key(|&i| {
         let f = &findings[i];
-        (
-            f.role,
-            !f.specific,
-            f.confidence,
-            first_root_t(i),
-            i,
-        )
+        (f.role, !f.specific, f.confidence, first_root_t(i), i)
     });
     let mut explained_roots: BTreeSet<usize> = BTreeSet::new();
     let mut primary = vec![false; findings.len()];
@@ -88,8 +82,8 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
     // root it covers (the consequences of its cause).
     for (i, f) in findings.iter_mut().enumerate() {
         for n in 0..story.nodes.len() {
-            let mine = covered[i].contains(&n)
-                || (primary[i] && covered[i].contains(&story.root_of(n)));
+            let mine =
+                covered[i].contains(&n) || (primary[i] && covered[i].contains(&story.root_of(n)));
             if mine {
                 if let Some(what) = failure_what(story.nodes[n].kind) {
                     f.account(story.nodes[n].process, what);

@@ -25,7 +25,11 @@ pub enum Ending {
     /// giving up: it crashed.
     Crashed { signo: u64, t: u64 },
     /// A request to stop (SIGTERM, SIGINT, SIGHUP), usually from the launcher or the user.
-    Stopped { signo: u64, t: u64, sender: Option<u32> },
+    Stopped {
+        signo: u64,
+        t: u64,
+        sender: Option<u32>,
+    },
     /// Its framework gave up: it aborted a communicator or got an NCCL error, then SIGABRT.
     Aborted { t: u64 },
     /// Its dump ends with no mark: killed with SIGKILL, by the OOM killer, or its node was lost.
@@ -88,7 +92,13 @@ impl Ending {
 pub fn of(pm: &ProcessModel) -> Ending {
     let signal = pm
         .signal
-        .map(|s| (s.signo, s.t, (s.code <= 0 && s.sender_pid != 0).then_some(s.sender_pid)))
+        .map(|s| {
+            (
+                s.signo,
+                s.t,
+                (s.code <= 0 && s.sender_pid != 0).then_some(s.sender_pid),
+            )
+        })
         .or_else(|| pm.signals.first().map(|&(s, t)| (s, t, None)));
     if let Some((signo, t, sender)) = signal {
         if is_termination_signal(signo) {
@@ -119,7 +129,6 @@ pub fn of(pm: &ProcessModel) -> Ending {
 pub fn gave_up_before(pm: &ProcessModel, t: u64) -> bool {
     pm.calls.iter().any(|c| {
         c.t_enter <= t
-            && (c.call == Some(CallId::NcclCommAbort)
-                || (!c.is_cuda && c.reports_error()))
+            && (c.call == Some(CallId::NcclCommAbort) || (!c.is_cuda && c.reports_error()))
     })
 }

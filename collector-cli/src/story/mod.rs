@@ -46,7 +46,11 @@ pub enum NodeKind {
     Behind(u64),
     /// Index into the communicator's mismatches: the ranks issued one operation differently
     /// (`desync`: a different collective altogether, not different arguments).
-    Mismatch { comm: u64, index: usize, desync: bool },
+    Mismatch {
+        comm: u64,
+        index: usize,
+        desync: bool,
+    },
     /// Every rank entered the same operation and it never completed (communicator hash).
     StuckInside(u64),
 }
@@ -177,10 +181,8 @@ impl Story {
                 _ => true,
             };
             let departed = |p: usize| {
-                matches!(
-                    self.ends[p],
-                    Ending::Exited { .. } | Ending::Crashed { .. }
-                ) || !lived_on(p)
+                matches!(self.ends[p], Ending::Exited { .. } | Ending::Crashed { .. })
+                    || !lived_on(p)
             };
             // A rank that left, crashed or died explains the stall: ranks behind it that are
             // still alive are not located as laggards (they may wait on it elsewhere).
@@ -240,7 +242,9 @@ impl Story {
             // Every rank inside the same operation, none behind: the transport hang.
             if c.stall.is_none()
                 && c.members.len() >= 2
-                && c.members.iter().all(|m| matches!(m.place, Place::InOp { .. }))
+                && c.members
+                    .iter()
+                    .all(|m| matches!(m.place, Place::InOp { .. }))
             {
                 let first = &c.members[0];
                 let t = match first.place {
@@ -357,7 +361,9 @@ impl Story {
                     // reactions explain nothing across processes, so this makes no cycle.
                     let upto = if reaction { self.nodes.len() } else { i };
                     if let Some(j) = (0..upto).find(|&j| {
-                        behind.contains(&self.nodes[j].process) && self.nodes[j].process != p
+                        behind.contains(&self.nodes[j].process)
+                            && self.nodes[j].process != p
+                            && (!reactions[j] || self.nodes[j].kind == NodeKind::Vanished)
                     }) {
                         cause = Some((
                             j,
@@ -392,11 +398,14 @@ impl Story {
                         && !memberships[p].is_disjoint(&memberships[m.process])
                         && n.t > m.t.saturating_add(tol(p, m.process))
                         && match m.kind {
+                            // A silent death is a lower bound: it explains a peer's error saying
+                            // a peer left, or a later reaction when it was busy until its end.
                             NodeKind::Vanished => {
                                 !fault
-                                    && job.processes[m.process]
-                                        .busy_spacing()
-                                        .is_some_and(|gap| n.t - m.t > gap.saturating_mul(20))
+                                    && (reports_remote_error(job, &n)
+                                        || job.processes[m.process]
+                                            .busy_spacing()
+                                            .is_some_and(|gap| n.t - m.t > gap.saturating_mul(20)))
                             }
                             _ => true,
                         }
@@ -503,3 +512,15 @@ fn is_reaction(job: &JobModel, ends: &[Ending], n: &Node) -> bool {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether a node is an NCCL call that reported `ncclRemoteError`: NCCL's word that a peer
+/// went away.
+fn reports_remote_error(job: &JobModel, n: &Node) -> bool {
+    match n.kind {
+        NodeKind::Error(i) | NodeKind::AsyncError(i) => {
+            let c = &job.processes[n.process].calls[i];
+            c.returned(NcclResult::RemoteError) || c.async_result() == Some(NcclResult::RemoteError)
+        }
+        _ => false,
+    }
+}

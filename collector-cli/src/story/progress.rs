@@ -306,8 +306,7 @@ fn coll_mismatches(job: &JobModel, comm: u64) -> Vec<Mismatch> {
         }
         // The majority's arguments; for a tie the lowest rank's (PyTorch's analyzer names the
         // later rank of a pair too).
-        let mut groups: BTreeMap<(u64, u64, Option<u64>, Option<u64>), Vec<u32>> =
-            BTreeMap::new();
+        let mut groups: BTreeMap<(u64, u64, Option<u64>, Option<u64>), Vec<u32>> = BTreeMap::new();
         for s in &sides {
             groups.entry(s.2.key()).or_default().push(s.0);
         }
@@ -367,7 +366,9 @@ fn p2p_mismatches(job: &JobModel, comm: u64) -> Vec<Mismatch> {
         }
         for o in pm.ops.iter().filter(|o| o.comm_hash == Some(comm)) {
             let peer = o.root_or_peer as u32;
-            let bytes = o.count.saturating_mul(datatype_size(o.datatype).unwrap_or(1));
+            let bytes = o
+                .count
+                .saturating_mul(datatype_size(o.datatype).unwrap_or(1));
             let t = pm.calls[o.call_index].t_enter;
             match o.call {
                 CallId::NcclSend => sends.entry((rank, peer)).or_default().push((
@@ -494,7 +495,11 @@ fn different_collective(members: &[Member], s: &Stall) -> Option<Mismatch> {
         .iter()
         .map(|w| (w.0, w.1, wc.call_index))
         .collect();
-    sides.extend(others.iter().map(|m| (m.rank, m.process, instead.call_index)));
+    sides.extend(
+        others
+            .iter()
+            .map(|m| (m.rank, m.process, instead.call_index)),
+    );
     Some(Mismatch {
         comm: s.comm,
         field: "collective",

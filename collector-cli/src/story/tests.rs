@@ -37,12 +37,17 @@ fn a_laggard_explains_the_aborts_of_the_ranks_that_waited_for_it() {
         }
         s.step();
         for r in 0..2 {
-            s.rank(r).raw_call(CallId::NcclCommAbort, comms[r], &[0; 9], 0, None);
+            s.rank(r)
+                .raw_call(CallId::NcclCommAbort, comms[r], &[0; 9], 0, None);
             s.rank(r).fatal_signal(6);
         }
     });
     let story = Story::build(&job);
-    assert!(matches!(story.ends[0], Ending::Aborted { .. }), "{:?}", story.ends[0]);
+    assert!(
+        matches!(story.ends[0], Ending::Aborted { .. }),
+        "{:?}",
+        story.ends[0]
+    );
     let roots = story.roots();
     assert_eq!(roots.len(), 1, "{:#?}", story.nodes);
     let root = &story.nodes[roots[0]];
@@ -68,7 +73,9 @@ fn a_rank_that_exits_while_its_peers_wait_has_failed_the_job_whatever_its_status
             s.rank(0).coll(AR, comms[0], 3, 8, 7, 0, 0, 0, None);
             s.rank(1).clean_exit();
         });
-        let p1 = (0..2).find(|&p| job.processes[p].world_rank() == Some(1)).unwrap();
+        let p1 = (0..2)
+            .find(|&p| job.processes[p].world_rank() == Some(1))
+            .unwrap();
         job.processes[p1].exit_status = Some(status);
         let story = Story::build(&job);
         assert!(matches!(story.ends[p1], Ending::Exited { status: Some(s), .. } if s == status));
@@ -97,7 +104,8 @@ fn a_crash_explains_the_remote_errors_and_aborts_that_follow_it() {
             6,
             Some("socketProgress: Connection closed by remote peer n1<40000>"),
         );
-        s.rank(0).raw_call(CallId::NcclCommAbort, comms[0], &[0; 9], 0, None);
+        s.rank(0)
+            .raw_call(CallId::NcclCommAbort, comms[0], &[0; 9], 0, None);
         s.rank(0).fatal_signal(6);
     });
     let story = Story::build(&job);
@@ -127,7 +135,10 @@ fn a_count_mismatch_claims_the_truncation_it_causes_on_the_peer() {
     let story = Story::build(&job);
     let roots = story.roots();
     assert_eq!(roots.len(), 1, "{:#?}", story.nodes);
-    assert!(matches!(story.nodes[roots[0]].kind, NodeKind::Mismatch { .. }));
+    assert!(matches!(
+        story.nodes[roots[0]].kind,
+        NodeKind::Mismatch { .. }
+    ));
     let p = primaries(&job, &story);
     assert_eq!(p.len(), 1, "{p:?}");
     assert_eq!(p[0].0, "collective-size-mismatch");
@@ -138,8 +149,10 @@ fn a_p2p_size_mismatch_names_both_sizes() {
     let (job, _) = analyze(&["n0", "n1"], |s| {
         s.snapshot_all(V as i32);
         let comms = s.init_world(V);
-        s.rank(0).coll(CallId::NcclSend, comms[0], 0, 1 << 18, 7, 0, 1, 0, None);
-        s.rank(1).coll(CallId::NcclRecv, comms[1], 0, 1 << 17, 7, 0, 0, 0, None);
+        s.rank(0)
+            .coll(CallId::NcclSend, comms[0], 0, 1 << 18, 7, 0, 1, 0, None);
+        s.rank(1)
+            .coll(CallId::NcclRecv, comms[1], 0, 1 << 17, 7, 0, 0, 0, None);
     });
     let story = Story::build(&job);
     let m = &story.comm(WORLD_UID).unwrap().mismatches;

@@ -5,9 +5,9 @@
 //! many ranks at once, and one finding per rank would repeat one cause.
 
 use crate::model::JobModel;
-use crate::story::{NodeKind, Story};
 use crate::rules::evidence::{name_refs, ProcessRef};
-use crate::rules::{who, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use crate::rules::{who, Confidence, Evidence, EvidenceKind, Finding};
+use crate::story::{NodeKind, Story};
 
 pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
     let first = job.failures.first().map(|f| f.process);

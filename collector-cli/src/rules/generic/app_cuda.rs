@@ -36,7 +36,10 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             f.fact(
                 Evidence::new(
                     EvidenceKind::Inference,
-                    format!("{} was called outside any NCCL call (not made by NCCL)", c.name),
+                    format!(
+                        "{} was called outside any NCCL call (not made by NCCL)",
+                        c.name
+                    ),
                 )
                 .value("call", c.name.as_ref())
                 .value("nested", false)

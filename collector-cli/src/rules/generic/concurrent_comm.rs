@@ -8,7 +8,7 @@
 //! reported.
 
 use crate::model::{CallEvent, JobModel};
-use crate::rules::{who, Confidence, Finding, Severity};
+use crate::rules::{who, Confidence, Finding};
 use ncclshim_format::CallId;
 use std::collections::BTreeMap;
 

@@ -15,7 +15,7 @@
 use crate::knowledge::references::{self as know, RefKind};
 use crate::model::references::{self, Resolution, Status};
 use crate::model::JobModel;
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding, Severity};
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 
 /// More reference items than this on one finding are summarized in one line (a job of 1,000
 /// ranks each naming its own peer would otherwise list 1,000 peers).
@@ -124,8 +124,7 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
             let k = match findings.iter().position(|(x, _)| *x == key) {
                 Some(k) => k,
                 None => {
-                    let f = Finding::new(id, None, title, confidence)
-                        .remedy(&remedy);
+                    let f = Finding::new(id, None, title, confidence).remedy(&remedy);
                     findings.push((key, f));
                     findings.len() - 1
                 }

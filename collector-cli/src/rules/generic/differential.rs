@@ -9,7 +9,7 @@
 
 use crate::model::{FailureWhat, JobModel, ProcessModel};
 use crate::rules::registry::Role;
-use crate::rules::{name_processes, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use crate::rules::{name_processes, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
 use std::collections::{BTreeMap, BTreeSet};
 

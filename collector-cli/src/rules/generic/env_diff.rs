@@ -4,7 +4,7 @@
 
 use crate::model::JobModel;
 use crate::rules::c26_env_tuning::{differing, values_evidence, TUNING};
-use crate::rules::{Confidence, Finding, Severity};
+use crate::rules::{Confidence, Finding};
 use std::collections::BTreeSet;
 
 /// NCCL variables whose value may differ per node or per rank without harm.

@@ -5,9 +5,9 @@
 
 use crate::model::{is_termination_signal, FailureWhat, JobModel};
 use crate::names::signal_name;
-use crate::story::Story;
 use crate::rules::evidence::{name_refs, ProcessRef};
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding, Severity};
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
+use crate::story::Story;
 use std::collections::BTreeMap;
 
 pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {

@@ -4,7 +4,7 @@
 //! the same process (the group end, the async-error poll) are the same failure.
 
 use crate::model::JobModel;
-use crate::rules::{who, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use crate::rules::{who, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {

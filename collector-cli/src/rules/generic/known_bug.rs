@@ -445,7 +445,11 @@ fn entry_finding(
     .remedy(&remedy(c))
     // A strong match of the failing call is a cause; anything vaguer only a condition, never
     // primary over a cause.
-    .with_role(if primary { Role::Cause } else { Role::Condition });
+    .with_role(if primary {
+        Role::Cause
+    } else {
+        Role::Condition
+    });
     f.fixed_in = c.fixed_in.clone();
     for line in version_line(job, hs) {
         f.evidence(line);

@@ -19,7 +19,7 @@
 
 use crate::knowledge::thresholds::thresholds;
 use crate::model::JobModel;
-use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding};
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {

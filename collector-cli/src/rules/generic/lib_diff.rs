@@ -4,7 +4,7 @@
 
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding, Severity};
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use std::collections::BTreeMap;
 
 fn groups<F: Fn(usize) -> Option<String>>(job: &JobModel, key: F) -> BTreeMap<String, Vec<usize>> {

@@ -250,7 +250,7 @@ fn judge(
 fn finding_for<'a>(
     findings: &'a mut Vec<(Verdict, Finding)>,
     verdict: Verdict,
-    severity: Severity,
+    _severity: Severity,
     shared_if: Option<&str>,
 ) -> &'a mut Finding {
     let k = match findings.iter().position(|(v, _)| *v == verdict) {

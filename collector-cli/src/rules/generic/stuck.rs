@@ -14,8 +14,8 @@
 //! not hang on this rank either (the peer could not have finished it alone).
 
 use crate::model::{JobModel, ProcessModel};
+use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::{NodeKind, Story};
-use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding, Severity};
 use ncclshim_format::CallId;
 use std::collections::{HashMap, HashSet};
 
@@ -306,9 +306,10 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
                 .iter()
                 .filter(|s| {
                     st.behind.iter().any(|b| b.1 == s.process)
-                        && story.nodes.iter().any(|n| {
-                            n.process == s.process && n.kind == NodeKind::Behind(comm)
-                        })
+                        && story
+                            .nodes
+                            .iter()
+                            .any(|n| n.process == s.process && n.kind == NodeKind::Behind(comm))
                 })
                 .collect(),
             None => states

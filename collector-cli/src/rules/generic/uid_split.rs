@@ -2,7 +2,7 @@
 //! a stale id from a previous run): each group waits in init for ranks that joined the other.
 
 use crate::model::JobModel;
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding, Severity};
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use std::collections::BTreeMap;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {

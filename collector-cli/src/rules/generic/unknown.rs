@@ -10,7 +10,7 @@
 use crate::knowledge::messages::{self, Fit, Match};
 use crate::model::{FailureWhat, JobModel};
 use crate::rules::message_facts::ProcessFacts;
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding, Severity};
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use std::collections::{BTreeMap, HashSet};
 
 /// (call name, return code, error text): failures alike in all three are one finding.

@@ -6,7 +6,7 @@
 
 use crate::model::{JobModel, ProcessModel};
 use crate::names::signal_name;
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding, Severity};
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::CallId;
 
 /// What a waiting process was doing at its end.
