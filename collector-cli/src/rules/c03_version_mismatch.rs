@@ -103,6 +103,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::rules::testutil::{analyze, find};
+    use crate::rules::Severity;
     use crate::synth::{libraries_json, WORLD_UID};
 
     #[test]

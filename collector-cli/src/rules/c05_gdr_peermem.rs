@@ -72,6 +72,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::rules::testutil::{analyze, find};
+    use crate::rules::Severity;
     use crate::synth::host_facts_json;
     use serde_json::json;
 

@@ -237,7 +237,7 @@ fn stall(job: &JobModel, comm: u64, members: &[Member]) -> Option<Stall> {
                 Some(c) => c.op_seq < newest,
                 // A rank with no collective of this function at all: behind only when none of
                 // its records were lost (else the ones it issued may have been overwritten).
-                None => !m.lossy && newest == 0 || newest > 0 && !m.lossy,
+                None => !m.lossy,
             })
             .map(|m| (m.rank, m.process, Behind::NeverIssued))
             .collect();
