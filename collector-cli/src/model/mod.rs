@@ -355,6 +355,15 @@ impl ProcessModel {
         Some((span / RECENT as u64).max(1_000))
     }
 
+    /// The `ncclComm_t` this process used for communicator `comm` (0 when unknown).
+    pub fn comm_ptr(&self, comm: u64) -> u64 {
+        self.memberships
+            .iter()
+            .find(|m| m.comm_hash == comm)
+            .map(|m| m.comm_ptr)
+            .unwrap_or(0)
+    }
+
     pub fn world_rank(&self) -> Option<u32> {
         self.world().map(|m| m.rank)
     }

@@ -101,7 +101,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::rules::testutil::{analyze, find};
     use crate::rules::Severity;
     use crate::synth::{libraries_json, WORLD_UID};

@@ -17,7 +17,7 @@
 //!    advisories stay advisory.
 
 use super::registry::Role;
-use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
+use super::{Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 use crate::story::{NodeKind, Story};
 use std::collections::BTreeSet;
@@ -119,7 +119,6 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
         }
     }
     findings.sort_by_key(|f| (f.severity, f.consequence, f.confidence));
-    let _ = Confidence::High;
 }
 
 /// One line for a node.

@@ -45,7 +45,7 @@ pub struct IssuedColl {
 impl IssuedColl {
     /// What every rank must agree on for this collective (the reduction and root only where
     /// the function has them).
-    fn key(&self) -> (u64, u64, Option<u64>, Option<u64>) {
+    fn key(&self) -> CollKey {
         let reduces = matches!(
             self.call,
             CallId::NcclAllReduce | CallId::NcclReduce | CallId::NcclReduceScatter
@@ -71,6 +71,9 @@ fn function(c: CallId) -> CallId {
         c
     }
 }
+
+/// What ranks must agree on for one collective (see [`IssuedColl::key`]).
+type CollKey = (u64, u64, Option<u64>, Option<u64>);
 
 /// One member of a communicator.
 #[derive(Debug, Clone)]
@@ -134,14 +137,31 @@ pub struct CommStory {
     pub mismatches: Vec<Mismatch>,
 }
 
+/// Every collective (not send/recv) process `pm` issued on `comm` that its records still hold.
+fn collectives(pm: &ProcessModel, comm: u64) -> impl Iterator<Item = IssuedColl> + '_ {
+    pm.ops
+        .iter()
+        .filter(move |o| o.comm_hash == Some(comm))
+        .filter(|o| !matches!(o.call, CallId::NcclSend | CallId::NcclRecv))
+        .filter_map(|o| {
+            let c = pm.calls.get(o.call_index)?;
+            let v = c.operation()?;
+            Some(IssuedColl {
+                call: o.call,
+                op_seq: v.op_seq,
+                count: o.count,
+                datatype: o.datatype,
+                redop: o.op,
+                root: o.root_or_peer,
+                call_index: o.call_index,
+                t: c.t_enter,
+            })
+        })
+}
+
 fn member(job: &JobModel, comm: u64, rank: u32, p: usize) -> Member {
     let pm = &job.processes[p];
-    let ptr = pm
-        .memberships
-        .iter()
-        .find(|m| m.comm_hash == comm)
-        .map(|m| m.comm_ptr)
-        .unwrap_or(0);
+    let ptr = pm.comm_ptr(comm);
     let mut place = Place::Outside;
     for (i, c) in pm.calls.iter().enumerate() {
         if !c.in_flight() || c.nested || c.call == Some(CallId::NcclCommGetAsyncError) {
@@ -161,25 +181,8 @@ fn member(job: &JobModel, comm: u64, rank: u32, p: usize) -> Member {
         place = Place::Left;
     }
     let mut last_coll: BTreeMap<CallId, IssuedColl> = BTreeMap::new();
-    for o in pm.ops.iter().filter(|o| o.comm_hash == Some(comm)) {
-        if matches!(o.call, CallId::NcclSend | CallId::NcclRecv) {
-            continue;
-        }
-        let Some(c) = pm.calls.get(o.call_index) else {
-            continue;
-        };
-        let Some(v) = c.operation() else { continue };
-        let issued = IssuedColl {
-            call: o.call,
-            op_seq: v.op_seq,
-            count: o.count,
-            datatype: o.datatype,
-            redop: o.op,
-            root: o.root_or_peer,
-            call_index: o.call_index,
-            t: c.t_enter,
-        };
-        let e = last_coll.entry(function(o.call)).or_insert(issued);
+    for issued in collectives(pm, comm) {
+        let e = last_coll.entry(function(issued.call)).or_insert(issued);
         if issued.op_seq >= e.op_seq {
             *e = issued;
         }
@@ -216,7 +219,7 @@ fn left(pm: &ProcessModel, comm: u64, ptr: u64) -> bool {
 
 /// The stall of a communicator: the earliest collective (by time) some members issued and
 /// others never did.
-fn stall(job: &JobModel, comm: u64, members: &[Member]) -> Option<Stall> {
+fn stall(comm: u64, members: &[Member]) -> Option<Stall> {
     let functions: std::collections::BTreeSet<CallId> = members
         .iter()
         .flat_map(|m| m.last_coll.keys().copied())
@@ -249,9 +252,6 @@ fn stall(job: &JobModel, comm: u64, members: &[Member]) -> Option<Stall> {
             .filter_map(|m| m.last_coll.get(&f).map(|c| c.t))
             .min()
             .unwrap_or(0);
-        // A waiter's issue time after which nothing is expected: every process of the job is
-        // finished with it (exited cleanly at the same count cannot stall).
-        let _ = job;
         if best.as_ref().is_none_or(|b| since < b.since) {
             best = Some(Stall {
                 comm,
@@ -269,30 +269,14 @@ fn stall(job: &JobModel, comm: u64, members: &[Member]) -> Option<Stall> {
 /// Collectives issued with different arguments at the same (function, op_seq), earliest first.
 fn coll_mismatches(job: &JobModel, comm: u64) -> Vec<Mismatch> {
     // (function, op_seq) → every rank's issue of it.
-    let mut at: BTreeMap<(CallId, u64), Vec<(u32, usize, IssuedColl)>> = BTreeMap::new();
+    type Issues = Vec<(u32, usize, IssuedColl)>;
+    let mut at: BTreeMap<(CallId, u64), Issues> = BTreeMap::new();
     for (rank, p) in job.comm_members(comm) {
         let pm = &job.processes[p];
-        for o in pm.ops.iter().filter(|o| o.comm_hash == Some(comm)) {
-            if matches!(o.call, CallId::NcclSend | CallId::NcclRecv) {
-                continue;
-            }
-            let Some(v) = pm.calls.get(o.call_index).and_then(|c| c.operation()) else {
-                continue;
-            };
-            at.entry((function(o.call), v.op_seq)).or_default().push((
-                rank,
-                p,
-                IssuedColl {
-                    call: o.call,
-                    op_seq: v.op_seq,
-                    count: o.count,
-                    datatype: o.datatype,
-                    redop: o.op,
-                    root: o.root_or_peer,
-                    call_index: o.call_index,
-                    t: pm.calls[o.call_index].t_enter,
-                },
-            ));
+        for c in collectives(pm, comm) {
+            at.entry((function(c.call), c.op_seq))
+                .or_default()
+                .push((rank, p, c));
         }
     }
     let mut out = Vec::new();
@@ -306,7 +290,7 @@ fn coll_mismatches(job: &JobModel, comm: u64) -> Vec<Mismatch> {
         }
         // The majority's arguments; for a tie the lowest rank's (PyTorch's analyzer names the
         // later rank of a pair too).
-        let mut groups: BTreeMap<(u64, u64, Option<u64>, Option<u64>), Vec<u32>> = BTreeMap::new();
+        let mut groups: BTreeMap<CollKey, Vec<u32>> = BTreeMap::new();
         for s in &sides {
             groups.entry(s.2.key()).or_default().push(s.0);
         }
@@ -424,7 +408,7 @@ pub fn build(job: &JobModel) -> Vec<CommStory> {
             let mut mismatches = coll_mismatches(job, comm);
             mismatches.extend(p2p_mismatches(job, comm));
             let mut stall = if members.len() >= 2 {
-                stall(job, comm, &members)
+                stall(comm, &members)
             } else {
                 None
             };

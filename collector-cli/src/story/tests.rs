@@ -27,18 +27,18 @@ fn a_laggard_explains_the_aborts_of_the_ranks_that_waited_for_it() {
         s.snapshot_all(V as i32);
         let comms = s.init_world(V);
         for seq in 0..5 {
-            for r in 0..3 {
-                s.rank(r).coll(AR, comms[r], seq, 1024, 7, 0, 0, 0, None);
+            for (r, &comm) in comms.iter().enumerate() {
+                s.rank(r).coll(AR, comm, seq, 1024, 7, 0, 0, 0, None);
             }
         }
         // Ranks 0 and 1 issue #5; rank 2 never does. Their watchdog aborts them.
-        for r in 0..2 {
-            s.rank(r).coll(AR, comms[r], 5, 1024, 7, 0, 0, 0, None);
+        for (r, &comm) in comms.iter().enumerate().take(2) {
+            s.rank(r).coll(AR, comm, 5, 1024, 7, 0, 0, 0, None);
         }
         s.step();
-        for r in 0..2 {
+        for (r, &comm) in comms.iter().enumerate().take(2) {
             s.rank(r)
-                .raw_call(CallId::NcclCommAbort, comms[r], &[0; 9], 0, None);
+                .raw_call(CallId::NcclCommAbort, comm, &[0; 9], 0, None);
             s.rank(r).fatal_signal(6);
         }
     });
@@ -66,8 +66,8 @@ fn a_rank_that_exits_while_its_peers_wait_has_failed_the_job_whatever_its_status
             s.snapshot_all(V as i32);
             let comms = s.init_world(V);
             for seq in 0..3 {
-                for r in 0..2 {
-                    s.rank(r).coll(AR, comms[r], seq, 8, 7, 0, 0, 0, None);
+                for (r, &comm) in comms.iter().enumerate() {
+                    s.rank(r).coll(AR, comm, seq, 8, 7, 0, 0, 0, None);
                 }
             }
             s.rank(0).coll(AR, comms[0], 3, 8, 7, 0, 0, 0, None);
@@ -93,8 +93,8 @@ fn a_crash_explains_the_remote_errors_and_aborts_that_follow_it() {
         s.snapshot_all(V as i32);
         let comms = s.init_world(V);
         for seq in 0..3 {
-            for r in 0..2 {
-                s.rank(r).coll(AR, comms[r], seq, 8, 7, 0, 0, 0, None);
+            for (r, &comm) in comms.iter().enumerate() {
+                s.rank(r).coll(AR, comm, seq, 8, 7, 0, 0, 0, None);
             }
         }
         s.rank(1).fatal_signal(11);

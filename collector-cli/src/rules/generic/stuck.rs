@@ -90,12 +90,7 @@ fn state(
     comm: u64,
     ended: &HashSet<NumberedColl>,
 ) -> RankState {
-    let ptr = pm
-        .memberships
-        .iter()
-        .find(|m| m.comm_hash == comm)
-        .map(|m| m.comm_ptr)
-        .unwrap_or(0);
+    let ptr = pm.comm_ptr(comm);
     let shim_seq = pm
         .ops
         .iter()
