@@ -146,6 +146,10 @@ fn collectives(pm: &ProcessModel, comm: u64) -> impl Iterator<Item = IssuedColl>
         .filter_map(|o| {
             let c = pm.calls.get(o.call_index)?;
             let v = c.operation()?;
+            // All ones: the recorder could not number it (no per-function counter for it).
+            if v.op_seq == u64::MAX {
+                return None;
+            }
             Some(IssuedColl {
                 call: o.call,
                 op_seq: v.op_seq,
@@ -442,7 +446,9 @@ pub fn build(job: &JobModel) -> Vec<CommStory> {
 
 /// Collectives a member issued in all (every function), when known.
 fn total_colls(m: &Member) -> u64 {
-    m.last_coll.values().map(|c| c.op_seq + 1).sum()
+    m.last_coll
+        .values()
+        .fold(0u64, |n, c| n.saturating_add(c.op_seq.saturating_add(1)))
 }
 
 /// The stall's behind ranks that issued as many collectives as the waiters, but another one:
