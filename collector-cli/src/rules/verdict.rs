@@ -2,13 +2,14 @@
 //!
 //! Rules return candidates; this pass alone sets their severity, from the story's failure graph
 //! and each finding's declared role ([`super::registry`]):
-//! 1. a finding *covers* a node when it explains that call (`Finding::explain`) or, for a node
+//! 1. a finding *covers* a node when it explains that call (`Finding::explain`) or a driver
+//!    call NCCL made inside it, or, for a node
 //!    that is no call (a signal, a vanished or departed rank, a laggard, a mismatch, a transport
 //!    hang), when the node's process is one of its processes and its declaration covers that
 //!    kind of node;
 //! 2. the candidates for primary are the causes and conditions that cover a root of the story,
-//!    ordered by precedence: causes before conditions, a specific mechanism before a generic
-//!    symptom, higher confidence first, then the earliest root. Going down that list, a finding
+//!    ordered by precedence: a specific mechanism before a generic symptom, causes before
+//!    conditions, higher confidence first, then the earliest root. Going down that list, a finding
 //!    is primary when it covers a root no primary covers yet — so the mechanism absorbs its
 //!    symptom, and identical simultaneous failures explained by one finding are one cause;
 //! 3. a job without roots (nothing failed) can still have a standalone cause (a silent
@@ -24,6 +25,16 @@ use std::collections::BTreeSet;
 
 /// Whether finding `f` covers node `i` of the story.
 pub fn covers(story: &Story, f: &Finding, i: usize) -> bool {
+    covers_directly(story, f, i)
+        || story
+            .nodes
+            .iter()
+            .enumerate()
+            .any(|(j, m)| m.part_of == Some(i) && covers_directly(story, f, j))
+}
+
+/// [`covers`] without the driver calls a node is made of.
+fn covers_directly(story: &Story, f: &Finding, i: usize) -> bool {
     let n = &story.nodes[i];
     match n.kind {
         NodeKind::Error(c) | NodeKind::AsyncError(c) => f.explains.contains(&(n.process, c)),
@@ -56,7 +67,9 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
     };
     order.sort_by_key(|&i| {
         let f = &findings[i];
-        (f.role, !f.specific, f.confidence, first_root_t(i), i)
+        // A specific cause, then a specific condition (two libraries: the mechanism of a
+        // failure a text only names), then generic causes and conditions.
+        (!f.specific, f.role, f.confidence, first_root_t(i), i)
     });
     let mut explained_roots: BTreeSet<usize> = BTreeSet::new();
     let mut primary = vec![false; findings.len()];

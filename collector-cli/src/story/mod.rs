@@ -94,6 +94,9 @@ pub struct Node {
     pub kind: NodeKind,
     /// The earlier node that explains this one, and why.
     pub cause: Option<(usize, String)>,
+    /// A driver call NCCL made: the node of the NCCL failure it is part of (its cause too).
+    /// What explains this call explains that failure.
+    pub part_of: Option<usize>,
 }
 
 /// The whole story.
@@ -163,6 +166,7 @@ impl Story {
                     FailureWhat::Died => NodeKind::Vanished,
                 },
                 cause: None,
+                part_of: None,
             })
             .collect();
         // Ranks behind a stalled operation: a laggard (alive, or stopped later) or one that left.
@@ -219,6 +223,7 @@ impl Story {
                         t,
                         kind,
                         cause: None,
+                        part_of: None,
                     });
                 }
             }
@@ -237,6 +242,7 @@ impl Story {
                         desync: m.field == "collective",
                     },
                     cause: None,
+                    part_of: None,
                 });
             }
             // Every rank inside the same operation, none behind: the transport hang.
@@ -256,6 +262,7 @@ impl Story {
                     t,
                     kind: NodeKind::StuckInside(c.comm),
                     cause: None,
+                    part_of: None,
                 });
             }
         }
@@ -275,6 +282,7 @@ impl Story {
                     t: self.ends[p].time().unwrap_or(0),
                     kind: NodeKind::Vanished,
                     cause: None,
+                    part_of: None,
                 });
             }
         }
@@ -333,6 +341,7 @@ impl Story {
             let mut cause: Option<(usize, String)> = None;
             if let Some(o) = outer[i] {
                 self.nodes[i].cause = Some((o, "a driver call NCCL made inside that call".into()));
+                self.nodes[i].part_of = Some(o);
                 continue;
             }
             // (1) An earlier node of the same process (not one nested in a later call).
@@ -430,19 +439,33 @@ impl Story {
         if !inner.is_cuda || !inner.nested {
             return None;
         }
-        self.nodes.iter().position(|m| {
-            m.process == n.process
-                && match m.kind {
-                    NodeKind::Error(o) | NodeKind::AsyncError(o) => {
-                        let outer = &pm.calls[o];
-                        !outer.is_cuda
-                            && outer.tid == inner.tid
-                            && outer.t_enter <= inner.t_enter
-                            && outer.t_exit.is_none_or(|x| x >= inner.t_enter)
+        let nccl_failure = |m: &Node| match m.kind {
+            NodeKind::Error(o) | NodeKind::AsyncError(o) => {
+                m.process == n.process && !pm.calls[o].is_cuda
+            }
+            _ => false,
+        };
+        // The NCCL call it was made in, when that call failed; else the NCCL failure the
+        // process reported next (an init that failed later, an async error).
+        self.nodes
+            .iter()
+            .position(|m| {
+                nccl_failure(m)
+                    && match m.kind {
+                        NodeKind::Error(o) | NodeKind::AsyncError(o) => {
+                            let outer = &pm.calls[o];
+                            outer.tid == inner.tid
+                                && outer.t_enter <= inner.t_enter
+                                && outer.t_exit.is_none_or(|x| x >= inner.t_enter)
+                        }
+                        _ => false,
                     }
-                    _ => false,
-                }
-        })
+            })
+            .or_else(|| {
+                self.nodes
+                    .iter()
+                    .position(|m| nccl_failure(m) && m.t >= n.t)
+            })
     }
 }
 

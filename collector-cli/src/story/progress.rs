@@ -462,7 +462,8 @@ fn different_collective(members: &[Member], s: &Stall) -> Option<Mismatch> {
         .behind
         .iter()
         .filter_map(|b| members.iter().find(|m| m.process == b.1))
-        .filter(|m| !m.lossy && total_colls(m) >= total)
+        // Totals come from NCCL's own numbers, which ring wrap and pruning do not change.
+        .filter(|m| total_colls(m) >= total)
         .collect();
     let other = others.first()?;
     // What it issued instead: its newest collective of another function.
@@ -472,9 +473,11 @@ fn different_collective(members: &[Member], s: &Stall) -> Option<Mismatch> {
         .filter(|(f, _)| **f != s.function)
         .map(|(_, c)| *c)
         .max_by_key(|c| c.t)?;
-    // The minority is odd; a tie names the ranks that are not the lowest rank's side.
+    // The minority is odd; in a tie, the side without the lowest rank.
+    let lowest_waiting = s.waiting.iter().map(|w| w.0).min().unwrap_or(u32::MAX);
+    let lowest_other = others.iter().map(|m| m.rank).min().unwrap_or(u32::MAX);
     let odd: Vec<u32> = if others.len() * 2 > members.len()
-        || (others.len() * 2 == members.len() && s.waiting.iter().any(|w| w.0 < other.rank))
+        || (others.len() * 2 == members.len() && lowest_other < lowest_waiting)
     {
         s.waiting.iter().map(|w| w.0).collect()
     } else {

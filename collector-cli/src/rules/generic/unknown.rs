@@ -32,7 +32,25 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
     // (call, rc, text) → (process, call index, description), in order of first occurrence.
     let mut order: Vec<(String, i32, String)> = Vec::new();
     let mut groups: BTreeMap<Key, Vec<(usize, usize, String)>> = BTreeMap::new();
-    for fl in job.first_failure_per_process() {
+    // The first failure of each process, where a driver call NCCL made is read through the
+    // NCCL failure it belongs to (the outer call and NCCL's text drive the diagnosis).
+    let part_of_nccl_failure = |fl: &crate::model::JobFailure| {
+        job.failure_call(fl).is_some_and(|c| c.is_cuda && c.nested)
+            && job.failures.iter().any(|g| {
+                g.process == fl.process
+                    && g.t >= fl.t
+                    && job.failure_call(g).is_some_and(|c| !c.is_cuda)
+            })
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let firsts: Vec<crate::model::JobFailure> = job
+        .failures
+        .iter()
+        .filter(|fl| !part_of_nccl_failure(fl))
+        .filter(|fl| seen.insert(fl.process))
+        .copied()
+        .collect();
+    for fl in firsts {
         let idx = match fl.what {
             FailureWhat::Call(i) | FailureWhat::AsyncError(i) => i,
             FailureWhat::Signal(_) | FailureWhat::Died => continue,
@@ -150,6 +168,9 @@ fn explained_by_knowledge(
     )
     .remedy(&best.cause.remedy);
     f.consequence = consequence;
+    // What a text is, read from the message table: a generic reading, which a rule that
+    // reasons over the recorded facts outranks.
+    f.specific = false;
     if consequence {
         f.role = crate::rules::registry::Role::Consequence;
     }
