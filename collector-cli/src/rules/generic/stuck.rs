@@ -314,8 +314,14 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
                 .collect(),
         };
         // The ranks behind the stall left the job, crashed or vanished: their own findings
-        // tell it, and the waiters are no transport hang.
-        if stall.is_some() && laggards.is_empty() {
+        // tell it, and the waiters are no transport hang. (Ranks inside a different operation
+        // keep the finding: where each is stuck is the desync's evidence.)
+        if stall.is_some_and(|st| {
+            st.behind
+                .iter()
+                .all(|b| b.2 == crate::story::progress::Behind::NeverIssued)
+        }) && laggards.is_empty()
+        {
             continue;
         }
         let not_finished = members.iter().any(|(_, p)| !job.processes[*p].clean_exit);
