@@ -78,7 +78,7 @@ declare_findings! {
     "rank-left-early", None, Cause, [LeftEarly], standalone true, specific false, "a rank exited while its peers still waited for it";
     "ranks-never-arrived", None, Cause, [], standalone true, specific false, "ranks of a communicator left no trace";
     "failing-rank-left-no-dump", None, Cause, [], standalone false, specific false, "the rank that failed first left no dump; the others saw it fail";
-    "communicator-used-from-several-threads", None, Cause, [], standalone true, specific true, "one communicator is used from several threads at once";
+    "communicator-used-from-several-threads", Some("C25"), Cause, [Behind, StuckInside], standalone true, specific true, "one communicator is used from several threads at once";
     "ranks-waiting-when-stopped", None, Consequence, [], standalone false, specific false, "ranks without an error of their own waited until they were stopped";
     "unique-id-split", None, Cause, [], standalone true, specific true, "ranks of one job joined with different uniqueIds";
     "stuck-outside-nccl", None, Cause, [Behind], standalone true, specific false, "hang: a rank stopped issuing collectives; the others wait for it";

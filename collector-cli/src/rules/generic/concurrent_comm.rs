@@ -75,6 +75,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
          them, or one thread per communicator), in the same order on every rank; threads that \
          need to communicate concurrently each need their own communicator.",
     );
+    let mut comms = std::collections::BTreeSet::new();
     for (p, pm) in job.processes.iter().enumerate() {
         for o in overlaps_in(&pm.calls) {
             let (a, b) = (&pm.calls[o.first], &pm.calls[o.second]);
@@ -90,6 +91,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 .iter()
                 .find(|m| m.comm_ptr == b.comm)
                 .map_or(b.comm, |m| m.comm_hash);
+            // The race scrambles the communicator's order on every rank: the ranks that look
+            // behind on it wait because of it (their hang is this finding's to explain).
+            comms.insert(comm);
             f.evidence(format!(
                 "{}: thread {} entered {} on comm {comm:#x} while thread {} was inside {} (which {a_end})",
                 who(job, p),
@@ -102,6 +106,11 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     }
     if f.process_ids.is_empty() {
         return Vec::new();
+    }
+    for comm in comms {
+        for (_, p) in job.comm_members(comm) {
+            f.process_ids.insert(p);
+        }
     }
     vec![f]
 }

@@ -316,6 +316,21 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
         // The ranks behind the stall left the job, crashed or vanished: their own findings
         // tell it, and the waiters are no transport hang. (Ranks inside a different operation
         // keep the finding: where each is stuck is the desync's evidence.)
+        // Ranks waiting in communicator init while a member failed (its init returned an
+        // error) wait for that member: its own finding tells why; this is no transport hang.
+        let waiting_in_init = story.comm(comm).is_some_and(|c| {
+            c.members
+                .iter()
+                .any(|m| matches!(m.place, crate::story::progress::Place::InInit { .. }))
+                && c.members.iter().all(|m| {
+                    matches!(m.place, crate::story::progress::Place::InInit { .. })
+                        || story.has_node(m.process)
+                })
+                && c.members.iter().any(|m| story.has_node(m.process))
+        });
+        if waiting_in_init {
+            continue;
+        }
         if stall.is_some_and(|st| {
             st.behind
                 .iter()
