@@ -214,31 +214,24 @@ fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
                 .unwrap_or_default();
             // Rings the dump could not grow to hold send their threads to the small shared
             // overflow ring: the loss is then the full disk's, and more slots would not help.
-            let why = if p.ring_alloc_failed > 0 {
+            let text = if p.ring_alloc_failed > 0 {
                 format!(
-                    "the dump file could not grow (the disk or quota was full, or a file size limit was reached) so {} wrote to the small shared overflow ring; communicator identity, progress and failures are kept apart, but older calls are not (free space where NCCLSHIM_DIR points, or point it at a filesystem with room; raising NCCLSHIM_RING_SLOTS would not help)",
+                    "{} older records lost{worst_text}: the dump file could not grow (the disk or quota was full, or a file size limit was reached), so {} wrote to the small shared overflow ring, which wrapped; communicator identity, progress and failures are kept apart, but older calls are not (free space where NCCLSHIM_DIR points, or point it at a filesystem with room; raising NCCLSHIM_RING_SLOTS would not help)",
+                    p.lost,
                     count(p.ring_alloc_failed as usize, "thread", "threads")
                 )
             } else {
-                "communicator identity, progress and failures are kept apart, but older calls are not (raise NCCLSHIM_RING_SLOTS to keep more)".to_owned()
-            };
-            let cause = if p.ring_alloc_failed > 0 {
-                "dump could not grow"
-            } else {
-                "ring wrap"
+                format!(
+                    "{} older records lost to ring wrap{worst_text}; communicator identity, progress and failures are kept apart, but older calls are not (raise NCCLSHIM_RING_SLOTS to keep more)",
+                    p.lost
+                )
             };
             per_process.push(
-                gap(
-                    "records_lost",
-                    format!(
-                        "{} older records lost to {cause}{worst_text}; {why}",
-                        p.lost
-                    ),
-                )
-                .value("dump_could_not_grow", p.ring_alloc_failed > 0)
-                .value("records_lost", p.lost)
-                .value("most_on_thread", worst.map(|(tid, _, _)| tid))
-                .of(job, i),
+                gap("records_lost", text)
+                    .value("dump_could_not_grow", p.ring_alloc_failed > 0)
+                    .value("records_lost", p.lost)
+                    .value("most_on_thread", worst.map(|(tid, _, _)| tid))
+                    .of(job, i),
             );
         }
         if p.alloc_failed && p.lost == 0 {
