@@ -151,6 +151,9 @@ extern "C" fn on_sigbus(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
 }
 
 /// Does what the kernel would have done with `prev` as the disposition.
+///
+/// Safety: `info` and `ctx` are the kernel's own arguments for `sig` (or null), and `prev` a
+/// disposition read back from `sigaction`, so its handler has the signature its flags say.
 unsafe fn chain(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void, prev: &libc::sigaction) {
     match prev.sa_sigaction {
         libc::SIG_DFL => {

@@ -280,6 +280,7 @@ pub(crate) fn disable_mapping(base: usize) {
         // published under them is a leaked, never-freed Recorder.
         if let Some(r) = unsafe { slot.load(Ordering::Acquire).as_ref() } {
             let rec = r.recorder.load(Ordering::Acquire);
+            // SAFETY: as above: null, or a leaked Recorder that is never freed.
             if unsafe { rec.as_ref() }.is_some_and(|rec| rec.mapping_base() == base) {
                 r.state.store(DISABLED, Ordering::Release);
             }

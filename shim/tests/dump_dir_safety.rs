@@ -25,6 +25,11 @@ fn with_default_dir(prog: &Path, tmpdir: &Path, mode: &str) -> Output {
     c.output().unwrap()
 }
 
+fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() }
+}
+
 fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
@@ -66,11 +71,7 @@ fn a_default_dump_directory_planted_as_a_symlink_is_refused() {
     let target = tmp.path().join("attacker-target");
     std::fs::create_dir_all(&tmpdir).unwrap();
     std::fs::create_dir_all(&target).unwrap();
-    std::os::unix::fs::symlink(
-        &target,
-        tmpdir.join(format!("ncclshim-{}", unsafe { libc::getuid() })),
-    )
-    .unwrap();
+    std::os::unix::fs::symlink(&target, tmpdir.join(format!("ncclshim-{}", uid()))).unwrap();
     let out = with_default_dir(&prog, &tmpdir, "version");
     assert_refused(&prog, &out, &target, "symbolic link");
 }
@@ -80,7 +81,7 @@ fn a_default_dump_directory_made_by_another_user_or_writable_by_others_is_refuse
     let tmp = tempfile::tempdir().unwrap();
     let prog = compile_driver(Wheel::Cu12, tmp.path(), false);
     let tmpdir = tmp.path().join("tmp");
-    let dir = tmpdir.join(format!("ncclshim-{}", unsafe { libc::getuid() }));
+    let dir = tmpdir.join(format!("ncclshim-{}", uid()));
     std::fs::create_dir_all(&dir).unwrap();
 
     // Ours, but group-writable (an attacker cannot make it so; a careless umask can).
@@ -107,7 +108,7 @@ fn the_default_dump_directory_is_created_private_and_used() {
     let out = with_default_dir(&prog, &tmpdir, "version");
     assert!(out.status.success(), "{out:?}");
     assert!(shim_lines(&out).is_empty(), "{out:?}");
-    let dir = tmpdir.join(format!("ncclshim-{}", unsafe { libc::getuid() }));
+    let dir = tmpdir.join(format!("ncclshim-{}", uid()));
     let meta = std::fs::symlink_metadata(&dir).unwrap();
     assert!(meta.is_dir());
     assert_eq!(meta.mode() & 0o777, 0o700);
