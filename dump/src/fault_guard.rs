@@ -93,7 +93,10 @@ fn install_once() {
 /// memory, turns its recorder off and returns true: returning from the handler then
 /// re-executes the store harmlessly. Async-signal-safe; other handlers (the shim's
 /// fatal-signal capture) call it first.
-pub fn recover(info: *const libc::siginfo_t) -> bool {
+///
+/// # Safety
+/// `info` is null or the `siginfo_t` the kernel passed to the signal handler calling this.
+pub unsafe fn recover(info: *const libc::siginfo_t) -> bool {
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler (or null, checked).
     let Some(info) = (unsafe { info.as_ref() }) else {
         return false;
@@ -141,7 +144,8 @@ pub fn recover(info: *const libc::siginfo_t) -> bool {
 extern "C" fn on_sigbus(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: __errno_location is the calling thread's errno; restored before returning.
     let errno = unsafe { *libc::__errno_location() };
-    if !recover(info) && CHAINED.load(Ordering::Acquire) {
+    // SAFETY: `info` is the kernel's argument to this handler.
+    if !unsafe { recover(info) } && CHAINED.load(Ordering::Acquire) {
         // SAFETY: CHAINED says PREVIOUS was written before our handler was installed; the
         // kernel's own arguments are forwarded.
         unsafe { chain(sig, info, ctx, (*PREVIOUS.0.get()).assume_init_ref()) };

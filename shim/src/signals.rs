@@ -107,7 +107,8 @@ fn is_fault(sig: c_int, code: c_int) -> bool {
 extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: __errno_location is the calling thread's errno; restored before returning.
     let errno = unsafe { *libc::__errno_location() };
-    if sig == libc::SIGBUS && ncclshim_dump::fault_guard::recover(info) {
+    // SAFETY: `info` is the kernel's argument to this handler.
+    if sig == libc::SIGBUS && unsafe { ncclshim_dump::fault_guard::recover(info) } {
         // A fault on the recorder's own pages (its file was truncated): the guard replaced
         // them, recording is off, and the store re-executes harmlessly. Not the host's crash.
         // SAFETY: as above.
