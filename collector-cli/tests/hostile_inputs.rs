@@ -141,7 +141,7 @@ fn an_unreadable_subdirectory_is_a_problem_not_silence() {
         use std::os::unix::fs::PermissionsExt;
         let closed = dir.path().join("host-c");
         std::fs::create_dir(&closed).unwrap();
-        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0)).unwrap();
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o000)).unwrap();
         let v = report_json(dir.path());
         std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
         assert!(
