@@ -587,15 +587,17 @@ pub fn render_text(checks: &[Check], color: bool) -> String {
             }
         };
         let cat = c.catalog.map(|k| format!(" ({k})")).unwrap_or_default();
-        s.push_str(&format!("{tag} {}: {}{cat}\n", c.id, c.message));
+        // Messages quote this host's environment and files: shown with controls escaped.
+        let safe = crate::terminal::escape_controls;
+        s.push_str(&format!("{tag} {}: {}{cat}\n", c.id, safe(&c.message)));
         if c.status > Status::Ok {
             for e in &c.evidence {
-                s.push_str(&format!("        {e}\n"));
+                s.push_str(&format!("        {}\n", safe(e)));
             }
         }
         if let Some(r) = &c.remedy {
             if c.status >= Status::Warn {
-                s.push_str(&format!("        fix: {r}\n"));
+                s.push_str(&format!("        fix: {}\n", safe(r)));
             }
         }
     }

@@ -19,6 +19,7 @@ pub mod runs;
 pub mod scenarios;
 pub mod story;
 pub mod synth;
+pub mod terminal;
 pub mod trace;
 
 use serde::Serialize;
@@ -89,19 +90,46 @@ impl ToolError {
 /// The dump files of a job directory, or why there are none to read.
 pub fn list_job_dir(dir: &Path) -> Result<Vec<std::path::PathBuf>, ToolError> {
     if !dir.is_dir() {
+        let what = if dir.exists() {
+            "not a directory"
+        } else {
+            "does not exist"
+        };
         return Err(ToolError::new(
             ToolErrorKind::NotADirectory,
             dir,
-            format!("{}: not a directory", dir.display()),
+            format!("{}: {what}", dir.display()),
         ));
     }
-    let files = load::find_dumps(dir).map_err(|e| {
+    let listing = load::list_dumps(dir).map_err(|e| {
         ToolError::new(
             ToolErrorKind::CannotList,
             dir,
             format!("{}: cannot list: {e}", dir.display()),
         )
     })?;
+    let files = listing.files;
+    if files.is_empty() && !listing.problems.is_empty() {
+        // Only unusable entries (a FIFO named like a dump, an unreadable subdirectory): say
+        // which, in one line.
+        let p = &listing.problems[0];
+        let more = match listing.problems.len() {
+            1 => String::new(),
+            n => format!(" (and {} more)", n - 1),
+        };
+        let mut e = ToolError::new(
+            ToolErrorKind::NoReadableDumps,
+            dir,
+            format!(
+                "{}: no readable dump files: {}: {}{more}",
+                dir.display(),
+                p.file,
+                p.error
+            ),
+        );
+        e.problems = listing.problems;
+        return Err(e);
+    }
     if files.is_empty() {
         return Err(ToolError::new(
             ToolErrorKind::NoDumps,
@@ -153,12 +181,14 @@ pub fn read_runs(
     dir: &Path,
     progress: Option<&indicatif::ProgressBar>,
 ) -> anyhow::Result<(Vec<runs::RunParts>, Vec<load::Problem>)> {
-    let files = load::find_dumps(dir)
+    let listing = load::list_dumps(dir)
         .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", dir.display()))?;
+    let files = listing.files;
     if let Some(pb) = progress {
         pb.set_length(files.len() as u64);
     }
-    let (parts, problems) = load::load_models(dir, &files, progress);
+    let (parts, mut problems) = load::load_models(dir, &files, progress);
+    problems.extend(listing.problems);
     let mut runs = runs::split(parts);
     if runs.is_empty() {
         // Nothing readable: an empty run, so the report still lists the problems.

@@ -97,6 +97,14 @@ enum Command {
     },
 }
 
+/// One line to stderr, with any control character escaped: the lines quote paths, file names
+/// and dump contents (see `collector_cli::terminal`).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        eprintln!("{}", collector_cli::terminal::escape_controls(&format!($($arg)*)))
+    };
+}
+
 /// Exit status when the tool itself failed (unreadable input, bad arguments).
 const TOOL_FAILED: u8 = 2;
 
@@ -145,7 +153,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("ncclshim: error: {e:#}");
+            say!("ncclshim: error: {e:#}");
             let broken_pipe = e
                 .downcast_ref::<std::io::Error>()
                 .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe);
@@ -189,11 +197,11 @@ fn auto_color(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
 }
 
 fn cmd_trace(dir: &std::path::Path, output: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let files = collector_cli::load::find_dumps(dir)
+    let listing = collector_cli::load::list_dumps(dir)
         .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", dir.display()))?;
-    let loaded = collector_cli::load::load_files(dir, &files, None);
-    for p in &loaded.problems {
-        eprintln!("ncclshim: skipped {}: {}", p.file, p.error);
+    let loaded = collector_cli::load::load_files(dir, &listing.files, None);
+    for p in loaded.problems.iter().chain(&listing.problems) {
+        say!("ncclshim: skipped {}: {}", p.file, p.error);
     }
     if loaded.dumps.is_empty() {
         anyhow::bail!("{}: no readable dump files", dir.display());
@@ -208,7 +216,7 @@ fn cmd_trace(dir: &std::path::Path, output: &std::path::Path) -> anyhow::Result<
     } else {
         output.display().to_string()
     };
-    eprintln!(
+    say!(
         "ncclshim: wrote {to} ({} processes); open it in ui.perfetto.dev",
         job.processes.len()
     );
@@ -224,11 +232,11 @@ fn cmd_run(
     let plan = run::plan(dir, with_plugin, |k| std::env::var_os(k))?;
     let preload = run::probe_preload(&plan);
     if let run::Preload::Fails(why) = &preload {
-        eprintln!("ncclshim: warning: the recorder cannot be preloaded here, the job runs unrecorded: {why}");
+        say!("ncclshim: warning: the recorder cannot be preloaded here, the job runs unrecorded: {why}");
     }
     let outcome = match run::execute(&plan, command)? {
         run::RunEnd::NotStarted { code, message } => {
-            eprintln!("ncclshim: {message}");
+            say!("ncclshim: {message}");
             return Ok(ExitCode::from(code));
         }
         run::RunEnd::Finished(o) => o,
@@ -257,16 +265,16 @@ fn cmd_run(
                     .to_owned()
             }
         };
-        eprintln!(
+        say!(
             "ncclshim: {how} and wrote no dump in {}: {why}; there is no report",
             plan.dir.display()
         );
         return Ok(exit);
     }
-    eprintln!("ncclshim: {how}; report of {}:", plan.dir.display());
+    say!("ncclshim: {how}; report of {}:", plan.dir.display());
     match analyze_dir(&plan.dir, None) {
         Ok(report) => print!("{}", report.to_text(use_color(ColorChoice::Auto))),
-        Err(e) => eprintln!("ncclshim: no report: {e:#}"),
+        Err(e) => say!("ncclshim: no report: {e:#}"),
     }
     Ok(exit)
 }
@@ -311,12 +319,17 @@ fn cmd_list_runs(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> 
         serde_json::to_writer_pretty(&mut out, &runs)?;
         writeln!(out)?;
     } else {
+        let safe = collector_cli::terminal::escape_controls;
         for r in &runs {
             writeln!(
                 out,
                 "{}\t{}\t{} {} on {} {}\tstarted {}",
-                r.id,
-                if r.source.is_empty() { "-" } else { &r.source },
+                safe(&r.id),
+                if r.source.is_empty() {
+                    "-".into()
+                } else {
+                    safe(&r.source)
+                },
                 r.processes,
                 if r.processes == 1 {
                     "process"
@@ -358,7 +371,7 @@ fn cmd_report(
     if report.job.dumps == 0 {
         // Nothing was read: there is no report to print (and no "no problem found" to claim).
         for p in &report.problems {
-            eprintln!("ncclshim: {}: {}", p.file, p.error);
+            say!("ncclshim: {}: {}", p.file, p.error);
         }
         let mut e = collector_cli::ToolError::new(
             collector_cli::ToolErrorKind::NoReadableDumps,

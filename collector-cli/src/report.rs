@@ -212,16 +212,45 @@ fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
                     format!(", most on thread {tid}{name}: {n}")
                 })
                 .unwrap_or_default();
+            // Rings the dump could not grow to hold send their threads to the small shared
+            // overflow ring: the loss is then the full disk's, and more slots would not help.
+            let text = if p.ring_alloc_failed > 0 {
+                format!(
+                    "{} older records lost{worst_text}: the dump file could not grow (the disk or quota was full, or a file size limit was reached), so {} wrote to the small shared overflow ring, which wrapped; communicator identity, progress and failures are kept apart, but older calls are not (free space where NCCLSHIM_DIR points, or point it at a filesystem with room; raising NCCLSHIM_RING_SLOTS would not help)",
+                    p.lost,
+                    count(p.ring_alloc_failed as usize, "thread", "threads")
+                )
+            } else {
+                format!(
+                    "{} older records lost to ring wrap{worst_text}; communicator identity, progress and failures are kept apart, but older calls are not (raise NCCLSHIM_RING_SLOTS to keep more)",
+                    p.lost
+                )
+            };
+            per_process.push(
+                gap("records_lost", text)
+                    .value("dump_could_not_grow", p.ring_alloc_failed > 0)
+                    .value("records_lost", p.lost)
+                    .value("most_on_thread", worst.map(|(tid, _, _)| tid))
+                    .of(job, i),
+            );
+        }
+        if p.alloc_failed && p.lost == 0 {
             per_process.push(
                 gap(
-                    "records_lost",
+                    "dump_could_not_grow",
                     format!(
-                        "{} older records lost to ring wrap{worst_text}; communicator identity, progress and failures are kept apart, but older calls are not (raise NCCLSHIM_RING_SLOTS to keep more)",
-                        p.lost
+                        "the dump file could not grow (the disk or quota was full, or a file size limit was reached){}; some records or error texts may be missing (free space where NCCLSHIM_DIR points, or point it at a filesystem with room)",
+                        if p.ring_alloc_failed > 0 {
+                            format!(
+                                ": {} wrote to the shared overflow ring",
+                                count(p.ring_alloc_failed as usize, "thread", "threads")
+                            )
+                        } else {
+                            String::new()
+                        }
                     ),
                 )
-                .value("records_lost", p.lost)
-                .value("most_on_thread", worst.map(|(tid, _, _)| tid))
+                .value("threads_without_ring", p.ring_alloc_failed)
                 .of(job, i),
             );
         }
@@ -483,6 +512,9 @@ impl Report {
         let red = |s: &str| paint(s, |x| x.red().bold().to_string());
         let yellow = |s: &str| paint(s, |x| x.yellow().bold().to_string());
         let dim = |s: &str| paint(s, |x| x.dimmed().to_string());
+        // Every value below may quote the dumps (error texts, environment, run ids, files):
+        // each goes through `safe`, so no recorded control character reaches the terminal.
+        let safe = crate::terminal::escape_controls;
         let j = &self.job;
         // A job whose processes never joined a communicator has no ranks to count.
         let ranks = if j.ranks == 0 {
@@ -503,18 +535,22 @@ impl Report {
         )));
         o.push('\n');
         if let Some(n) = &self.run_note {
-            o.push_str(&yellow(&format!("note: {n}")));
+            o.push_str(&yellow(&format!("note: {}", safe(n))));
             o.push('\n');
         }
         match &self.first_failure {
             Some(f) => {
                 let who = match f.rank {
-                    Some(r) => format!("rank {r} ({} pid {})", f.host, f.pid),
-                    None => format!("{} pid {}", f.host, f.pid),
+                    Some(r) => format!("rank {r} ({} pid {})", safe(&f.host), f.pid),
+                    None => format!("{} pid {}", safe(&f.host), f.pid),
                 };
-                o.push_str(&format!("{} {who}: {}\n", red("first failure:"), f.what));
+                o.push_str(&format!(
+                    "{} {who}: {}\n",
+                    red("first failure:"),
+                    safe(&f.what)
+                ));
                 if let Some(n) = &self.ordering_note {
-                    o.push_str(&format!("  {}\n", yellow(&format!("note: {n}"))));
+                    o.push_str(&format!("  {}\n", yellow(&format!("note: {}", safe(n)))));
                 }
                 if self.failure_order.len() > 1 {
                     o.push_str(&dim("then:"));
@@ -531,7 +567,7 @@ impl Report {
                         };
                         match l.rank {
                             Some(r) => g.2.push(r),
-                            None => g.3.push(format!("{} pid {}", l.host, l.pid)),
+                            None => g.3.push(format!("{} pid {}", safe(&l.host), l.pid)),
                         }
                     }
                     for (ms, what, ranks, others) in groups.iter().take(8) {
@@ -541,7 +577,11 @@ impl Report {
                             who.push(format!("{noun} {}", rank_list(ranks)));
                         }
                         who.extend(others.iter().cloned());
-                        o.push_str(&format!("  +{ms:.1} ms {}: {what}\n", who.join(", ")));
+                        o.push_str(&format!(
+                            "  +{ms:.1} ms {}: {}\n",
+                            who.join(", "),
+                            safe(what)
+                        ));
                     }
                     if groups.len() > 8 {
                         o.push_str(&format!(
@@ -558,7 +598,7 @@ impl Report {
             o.push_str(&bold("Evidence gaps"));
             o.push('\n');
             for g in self.evidence_gaps.iter().take(8) {
-                o.push_str(&format!("  {}\n", g.text));
+                o.push_str(&format!("  {}\n", safe(&g.text)));
             }
             if self.evidence_gaps.len() > 8 {
                 o.push_str(&format!("  ... {} more\n", self.evidence_gaps.len() - 8));
@@ -593,7 +633,7 @@ impl Report {
             let conf = format!("{:?}", f.confidence).to_lowercase();
             o.push_str(&format!(
                 "{sev} {cat}{} {}\n",
-                bold(&f.title),
+                bold(&safe(&f.title)),
                 dim(&format!("(confidence {conf})"))
             ));
             if !f.ranks.is_empty() {
@@ -601,11 +641,11 @@ impl Report {
             }
             o.push_str("  evidence:\n");
             for e in &f.evidence {
-                o.push_str(&format!("    - {}\n", e.text));
+                o.push_str(&format!("    - {}\n", safe(&e.text)));
             }
-            o.push_str(&format!("  {} {}\n", bold("remedy:"), f.remedy));
+            o.push_str(&format!("  {} {}\n", bold("remedy:"), safe(&f.remedy)));
             if let Some(v) = &f.fixed_in {
-                o.push_str(&format!("  fixed in NCCL {v}\n"));
+                o.push_str(&format!("  fixed in NCCL {}\n", safe(v)));
             }
             o.push('\n');
         }
@@ -668,7 +708,7 @@ impl Report {
             )));
             o.push('\n');
             for p in &self.problems {
-                o.push_str(&format!("  {}: {}\n", p.file, p.error));
+                o.push_str(&format!("  {}: {}\n", safe(&p.file), safe(&p.error)));
             }
         }
         o

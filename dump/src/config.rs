@@ -1,6 +1,7 @@
 //! Where and how big a dump is: `NCCLSHIM_*` variables, their defaults, and the file name.
 //! Read once, when the recorder is created (the first NCCL event), never on the record path.
 
+use crate::dumpdir::DirPolicy;
 use crate::layout::{WriterKind, DEFAULT_COMM_ENTRIES, DEFAULT_KEEP_SLOTS};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -21,6 +22,9 @@ pub const DEFAULT_PROFILER_SLOTS: u32 = 8192;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecorderConfig {
     pub dir: PathBuf,
+    /// How far `dir` is trusted: the default per-user directory is checked strictly, one the
+    /// user named is not (see [`crate::dumpdir`]).
+    pub dir_policy: DirPolicy,
     pub writer_kind: WriterKind,
     pub rings: u32,
     /// Rounded up to a power of two.
@@ -176,6 +180,7 @@ impl RecorderConfig {
         };
         Self {
             dir,
+            dir_policy: DirPolicy::Chosen,
             writer_kind,
             rings,
             slots_per_ring: slots,
@@ -189,11 +194,15 @@ impl RecorderConfig {
     /// Defaults overridden by `NCCLSHIM_DIR`, `NCCLSHIM_RINGS`, `NCCLSHIM_RING_SLOTS`
     /// (`NCCLSHIM_PROFILER_RING_SLOTS` for the profiler) and `NCCLSHIM_ARENA_BYTES`.
     pub fn from_env(writer_kind: WriterKind) -> Self {
-        let dir = std::env::var_os("NCCLSHIM_DIR")
+        let chosen = std::env::var_os("NCCLSHIM_DIR")
             .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(default_dir);
-        let mut cfg = Self::defaults(writer_kind, dir);
+            .map(PathBuf::from);
+        let policy = match chosen {
+            Some(_) => DirPolicy::Chosen,
+            None => DirPolicy::Private,
+        };
+        let mut cfg = Self::defaults(writer_kind, chosen.unwrap_or_else(default_dir));
+        cfg.dir_policy = policy;
         let slots_var = match writer_kind {
             WriterKind::Profiler => "NCCLSHIM_PROFILER_RING_SLOTS",
             _ => "NCCLSHIM_RING_SLOTS",

@@ -4,12 +4,15 @@
 //! The [`writer`] makes every record durable the moment it is stored (the file is
 //! `MAP_SHARED`), so a SIGKILLed or crashed process leaves a readable dump; [`process`] wraps
 //! it in the lazy, fork-aware, never-failing lifecycle (atexit mark, disable-on-failure);
-//! [`clock`] picks and calibrates the time base, [`config`] reads the `NCCLSHIM_*` sizes,
+//! [`clock`] picks and calibrates the time base, [`config`] reads the `NCCLSHIM_*` sizes, [`dumpdir`] opens the
+//! dump directory safely, [`fault_guard`] keeps a truncated dump from killing the host,
 //! [`identity`] and [`run`] say who is writing. The format's vocabulary is re-exported so a
 //! recorder names one crate; readers depend on `ncclshim-format` alone.
 
 pub mod clock;
 pub mod config;
+pub mod dumpdir;
+pub mod fault_guard;
 pub mod identity;
 pub mod process;
 pub mod run;

@@ -271,6 +271,23 @@ fn say_once(msg: &str) {
     unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
 }
 
+/// Turns off, for good, the recorder whose mapping starts at `base` (the file under it was
+/// truncated: see [`fault_guard`](crate::fault_guard)). Runs inside a signal handler: atomics
+/// only; the fault guard says why on stderr.
+pub(crate) fn disable_mapping(base: usize) {
+    for slot in &REGISTERED {
+        // SAFETY: registered pointers are 'static ProcessRecorders, and a recorder pointer
+        // published under them is a leaked, never-freed Recorder.
+        if let Some(r) = unsafe { slot.load(Ordering::Acquire).as_ref() } {
+            let rec = r.recorder.load(Ordering::Acquire);
+            // SAFETY: as above: null, or a leaked Recorder that is never freed.
+            if unsafe { rec.as_ref() }.is_some_and(|rec| rec.mapping_base() == base) {
+                r.state.store(DISABLED, Ordering::Release);
+            }
+        }
+    }
+}
+
 extern "C" fn after_fork_in_child() {
     for slot in &REGISTERED {
         // SAFETY: registered pointers are 'static ProcessRecorders.

@@ -12,6 +12,7 @@
 
 use crate::clock;
 use crate::config::{file_name, RecorderConfig};
+use crate::dumpdir::{create_in, open_dump_dir, DirError};
 use crate::identity::ProcessIdentity;
 use crate::layout::*;
 use crate::schema::{BlobKind, CallId, RecordKind, SlotRef};
@@ -28,10 +29,15 @@ pub struct CreateError {
     pub step: &'static str,
     pub path: PathBuf,
     pub errno: i32,
+    /// Set when the dump directory exists but is not safe to use: the sentence saying why.
+    pub refused: Option<String>,
 }
 
 impl fmt::Display for CreateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(why) = &self.refused {
+            return write!(f, "refusing dump directory {}: {why}", self.path.display());
+        }
         let msg = std::io::Error::from_raw_os_error(self.errno);
         write!(
             f,
@@ -57,6 +63,8 @@ pub struct Recorder {
     path: PathBuf,
     /// `(st_dev, st_ino)` of the file: growth reopens `path` and refuses any other file there.
     file_id: (u64, u64),
+    /// The mapping's slot in [`fault_guard`](crate::fault_guard) (`None`: not guarded).
+    guard_slot: Option<usize>,
 }
 
 // SAFETY: the mapping is shared memory; all concurrent access goes through atomics (header live
@@ -142,6 +150,7 @@ impl Recorder {
             step,
             path: path.to_path_buf(),
             errno,
+            refused: None,
         };
         let geometry = Geometry::grown(
             cfg.rings,
@@ -153,13 +162,13 @@ impl Recorder {
         )
         .filter(|g| usize::try_from(g.max_file_size()).is_ok())
         .ok_or_else(|| fail("sizing", &cfg.dir, libc::EOVERFLOW))?;
-        if let Err(e) = std::fs::create_dir_all(&cfg.dir) {
-            return Err(fail(
-                "mkdir",
-                &cfg.dir,
-                e.raw_os_error().unwrap_or(libc::EIO),
-            ));
-        }
+        let dir_fd = open_dump_dir(&cfg.dir, cfg.dir_policy).map_err(|e| match e {
+            DirError::Os(step, errno) => fail(step, &cfg.dir, errno),
+            DirError::Refused(why) => CreateError {
+                refused: Some(why),
+                ..fail("checking the dump directory", &cfg.dir, libc::EPERM)
+            },
+        })?;
         let dir = std::path::absolute(&cfg.dir).unwrap_or_else(|_| cfg.dir.clone());
         let base_name = file_name(
             &identity.hostname,
@@ -167,7 +176,8 @@ impl Recorder {
             identity.start_ticks,
             cfg.writer_kind,
         );
-        let (fd, path) = open_exclusive(&dir, &base_name)?;
+        let (fd, path) = open_exclusive(&dir_fd, &dir, &base_name)?;
+        drop(dir_fd);
         let result = (|| {
             let size = libc::off_t::try_from(geometry.file_size)
                 .ok()
@@ -209,11 +219,13 @@ impl Recorder {
                 return Err(e);
             }
         };
+        let guard_slot = crate::fault_guard::guard(base, geometry.max_file_size() as usize);
         let recorder = Self {
             base,
             geometry,
             path,
             file_id,
+            guard_slot,
         };
         recorder.init_header(&cfg, identity);
         Ok(recorder)
@@ -274,6 +286,17 @@ impl Recorder {
         // The magic goes last: a reader that sees it sees a complete header.
         fence(Ordering::Release);
         h.magic = MAGIC;
+    }
+
+    /// Whether the file was truncated under the live mapping (now anonymous memory; see
+    /// [`fault_guard`](crate::fault_guard)).
+    pub fn mapping_lost(&self) -> bool {
+        self.guard_slot.is_some_and(crate::fault_guard::is_lost)
+    }
+
+    /// The mapping's start address (to match a fault address against).
+    pub(crate) fn mapping_base(&self) -> usize {
+        self.base as usize
     }
 
     pub fn path(&self) -> &Path {
@@ -442,11 +465,20 @@ impl Recorder {
     /// range with `posix_fallocate` (so a full disk fails here, never as a SIGBUS on a later
     /// store) and prefaults it. Rare path: a ring claim or a blob.
     fn allocate(&self, offset: u64, len: u64) -> bool {
+        if self.mapping_lost() {
+            // The file was truncated under us: never grow it again.
+            return false;
+        }
         let Ok(c) = CString::new(self.path.as_os_str().as_bytes()) else {
             return false;
         };
         // SAFETY: c is a valid NUL-terminated path.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            )
+        };
         if fd < 0 {
             return false;
         }
@@ -1045,45 +1077,37 @@ pub fn current_tid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
-fn open_exclusive(dir: &Path, base_name: &str) -> Result<(i32, PathBuf), CreateError> {
+/// Creates the dump file in the opened directory, picking `<name>.N` when `<name>` exists (a
+/// pid reused within one boot's clock tick): the descriptor and the file's absolute path.
+fn open_exclusive(
+    dir_fd: &std::os::fd::OwnedFd,
+    dir: &Path,
+    base_name: &str,
+) -> Result<(i32, PathBuf), CreateError> {
     for attempt in 0..16u32 {
         let name = if attempt == 0 {
             base_name.to_owned()
         } else {
             format!("{base_name}.{attempt}")
         };
-        let path = dir.join(name);
-        let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| CreateError {
-            step: "open",
-            path: path.clone(),
-            errno: libc::EINVAL,
-        })?;
-        // SAFETY: c is a valid NUL-terminated path.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-                0o600 as libc::c_uint,
-            )
-        };
-        if fd >= 0 {
-            // The umask cannot widen 0600, but an inherited ACL could: make it exact.
-            // SAFETY: fd is valid.
-            unsafe { libc::fchmod(fd, 0o600) };
-            return Ok((fd, path));
-        }
-        let e = errno();
-        if e != libc::EEXIST {
-            return Err(CreateError {
-                step: "open",
-                path,
-                errno: e,
-            });
+        let path = dir.join(&name);
+        match create_in(dir_fd, &name) {
+            Ok(fd) => return Ok((fd, path)),
+            Err(libc::EEXIST) => continue,
+            Err(errno) => {
+                return Err(CreateError {
+                    step: "open",
+                    path,
+                    errno,
+                    refused: None,
+                })
+            }
         }
     }
     Err(CreateError {
         step: "open",
         path: dir.join(base_name),
         errno: libc::EEXIST,
+        refused: None,
     })
 }

@@ -10,7 +10,6 @@ use crate::layout::*;
 use crate::liveness::writer_may_be_alive;
 use crate::schema::{ArgView, BlobKind, CallId, RecordKind, SlotRef};
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -359,7 +358,7 @@ pub trait Source {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
 }
 
-impl Source for File {
+impl Source for std::fs::File {
     fn size(&self) -> io::Result<u64> {
         Ok(self.metadata()?.len())
     }
@@ -403,10 +402,24 @@ fn i32_at(b: &[u8], o: usize) -> i32 {
 
 /// Reads a dump file from disk.
 pub fn read_dump(path: &Path) -> Result<Dump, DumpError> {
-    let file = File::open(path).map_err(|source| DumpError::Io {
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| DumpError::Io {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    // Non-blocking: opening a FIFO named like a dump would otherwise wait forever for a writer.
+    // O_NONBLOCK is 0o4000 on every Linux architecture this builds for (asm-generic/fcntl.h).
+    const O_NONBLOCK: i32 = 0o4000;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NONBLOCK)
+        .open(path)
+        .map_err(io)?;
+    if !file.metadata().map_err(io)?.is_file() {
+        return Err(io(io::Error::other(
+            "not a regular file (a FIFO, socket or device is never read)",
+        )));
+    }
     decode(&file, path)
 }
 

@@ -18,6 +18,9 @@
 //! - The handler is async-signal-safe: atomics and stores into the never-unmapped mapping, a
 //!   vDSO clock read, `gettid`, `sigaction` and `tgkill`. It preserves errno.
 //! - `NCCLSHIM_SIGNALS=0` (or `false`/`no`/`off`) turns it off.
+//! - A SIGBUS on the recorder's own pages (its dump truncated under it) is not the host's: it
+//!   goes to `ncclshim_dump::fault_guard` first, which recovers it, and is neither recorded nor
+//!   chained.
 
 use ncclshim_dump::Recorder;
 use std::cell::UnsafeCell;
@@ -104,6 +107,14 @@ fn is_fault(sig: c_int, code: c_int) -> bool {
 extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: __errno_location is the calling thread's errno; restored before returning.
     let errno = unsafe { *libc::__errno_location() };
+    // SAFETY: `info` is the kernel's argument to this handler.
+    if sig == libc::SIGBUS && unsafe { ncclshim_dump::fault_guard::recover(info) } {
+        // A fault on the recorder's own pages (its file was truncated): the guard replaced
+        // them, recording is off, and the store re-executes harmlessly. Not the host's crash.
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+        return;
+    }
     // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler (or null, checked).
     let code = unsafe { info.as_ref() }.map_or(0, |i| i.si_code);
     note(sig, info, code);

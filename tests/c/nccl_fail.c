@@ -15,8 +15,12 @@
  *                            ncclCommDestroy; each line also shows ncclGetLastError()
  *   nccl_fail lateenv        as init, with NCCL_LATE_SETTING=1 set (setenv) after the first call
  *   nccl_fail fork           ncclGetVersion in the parent, then in a forked child
+ *   nccl_fail truncate       ncclGetVersion (creates the dump), then truncates every file in
+ *                            $NCCLSHIM_DIR to 0 bytes (a cleanup script under a live job), then
+ *                            more calls: the process must go on and exit 0 as without the shim
  */
 #include "nccl_min.h"
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +48,27 @@ int nccl_fail_run(const char* what) {
         int st = 0;
         waitpid(pid, &st, 0);
         return WIFEXITED(st) ? WEXITSTATUS(st) : 2;
+    }
+    if (!strcmp(what, "truncate")) {
+        const char* dir = getenv("NCCLSHIM_DIR");
+        DIR* d = dir ? opendir(dir) : NULL;
+        int cut = 0;
+        struct dirent* e;
+        while (d && (e = readdir(d))) {
+            char path[4096];
+            if (e->d_name[0] == '.') continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            if (truncate(path, 0) == 0) cut++;
+        }
+        if (d) closedir(d);
+        printf("truncated %d file(s)\n", cut);
+        fflush(stdout);
+        for (int i = 0; i < 100; i++) rc = ncclGetVersion(&v);
+        ncclUniqueId tid;
+        ncclResult_t urc = ncclGetUniqueId(&tid);
+        printf("after truncation ncclGetVersion rc=%d ncclGetUniqueId rc=%d\n", (int)rc, (int)urc);
+        fflush(stdout);
+        return 0;
     }
     if (!strcmp(what, "nullcomm")) {
         char buf[16];

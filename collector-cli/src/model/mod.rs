@@ -254,6 +254,12 @@ pub struct ProcessModel {
     pub aggregates: Vec<aggregates::CommAggregate>,
     /// Communicators created beyond the communicator table's capacity.
     pub comms_not_kept: u32,
+    /// Threads whose ring the dump could not grow to hold (they shared the small overflow
+    /// ring): the header's `ring_alloc_failed`.
+    pub ring_alloc_failed: u32,
+    /// The dump could not grow at some point (disk full, a file size limit, a moved file):
+    /// rings or blobs were not allocated (the header's `ALLOC_FAILED` flag).
+    pub alloc_failed: bool,
     /// What the reader could not read in this process's files (truncation, a torn directory):
     /// (file as shown, the reader's warnings for it).
     pub damaged: Vec<(String, Vec<String>)>,
@@ -658,6 +664,8 @@ impl ProcessModel {
             self.add_aggregate(a);
         }
         self.comms_not_kept += o.comms_not_kept;
+        self.ring_alloc_failed += o.ring_alloc_failed;
+        self.alloc_failed |= o.alloc_failed;
         self.notes.extend(o.notes);
         self.nccl_version = self.nccl_version.or(o.nccl_version);
         self.prof_abi = self.prof_abi.or(o.prof_abi);
@@ -682,6 +690,8 @@ impl ProcessModel {
         self.disabled |= h.disabled;
         self.lost += d.summary.lost;
         self.torn += d.summary.torn;
+        self.ring_alloc_failed += h.ring_alloc_failed;
+        self.alloc_failed |= h.flags & ncclshim_format::layout::flags::ALLOC_FAILED != 0;
         for r in d.lost_by_ring() {
             self.lost_by_thread
                 .push((r.tid, r.thread_name.clone(), r.lost));
