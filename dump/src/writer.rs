@@ -610,6 +610,18 @@ impl Recorder {
         }
     }
 
+    /// Records that the process called `exit` / `_exit` / `_Exit` with `status` (`via`:
+    /// `layout::exit_via`). Async-signal-safe and allocation-free (a vDSO clock read and atomic
+    /// stores into the never-unmapped mapping), so it may run inside `_exit` in a forked child.
+    /// The last call wins: an atexit handler that calls `_exit` replaces `exit`'s record.
+    pub fn mark_exit_call(&self, via: u32, status: i32) {
+        let x = &self.header().ext2;
+        x.exit_status.store(status, Ordering::Relaxed);
+        x.exit_call_monotonic_ns
+            .store(clock::monotonic_ns(), Ordering::Relaxed);
+        x.exit_via.store(via, Ordering::Release);
+    }
+
     /// Marks a normal exit (from an atexit handler).
     pub fn mark_clean_exit(&self) {
         let h = self.header();

@@ -37,6 +37,9 @@
 //!                                `tail_reserved` and allocated with posix_fallocate
 //! ```
 //!
+//! Format 2.1 added the exit record (`HeaderExt2::exit_via`, `exit_status`,
+//! `exit_call_monotonic_ns`) in what was reserved space: a 2.0 file reads as "no exit call seen".
+//!
 //! Format changes are additive: a new record kind, call id or header field taken from reserved
 //! space bumps the minor version; anything else bumps the major version, which readers refuse.
 
@@ -48,7 +51,7 @@ pub const MAGIC: [u8; 8] = *b"NCCLSHIM";
 /// newer ones with a message telling to upgrade.
 pub const FORMAT_MAJOR: u16 = 2;
 /// Readers accept any minor version; unknown kinds written by newer writers are skipped.
-pub const FORMAT_MINOR: u16 = 0;
+pub const FORMAT_MINOR: u16 = 1;
 /// The oldest major version this reader still decodes (1.0 and 1.1: everything allocated up front).
 pub const OLDEST_MAJOR: u16 = 1;
 /// Written as a native `u32`; reads back as these bytes only on a little-endian writer.
@@ -216,7 +219,64 @@ pub struct HeaderExt2 {
     pub run_id: [u8; 64],
     /// The launcher's id for this process within the run (`RANK`, `SLURM_PROCID`, ...; -1: unknown).
     pub launcher_rank: i32,
-    pub _reserved: [u8; 60],
+    /// Minor 1: how the process asked to end (`exit_via::*`; 0: no exit call was seen). Written
+    /// last, with Release, after `exit_status` and `exit_call_monotonic_ns`; a later exit call
+    /// (an atexit handler that calls `_exit`) overwrites an earlier one: the last one decides.
+    pub exit_via: AtomicU32,
+    /// The status passed to `exit` / `_exit` / `_Exit` (the process's exit status is its low 8 bits).
+    pub exit_status: AtomicI32,
+    pub _pad2: u32,
+    /// When that call was made (CLOCK_MONOTONIC ns).
+    pub exit_call_monotonic_ns: AtomicU64,
+    pub _reserved: [u8; 40],
+}
+
+/// How a process ended, as far as its own exit call says (`HeaderExt2::exit_via`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "reader", derive(serde::Serialize))]
+#[cfg_attr(feature = "reader", serde(rename_all = "snake_case"))]
+pub enum ExitVia {
+    /// `exit(status)`: atexit handlers ran after it (`CLEAN_EXIT` once ours did).
+    Exit,
+    /// `_exit(status)` / `_Exit(status)`: the process ended at once, skipping atexit handlers
+    /// (how forked children and Python's `os._exit` end).
+    UnderscoreExit,
+}
+
+impl ExitVia {
+    /// The header value as a variant (`None` for 0, "no exit call seen", and unknown values).
+    pub fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            exit_via::EXIT => Some(Self::Exit),
+            exit_via::UNDERSCORE_EXIT => Some(Self::UnderscoreExit),
+            _ => None,
+        }
+    }
+
+    pub fn as_u32(self) -> u32 {
+        match self {
+            Self::Exit => exit_via::EXIT,
+            Self::UnderscoreExit => exit_via::UNDERSCORE_EXIT,
+        }
+    }
+
+    /// The C function's name, for people.
+    pub fn function_name(self) -> &'static str {
+        match self {
+            Self::Exit => "exit",
+            Self::UnderscoreExit => "_exit",
+        }
+    }
+}
+
+/// Values of `HeaderExt2::exit_via`: which libc function the process called to end.
+pub mod exit_via {
+    /// None was seen (killed, crashed, still running, or a writer that does not record it).
+    pub const NONE: u32 = 0;
+    /// `exit` (also a return from `main`, Python's `sys.exit`): atexit handlers run after it.
+    pub const EXIT: u32 = 1;
+    /// `_exit` or `_Exit` (forked children, Python's `os._exit`): no atexit handler runs.
+    pub const UNDERSCORE_EXIT: u32 = 2;
 }
 
 /// Offset of [`HeaderExt`] in the header page.
@@ -686,6 +746,9 @@ mod tests {
         assert_eq!(offset_of!(HeaderExt2, run_source), 40);
         assert_eq!(offset_of!(HeaderExt2, run_id), 64);
         assert_eq!(offset_of!(HeaderExt2, launcher_rank), 128);
+        assert_eq!(offset_of!(HeaderExt2, exit_via), 132);
+        assert_eq!(offset_of!(HeaderExt2, exit_status), 136);
+        assert_eq!(offset_of!(HeaderExt2, exit_call_monotonic_ns), 144);
         assert_eq!(offset_of!(RingDirEntry, claimed_ns), 32);
         assert_eq!(offset_of!(RingDirEntry, slots_offset), 40);
         assert_eq!(offset_of!(RingDirEntry, slots), 48);

@@ -19,6 +19,6 @@ pub mod result;
 pub mod schema;
 pub mod timebase;
 
-pub use layout::WriterKind;
+pub use layout::{ExitVia, WriterKind};
 pub use result::NcclResult;
 pub use schema::{args, ArgView, BlobKind, CallId, RecordKind, SlotRef};

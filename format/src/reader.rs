@@ -102,6 +102,18 @@ pub struct HeaderInfo {
     pub ring_alloc_failed: u32,
     /// The run the launcher put the process in (format 2; empty for older files).
     pub run: RunInfo,
+    /// The last `exit` / `_exit` / `_Exit` call the process made (format 2.1, shim dumps).
+    pub exit: Option<ExitInfo>,
+}
+
+/// How the process asked to end: which function, with which status, when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ExitInfo {
+    pub via: ExitVia,
+    /// The status passed (the process's exit status is its low 8 bits).
+    pub status: i32,
+    /// CLOCK_MONOTONIC ns.
+    pub t_ns: u64,
 }
 
 /// The launcher's name for the run a process belonged to.
@@ -621,6 +633,15 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
             RunInfo::default()
         },
         signal,
+        exit: if grows {
+            ExitVia::from_u32(u32_at(&h, x2 + 132)).map(|via| ExitInfo {
+                via,
+                status: i32_at(&h, x2 + 136),
+                t_ns: u64_at(&h, x2 + 144),
+            })
+        } else {
+            None
+        },
         comms_not_kept: comm_next.saturating_sub(geo.comm_entries),
         major,
         minor,

@@ -455,13 +455,40 @@ impl CallId {
     }
 
     /// Whether the shim records this NCCL call in the calling thread's wrapping ring: the
-    /// operations and group brackets a training loop makes millions of. Every other NCCL call
-    /// (communicator lifecycle, errors, registration, version) is rare and goes to the keep
-    /// ring, which no number of hot calls can overwrite.
+    /// operations and group brackets a training loop makes millions of.
     pub fn is_hot(self) -> bool {
         self.is_nccl_operation()
             || matches!(self, CallId::NcclGroupStart | CallId::NcclGroupEnd)
             || self.is_cuda()
+    }
+
+    /// Whether this NCCL call is routine: not an operation, but a program may still make any
+    /// number of them (`ncclGetVersion` in a loop, a buffer registered per step, a PreMulSum
+    /// op per reduction), and its success says nothing the diagnosis needs. The shim records
+    /// routine calls in the calling thread's wrapping ring, like hot calls, so they can never
+    /// push a failure or a lifecycle record out of the keep ring; a routine call that fails is
+    /// copied into the keep ring (`slot_flags::KEEP_COPY`), and so is the first successful
+    /// `ncclGetVersion` (the version fact the report uses).
+    pub fn is_routine(self) -> bool {
+        matches!(
+            self,
+            CallId::NcclGetVersion
+                | CallId::NcclMemAlloc
+                | CallId::NcclMemFree
+                | CallId::NcclCommRegister
+                | CallId::NcclCommDeregister
+                | CallId::NcclCommWindowRegister
+                | CallId::NcclCommWindowDeregister
+                | CallId::NcclRedOpCreatePreMulSum
+                | CallId::NcclRedOpDestroy
+        )
+    }
+
+    /// Whether the shim records this call in the keep ring from its entry on: the rare
+    /// records that must survive any volume of other calls (communicator creation, split,
+    /// teardown, revoke, suspend/resume, uniqueId, async-error changes). Neither hot nor routine.
+    pub fn is_kept(self) -> bool {
+        !self.is_hot() && !self.is_routine()
     }
 
     /// The profiler event type bit (`1 << n`) for a profiler event id.

@@ -18,6 +18,18 @@
  *   nccl_fail truncate       ncclGetVersion (creates the dump), then truncates every file in
  *                            $NCCLSHIM_DIR to 0 bytes (a cleanup script under a live job), then
  *                            more calls: the process must go on and exit 0 as without the shim
+ *   nccl_fail flood          2,000 ncclGetVersion, ncclGetUniqueId (fails under a bad NCCL_SOCKET_IFNAME),
+ *                            2,000 ncclGetVersion: routine calls on both sides of a failure
+ *   nccl_fail floodstr       as flood, each ncclGetVersion followed by ncclGetErrorString
+ * Exit modes (the program only, not the library): how the process ends.
+ *   nccl_fail exit0 | exit1  ncclGetVersion, then exit(0) / exit(1)
+ *   nccl_fail uexit3         ncclGetVersion, then _exit(3)
+ *   nccl_fail Uexit4         ncclGetVersion, then _Exit(4)
+ *   nccl_fail forkuexit3     ncclGetVersion, fork; the child calls ncclGetVersion then _exit(3); the
+ *                            parent prints "child status=<n>" and returns 0
+ *   nccl_fail vforkexec2     ncclGetVersion, vfork; the child execs a missing program and _exit(127)s;
+ *                            the parent prints "child status=<n>" and calls exit(2)
+ *   nccl_fail noncclexit5 | nonccluexit6   no NCCL call; exit(5) / _exit(6)
  */
 #include "nccl_min.h"
 #include <dirent.h>
@@ -35,6 +47,13 @@ int nccl_fail_run(const char* what) {
     if (!strcmp(what, "errno")) printf("errno=%d\n", errno);
     printf("ncclGetVersion rc=%d version=%d\n", (int)rc, v);
     if (!strcmp(what, "version") || !strcmp(what, "errno")) return 0;
+    int flood = !strcmp(what, "flood") || !strcmp(what, "floodstr");
+    if (flood) {
+        for (int i = 0; i < 2000; i++) {
+            if (ncclGetVersion(&v) != ncclSuccess) return 3;
+            if (what[5] == 's' && ncclGetErrorString(ncclSuccess) == NULL) return 3;
+        }
+    }
     if (!strcmp(what, "fork")) {
         fflush(stdout);
         pid_t pid = fork();
@@ -93,6 +112,14 @@ int nccl_fail_run(const char* what) {
     printf("ncclGetUniqueId rc=%d id=", (int)rc);
     for (int i = 0; i < 128; i++) printf("%02x", (unsigned char)id.internal[i]);
     printf("\n");
+    if (flood) {
+        for (int i = 0; i < 2000; i++) {
+            if (ncclGetVersion(&v) != ncclSuccess) return 3;
+            if (what[5] == 's' && ncclGetErrorString(ncclSuccess) == NULL) return 3;
+        }
+        fflush(stdout);
+        return 0;
+    }
     if (!strcmp(what, "uniqueid")) return 0;
     ncclComm_t comm = NULL;
     if (!strcmp(what, "initconfig")) {
@@ -114,7 +141,47 @@ int nccl_fail_run(const char* what) {
 }
 
 #ifndef NCCL_FAIL_LIB
+/* The exit modes: returns only for a mode that is not one of them. */
+static void exit_mode(const char* what) {
+    if (!strcmp(what, "noncclexit5")) exit(5);
+    if (!strcmp(what, "nonccluexit6")) _exit(6);
+    if (strcmp(what, "exit0") && strcmp(what, "exit1") && strcmp(what, "uexit3") &&
+        strcmp(what, "Uexit4") && strcmp(what, "forkuexit3") && strcmp(what, "vforkexec2"))
+        return;
+    int v = 0;
+    ncclResult_t rc = ncclGetVersion(&v);
+    printf("ncclGetVersion rc=%d version=%d\n", (int)rc, v);
+    fflush(stdout);
+    if (!strcmp(what, "exit0")) exit(0);
+    if (!strcmp(what, "exit1")) exit(1);
+    if (!strcmp(what, "uexit3")) _exit(3);
+    if (!strcmp(what, "Uexit4")) _Exit(4);
+    pid_t pid;
+    if (!strcmp(what, "forkuexit3")) {
+        pid = fork();
+        if (pid == 0) {
+            int cv = 0;
+            ncclGetVersion(&cv);
+            _exit(3);
+        }
+    } else {
+        pid = vfork();
+        if (pid == 0) {
+            char* argv[] = {"/nonexistent/ncclshim-test", NULL};
+            execv(argv[0], argv);
+            _exit(127);
+        }
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    printf("child status=%d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    fflush(stdout);
+    if (!strcmp(what, "vforkexec2")) exit(2);
+    exit(0);
+}
+
 int main(int argc, char** argv) {
+    if (argc > 1) exit_mode(argv[1]);
     int rc = nccl_fail_run(argc > 1 ? argv[1] : "version");
     fflush(stdout);
     return rc;

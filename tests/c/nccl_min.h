@@ -27,6 +27,7 @@ typedef struct {
     NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NULL }
 
 ncclResult_t ncclGetVersion(int* version);
+const char* ncclGetErrorString(ncclResult_t result);
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id);
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank);
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config);

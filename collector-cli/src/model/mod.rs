@@ -13,7 +13,9 @@ use crate::names::{nccl_version_string, rc_name};
 use facts::{GpuFacts, HostFacts, LibFacts};
 use ncclshim_format::reader::{Dump, Record};
 use ncclshim_format::schema::slot_flags;
-use ncclshim_format::{args, ArgView, BlobKind, CallId, NcclResult, RecordKind, WriterKind};
+use ncclshim_format::{
+    args, ArgView, BlobKind, CallId, ExitVia, NcclResult, RecordKind, WriterKind,
+};
 use rayon::prelude::*;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -238,12 +240,17 @@ pub struct ProcessModel {
     pub signals: Vec<(u64, u64)>,
     /// The fatal signal the shim's handler recorded in the dump header, with its details.
     pub signal: Option<SignalFact>,
-    /// Clean-exit time (wall clock), when the process exited normally.
+    /// Clean-exit time (wall clock), when the process exited normally (its atexit handlers ran,
+    /// or it ended through `_exit`).
     pub exit_t: Option<u64>,
-    /// The status it passed to `exit` / `_exit`, when the recorder saw it.
+    /// The status the process passed to its last `exit` / `_exit` / `_Exit` call (shim dumps,
+    /// format 2.1); the process's exit status is its low 8 bits.
     pub exit_status: Option<i32>,
-    /// It ended through `_exit` (fork children, `os._exit`): atexit handlers did not run.
-    pub exit_underscore: bool,
+    /// Which of those functions it called. `Exit` without `clean_exit`: it called `exit` but its
+    /// atexit handlers never finished (it hung or died while exiting).
+    pub exit_via: Option<ExitVia>,
+    /// When it made that call (wall clock).
+    pub exit_call_t: Option<u64>,
     /// Latest sign of life that left no record (a deduplicated async-error poll), wall clock.
     pub last_alive: Option<u64>,
     /// Records lost to ring wrap, per thread: (tid, thread name, lost).
@@ -341,6 +348,11 @@ fn sign_extend(v: u64) -> i64 {
 }
 
 impl ProcessModel {
+    /// It ended through `_exit` / `_Exit` (fork children, `os._exit`): atexit handlers did not run.
+    pub fn exit_underscore(&self) -> bool {
+        self.exit_via == Some(ExitVia::UnderscoreExit)
+    }
+
     /// The membership in the largest communicator: the rank a user thinks of as "rank N".
     pub fn world(&self) -> Option<&Membership> {
         self.memberships
@@ -586,6 +598,7 @@ impl ProcessModel {
             s.t = shift_t(s.t, delta);
         }
         self.exit_t = self.exit_t.map(|t| shift_t(t, delta));
+        self.exit_call_t = self.exit_call_t.map(|t| shift_t(t, delta));
         self.last_alive = self.last_alive.map(|t| shift_t(t, delta));
         for c in &mut self.progress {
             c.last_t = c.last_t.map(|t| shift_t(t, delta));
@@ -657,6 +670,11 @@ impl ProcessModel {
         self.signals.extend(o.signals);
         self.signal = self.signal.or(o.signal);
         self.exit_t = self.exit_t.max(o.exit_t);
+        if o.exit_call_t > self.exit_call_t {
+            self.exit_status = o.exit_status;
+            self.exit_via = o.exit_via;
+            self.exit_call_t = o.exit_call_t;
+        }
         self.last_alive = self.last_alive.max(o.last_alive);
         self.lost_by_thread.extend(o.lost_by_thread);
         self.progress.extend(o.progress);
@@ -698,6 +716,17 @@ impl ProcessModel {
         }
         if let Some(x) = h.exit_monotonic_ns {
             self.exit_t = Some(to_wall(d, x));
+        }
+        if let Some(e) = h.exit {
+            let t = to_wall(d, e.t_ns);
+            self.exit_status = Some(e.status);
+            self.exit_via = Some(e.via);
+            self.exit_call_t = Some(t);
+            if e.via == ExitVia::UnderscoreExit {
+                // `_exit` ends the process at once, skipping atexit handlers: a clean end.
+                self.clean_exit = true;
+                self.exit_t = Some(self.exit_t.map_or(t, |x| x.max(t)));
+            }
         }
         if let Some(a) = h.last_alive_ns {
             let t = to_wall(d, a);

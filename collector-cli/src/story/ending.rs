@@ -112,7 +112,7 @@ pub fn of(pm: &ProcessModel) -> Ending {
     if pm.clean_exit {
         return Ending::Exited {
             status: pm.exit_status,
-            underscore: pm.exit_underscore,
+            underscore: pm.exit_underscore(),
             t: pm.exit_t.unwrap_or(pm.last_t),
         };
     }

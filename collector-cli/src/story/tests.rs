@@ -172,7 +172,7 @@ fn a_process_that_ended_through_underscore_exit_ended_cleanly() {
         s.init_world(V);
     });
     job.processes[0].clean_exit = true;
-    job.processes[0].exit_underscore = true;
+    job.processes[0].exit_via = Some(ncclshim_format::ExitVia::UnderscoreExit);
     job.processes[0].exit_status = Some(0);
     let story = Story::build(&job);
     assert!(matches!(

@@ -12,7 +12,7 @@ use ncclshim_dump::{BlobKind, CallId, Entry, PendingCall, RecordKind};
 use std::cell::Cell;
 use std::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 /// Per-thread call state, one thread-local so the hot path pays for one TLS lookup.
 struct ThreadState {
@@ -105,8 +105,10 @@ pub fn context_flags() -> u32 {
 /// A call recorded at entry (or not, when recording is off or we are inside our own code).
 pub struct Active(Option<PendingCall>);
 
-/// Records the entry of `call` on `comm` with `args`: a hot call (`CallId::is_hot`) in the
-/// thread's ring, any other in the keep ring.
+/// Records the entry of `call` on `comm` with `args`: a rare call (`CallId::is_kept`:
+/// lifecycle, uniqueId) in the keep ring, a hot or routine one in the thread's own ring, so
+/// that no volume of successful calls can push a rare record or a failure out of the keep ring
+/// (failures are copied there when they complete, see `keep_copy`).
 #[inline]
 pub fn enter(call: CallId, comm: NcclComm, args: [u64; SLOT_ARGS]) -> Active {
     let entry = Entry {
@@ -118,15 +120,28 @@ pub fn enter(call: CallId, comm: NcclComm, args: [u64; SLOT_ARGS]) -> Active {
         blob: 0,
         args,
     };
-    Active(if call.is_hot() {
-        record(|_, w| w.begin(&entry))
-    } else {
+    Active(if call.is_kept() {
         record_keep(|_, w| w.begin(&entry))
+    } else {
+        record(|_, w| w.begin(&entry))
     })
 }
 
-/// A failed hot call is copied into the keep ring (flagged `KEEP_COPY`, same entry time and
-/// arguments, NCCL's text), so the failure survives the thread's ring wrapping later.
+/// Copies a successful call from its thread's ring into the keep ring (flagged `KEEP_COPY`, same
+/// entry time and arguments) the first time per dump file: `kept_in` remembers the recorder that
+/// has its copy (a forked child's new file gets its own). For the first successful
+/// `ncclGetVersion` (the version fact). Its result arguments must already be set.
+pub fn keep_first_success(p: &PendingCall, kept_in: &AtomicPtr<ncclshim_dump::Recorder>) {
+    record(|r, w| {
+        let me = (r as *const ncclshim_dump::Recorder).cast_mut();
+        if kept_in.swap(me, Ordering::Relaxed) != me {
+            keep_copy(r, w.tid(), p, crate::nccl::ffi::NCCL_SUCCESS);
+        }
+    });
+}
+
+/// A failed hot or routine call is copied into the keep ring (flagged `KEEP_COPY`, same entry
+/// time and arguments, NCCL's text), so the failure survives the thread's ring wrapping later.
 fn keep_copy(r: &'static ncclshim_dump::Recorder, tid: u32, p: &PendingCall, rc: NcclResult) {
     let Some(keep) = r.keep_writer(tid) else {
         return;

@@ -29,7 +29,7 @@ use ncclshim_dump::{arg_index, BlobKind, CallId, CommEntryWriter, Entry, Pending
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 
 /// Sign-extends a C int into an argument word.
 #[inline(always)]
@@ -269,11 +269,16 @@ macro_rules! export {
 
 // ---------------------------------------------------------------- version, uniqueId
 
+/// The dump whose keep ring has a copy of a successful `ncclGetVersion` (null: none yet).
+static VERSION_KEPT_IN: AtomicPtr<ncclshim_dump::Recorder> = AtomicPtr::new(null_mut());
+
+// Routine (recorded in the thread's ring); the first success is also kept, for the version fact.
 export!(ncclGetVersion, "ncclGetVersion", CallId::NcclGetVersion,
 (version: *mut c_int),
 comm = null_mut(), args = args::NcclGetVersion::default(),
 on_success = |pc| if !version.is_null() {
-    pc.set_arg(arg_index!(NcclGetVersion, version), s(*version))
+    pc.set_arg(arg_index!(NcclGetVersion, version), s(*version));
+    call::keep_first_success(pc, &VERSION_KEPT_IN);
 });
 
 export!(ncclGetUniqueId, "ncclGetUniqueId", CallId::NcclGetUniqueId,
