@@ -15,16 +15,18 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const CAPTURE: &str = "2026-11-27";
-
-fn capture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/real-gpu")
-        .join(CAPTURE)
+fn captures_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/real-gpu")
 }
 
-fn cases() -> Vec<Value> {
-    let path = capture_dir().join("cases.json");
+/// One capture: a folder of `NAME.tar.gz` and their `cases.json` (a GPU run's date, and the
+/// machine where one day had several).
+fn capture_dir(capture: &str) -> PathBuf {
+    captures_root().join(capture)
+}
+
+fn cases(capture: &str) -> Vec<Value> {
+    let path = capture_dir(capture).join("cases.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str::<Value>(&text)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -33,17 +35,17 @@ fn cases() -> Vec<Value> {
         .clone()
 }
 
-fn case(name: &str) -> Value {
-    cases()
+fn case(capture: &str, name: &str) -> Value {
+    cases(capture)
         .into_iter()
         .find(|c| c["name"] == name)
-        .unwrap_or_else(|| panic!("no case {name} in cases.json"))
+        .unwrap_or_else(|| panic!("no case {name} in {capture}/cases.json"))
 }
 
 /// Unpacks `NAME.tar.gz` into a fresh directory; returns it (kept alive by the guard) and the
 /// dumps directory inside.
-fn unpack(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let archive = capture_dir().join(format!("{name}.tar.gz"));
+fn unpack(capture: &str, name: &str) -> (tempfile::TempDir, PathBuf) {
+    let archive = capture_dir(capture).join(format!("{name}.tar.gz"));
     let file =
         std::fs::File::open(&archive).unwrap_or_else(|e| panic!("{}: {e}", archive.display()));
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -98,15 +100,15 @@ fn primary_text(report: &Value, primaries: &[&Value]) -> String {
     parts.join("\n")
 }
 
-fn check(name: &str) {
-    let case = case(name);
+fn check(capture: &str, name: &str) {
+    let case = case(capture, name);
     let expect = &case["expect"];
-    let (_guard, dumps) = unpack(name);
+    let (_guard, dumps) = unpack(capture, name);
     let (code, json) = report(&dumps, true);
     let (text_code, text) = report(&dumps, false);
     // Everything a failure message needs to be readable: what the job was and both reports.
     let shown = format!(
-        "case {name}: {}\n--- report (text) ---\n{text}\n--- report --json ---\n{json}",
+        "case {capture}/{name}: {}\n--- report (text) ---\n{text}\n--- report --json ---\n{json}",
         case["what"].as_str().unwrap_or_default()
     );
     let v: Value = serde_json::from_str(&json)
@@ -168,6 +170,17 @@ fn check(name: &str) {
         );
     }
 
+    if let Some(id) = expect["primary_id"].as_str() {
+        let ids: Vec<&str> = primaries
+            .iter()
+            .map(|f| f["id"].as_str().unwrap_or_default())
+            .collect();
+        assert!(
+            ids.contains(&id),
+            "no primary finding is {id}: {ids:?}\n{shown}"
+        );
+    }
+
     let catalogs: Vec<&str> = primaries
         .iter()
         .map(|f| f["catalog"].as_str().unwrap_or("none"))
@@ -187,56 +200,80 @@ fn check(name: &str) {
 }
 
 macro_rules! real_gpu_cases {
-    ($($(#[$attr:meta])* $test:ident => $name:literal),* $(,)?) => {
+    ($($(#[$attr:meta])* $test:ident => $capture:literal / $name:literal),* $(,)?) => {
         $(
             #[test]
             $(#[$attr])*
             fn $test() {
-                check($name);
+                check($capture, $name);
             }
         )*
-        /// The case names this file tests.
-        const TESTED: &[&str] = &[$($name),*];
+        /// The (capture, case) pairs this file tests.
+        const TESTED: &[(&str, &str)] = &[$(($capture, $name)),*];
     };
 }
 
 real_gpu_cases! {
-    mr_healthy => "mr-healthy",
-    mr_healthy_all => "mr-healthy-all",
-    mr_hang => "mr-hang",
-    mr_crash => "mr-crash",
-    mr_op_mismatch => "mr-op-mismatch",
-    mr_version => "mr-version",
-    badrank => "badrank",
-    selfsend => "selfsend",
-    net_ib => "net-ib",
-    bad_ifname => "bad-ifname",
-    dup_gpu => "dup-gpu",
-    loop_1rank => "loop-1rank",
-    cumem1 => "cumem1",
-    mr_slow => "mr-slow",
+    mr_healthy => "2026-11-27" / "mr-healthy",
+    mr_healthy_all => "2026-11-27" / "mr-healthy-all",
+    mr_hang => "2026-11-27" / "mr-hang",
+    mr_crash => "2026-11-27" / "mr-crash",
+    mr_op_mismatch => "2026-11-27" / "mr-op-mismatch",
+    mr_version => "2026-11-27" / "mr-version",
+    badrank => "2026-11-27" / "badrank",
+    selfsend => "2026-11-27" / "selfsend",
+    net_ib => "2026-11-27" / "net-ib",
+    bad_ifname => "2026-11-27" / "bad-ifname",
+    dup_gpu => "2026-11-27" / "dup-gpu",
+    loop_1rank => "2026-11-27" / "loop-1rank",
+    cumem1 => "2026-11-27" / "cumem1",
+    mr_slow => "2026-11-27" / "mr-slow",
+    h100_count_mismatch => "2026-11-27-h100" / "count-mismatch",
+    h100_crash_segv => "2026-11-27-h100" / "crash-segv",
+    h100_crash_sigkill => "2026-11-27-h100" / "crash-sigkill",
+    h100_cumem => "2026-11-27-h100" / "cumem",
+    h100_dup_gpu => "2026-11-27-h100" / "dup-gpu",
+    h100_exception => "2026-11-27-h100" / "exception",
+    h100_exit_early => "2026-11-27-h100" / "exit-early",
+    h100_healthy => "2026-11-27-h100" / "healthy",
+    h100_ipc_open_failed => "2026-11-27-h100" / "ipc-open-failed",
+    h100_laggard => "2026-11-27-h100" / "laggard",
+    h100_laggard_watchdog => "2026-11-27-h100" / "laggard-watchdog",
+    h100_net_ib => "2026-11-27-h100" / "net-ib",
+    h100_oom_before_init => "2026-11-27-h100" / "oom-before-init",
+    h100_op_mismatch => "2026-11-27-h100" / "op-mismatch",
+    h100_p2p_size_mismatch => "2026-11-27-h100" / "p2p-size-mismatch",
+    h100_ring_accounting => "2026-11-27-h100" / "ring-accounting",
+    h100_two_versions => "2026-11-27-h100" / "two-versions",
 }
 
 #[test]
 fn every_case_has_a_test() {
-    let listed: BTreeSet<String> = cases()
-        .iter()
-        .map(|c| {
-            c["name"]
+    let mut listed: BTreeSet<(String, String)> = BTreeSet::new();
+    for entry in std::fs::read_dir(captures_root()).expect("the real-gpu fixtures folder") {
+        let dir = entry.expect("a readable entry").path();
+        if !dir.join("cases.json").is_file() {
+            continue;
+        }
+        let capture = dir.file_name().unwrap().to_string_lossy().into_owned();
+        for c in cases(&capture) {
+            let name = c["name"]
                 .as_str()
                 .expect("every case has a name")
-                .to_owned()
-        })
+                .to_owned();
+            assert!(
+                dir.join(format!("{name}.tar.gz")).is_file(),
+                "case {capture}/{name} has no tarball"
+            );
+            listed.insert((capture.clone(), name));
+        }
+    }
+    let tested: BTreeSet<(String, String)> = TESTED
+        .iter()
+        .map(|(c, n)| (c.to_string(), n.to_string()))
         .collect();
-    let tested: BTreeSet<String> = TESTED.iter().map(|s| s.to_string()).collect();
     assert_eq!(
         listed, tested,
-        "cases.json and the tests in real_gpu.rs list different cases"
+        "the captures' cases.json and the tests in real_gpu.rs list different cases"
     );
-    for name in &listed {
-        assert!(
-            capture_dir().join(format!("{name}.tar.gz")).is_file(),
-            "case {name} has no tarball"
-        );
-    }
 }

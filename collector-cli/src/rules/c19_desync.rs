@@ -116,7 +116,10 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             .collect();
         let shim_ops = |p: usize| {
             job.processes[p].ops.iter().filter(move |o| {
-                o.comm_hash == Some(comm) && !matches!(o.call, CallId::NcclSend | CallId::NcclRecv)
+                // All ones: an operation the recorder could not number (nested in another).
+                o.comm_hash == Some(comm)
+                    && o.seq != u64::MAX
+                    && !matches!(o.call, CallId::NcclSend | CallId::NcclRecv)
             })
         };
         let prof_ops = |p: usize| {
@@ -241,8 +244,26 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 .of_all(job, &ps),
             );
         }
-        for &(_, p) in &members {
-            f.involve(job, p);
+        // The finding names the ranks that deviate: the minority; in a tie, the side without
+        // the lowest rank (the story's mismatches decide alike). The evidence shows every side.
+        let majority = groups
+            .iter()
+            .max_by_key(|(_, rs)| {
+                (
+                    rs.len(),
+                    std::cmp::Reverse(rs.iter().min().copied().unwrap_or(u32::MAX)),
+                )
+            })
+            .map(|(sig, _)| sig);
+        let odd: Vec<u32> = groups
+            .iter()
+            .filter(|(sig, _)| Some(*sig) != majority)
+            .flat_map(|(_, rs)| rs.iter().copied())
+            .collect();
+        for &(rank, p) in &members {
+            if odd.is_empty() || odd.contains(&rank) {
+                f.involve(job, p);
+            }
         }
         out.push(f);
     }
@@ -270,6 +291,44 @@ mod tests {
         assert!(f.evidence.iter().any(|e| e.ranks == [1]
             && e.values["count"] == 51_123_456
             && e.contains("issued ncclAllReduce count=51123456 float32 op=sum")));
+    }
+
+    /// The finding names the rank that deviates, not every rank (the real H100 capture
+    /// `op-mismatch`: two ranks all-reduce, the third broadcasts); in a tie, the side without
+    /// the lowest rank.
+    #[test]
+    fn the_odd_rank_is_named() {
+        let (_, fs) = analyze(&["n0", "n0", "n0"], |s| {
+            s.snapshot_all(22203);
+            let comms = s.init_world(22203);
+            for (r, c) in s.ranks.iter().zip(&comms) {
+                r.coll(CallId::NcclAllReduce, *c, 0, 1000, 7, 0, 0, 0, None);
+                let call = if r.rank == 2 {
+                    CallId::NcclBroadcast
+                } else {
+                    CallId::NcclAllReduce
+                };
+                r.coll(call, *c, 1, 1000, 7, 0, 0, 0, None);
+            }
+        });
+        let f = find(&fs, "collective-desync").expect("C19");
+        assert_eq!(f.ranks, [2]);
+        assert_eq!(f.evidence.len(), 2, "both sides stay in the evidence");
+
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22203);
+            let comms = s.init_world(22203);
+            for (r, c) in s.ranks.iter().zip(&comms) {
+                let call = if r.rank == 0 {
+                    CallId::NcclBroadcast
+                } else {
+                    CallId::NcclAllReduce
+                };
+                r.coll(call, *c, 0, 1000, 7, 0, 0, 0, None);
+            }
+        });
+        let f = find(&fs, "collective-desync").expect("C19");
+        assert_eq!(f.ranks, [1], "a tie names the side without rank 0");
     }
 
     #[test]

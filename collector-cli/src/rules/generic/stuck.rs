@@ -94,7 +94,8 @@ fn state(
     let shim_seq = pm
         .ops
         .iter()
-        .filter(|o| o.comm_hash == Some(comm))
+        // All ones: an operation the recorder could not number (ncclBroadcast inside ncclBcast).
+        .filter(|o| o.comm_hash == Some(comm) && o.seq != u64::MAX)
         .map(|o| o.seq)
         .max();
     let prof_seq = prof_position(pm, comm);
@@ -299,8 +300,11 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
         let laggards: Vec<&RankState> = match stall {
             Some(st) => states
                 .iter()
+                // A rank inside another operation that never completed is stuck inside NCCL
+                // (a desync: each side waits in its own collective), not outside it.
                 .filter(|s| {
-                    st.behind.iter().any(|b| b.1 == s.process)
+                    s.inside.is_none()
+                        && st.behind.iter().any(|b| b.1 == s.process)
                         && story
                             .nodes
                             .iter()
@@ -331,11 +335,17 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
         if waiting_in_init {
             continue;
         }
+        let behind_inside = stall.is_some_and(|st| {
+            states
+                .iter()
+                .any(|s| s.inside.is_some() && st.behind.iter().any(|b| b.1 == s.process))
+        });
         if stall.is_some_and(|st| {
             st.behind
                 .iter()
                 .all(|b| b.2 == crate::story::progress::Behind::NeverIssued)
         }) && laggards.is_empty()
+            && !behind_inside
         {
             continue;
         }
@@ -389,6 +399,11 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
             f
         } else {
             let same_seq = inside.iter().all(|s| s.issued == max);
+            // One operation: every rank inside the same function (a desync puts ranks in
+            // different ones even where the shim's per-communicator numbers agree).
+            let one_operation = inside.windows(2).all(|w| {
+                w[0].inside.as_ref().map(|i| &i.op) == w[1].inside.as_ref().map(|i| &i.op)
+            });
             let all = inside.len() == states.len();
             let mut f = Finding::new(
                 "stuck-inside-nccl",
@@ -402,12 +417,17 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
                 },
                 if all && same_seq { Confidence::Medium } else { Confidence::Low },
             )
-            .remedy(
+            .remedy(if one_operation {
                 "All ranks entered the same operation and it never completed: suspect the transport. \
                  Bisect with NCCL_P2P_DISABLE=1 (PCIe ACS/IOMMU, consumer-GPU P2P), NCCL_SHM_DISABLE=1, \
                  NCCL_NET=Socket / NCCL_IB_DISABLE=1 (RoCE GID, link errors, firewall), and read NCCL_DEBUG=INFO \
-                 of the first run that hangs.",
-            );
+                 of the first run that hangs."
+            } else {
+                "The ranks wait inside different operations: each waits for peers that issued \
+                 something else. Make the sequence of collectives identical on every rank (a \
+                 rank-dependent branch around a collective); TORCH_DISTRIBUTED_DEBUG=DETAIL names \
+                 the Python call sites."
+            });
             for s in &inside {
                 f.involve(job, s.process);
             }
