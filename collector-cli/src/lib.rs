@@ -167,8 +167,10 @@ pub fn analyze_run(
     let summaries: Vec<runs::RunSummary> = runs.iter().map(|r| r.summary.clone()).collect();
     let parts = std::mem::take(&mut runs[chosen].parts);
     let job = model::JobModel::from_processes(parts);
-    let findings = rules::diagnose_with(&job, options);
+    let story = story::Story::build(&job);
+    let findings = rules::diagnose_story(&job, &story, options);
     let mut report = report::Report::build(&job, findings, problems);
+    report.story = story::render::lines(&job, &story);
     if summaries.len() > 1 || run.is_some() {
         report.run_note = runs::note(&summaries);
         report.runs = summaries;

@@ -55,6 +55,10 @@ enum Command {
         /// List the runs in the directory (one per line; JSON with --json) and exit.
         #[arg(long)]
         list_runs: bool,
+        /// After the report, print the job's story the diagnosis reasoned over: how each
+        /// process ended, where each rank was, who waited for whom, the failure graph.
+        #[arg(long, conflicts_with = "json")]
+        story: bool,
     },
     /// Write a Perfetto / Chrome trace (one process per rank, clocks aligned across hosts).
     Trace {
@@ -124,6 +128,7 @@ fn main() -> ExitCode {
             stall_after,
             run,
             list_runs,
+            story,
         } => {
             let options = collector_cli::rules::Options {
                 stall_after_ns: u64::try_from(stall_after.as_nanos()).unwrap_or(u64::MAX),
@@ -132,7 +137,7 @@ fn main() -> ExitCode {
             if list_runs {
                 cmd_list_runs(&dir, json)
             } else {
-                cmd_report(&dir, json, color, run.as_deref(), &options)
+                cmd_report(&dir, json, color, story, run.as_deref(), &options)
             }
         }
         Command::Trace { dir, output } => cmd_trace(&dir, &output),
@@ -349,6 +354,7 @@ fn cmd_report(
     dir: &std::path::Path,
     json: bool,
     color: ColorChoice,
+    story: bool,
     run: Option<&str>,
     options: &collector_cli::rules::Options,
 ) -> anyhow::Result<ExitCode> {
@@ -392,6 +398,13 @@ fn cmd_report(
         writeln!(out)?;
     } else {
         write!(out, "{}", report.to_text(use_color(color)))?;
+        if story {
+            writeln!(out)?;
+            for line in &report.story {
+                // The story quotes recorded texts: no control character reaches the terminal.
+                writeln!(out, "{}", collector_cli::terminal::escape_controls(line))?;
+            }
+        }
     }
     Ok(ExitCode::from(report.exit_code() as u8))
 }

@@ -188,6 +188,10 @@ pub struct Report {
     /// "this directory holds N runs: ...; reporting on run X; use --run ID to choose".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_note: Option<String>,
+    /// The job's story in words (`report --story`; `story::render`): text only, not part of
+    /// the JSON contract.
+    #[serde(skip)]
+    pub story: Vec<String>,
 }
 
 /// The gaps in the evidence, one item per process and kind (records lost on threads are summed
@@ -487,6 +491,7 @@ impl Report {
             evidence_gaps,
             runs: Vec::new(),
             run_note: None,
+            story: Vec::new(),
         }
     }
 

@@ -247,6 +247,36 @@ real_gpu_cases! {
     h100_two_versions => "2026-11-27-h100" / "two-versions",
 }
 
+/// `report --story` on a real capture: the crash is the one root and the survivor's remote
+/// error names it as its explanation (what the verdict then reasons over).
+#[test]
+fn the_story_of_a_real_crash() {
+    let (_guard, dumps) = unpack("2026-11-27-h100", "crash-sigkill");
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .args(["report", "--color", "never", "--story"])
+        .arg(&dumps)
+        .output()
+        .expect("the ncclshim binary runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let story = &text[text.find("\nstory:\n").expect("a story section")..];
+    assert!(
+        story.contains("rank 1 (vm pid 2057): ended without any mark"),
+        "{story}"
+    );
+    let roots: Vec<&str> = story.lines().filter(|l| l.ends_with("-- ROOT")).collect();
+    assert_eq!(roots.len(), 1, "{story}");
+    assert!(
+        roots[0].contains("rank 1 ") && roots[0].contains("vanished"),
+        "{story}"
+    );
+    assert!(
+        story.lines().any(|l| l.contains("rank 0 ")
+            && l.contains("Connection closed")
+            && l.contains("explained by [0]")),
+        "{story}"
+    );
+}
+
 #[test]
 fn every_case_has_a_test() {
     let mut listed: BTreeSet<(String, String)> = BTreeSet::new();

@@ -268,6 +268,9 @@ pub struct Entry {
     pub subsystem: String,
     pub role: Role,
     pub meaning: String,
+    /// What the failure is, in a user's words, leading the finding's title (`GPU memory
+    /// exhausted`); absent: the title is the call and NCCL's text alone.
+    pub headline: Option<String>,
     pub catalog: Vec<String>,
     pub patterns: Vec<Regex>,
     pub causes: Vec<Cause>,
@@ -388,6 +391,8 @@ struct RawEntry {
     subsystem: String,
     role: Role,
     meaning: String,
+    #[serde(default)]
+    headline: Option<String>,
     #[serde(default)]
     catalog: Vec<String>,
     patterns: Vec<String>,
@@ -587,6 +592,7 @@ pub fn load(text: &str) -> Result<Messages, String> {
             subsystem: raw.subsystem,
             role: raw.role,
             meaning: raw.meaning,
+            headline: raw.headline,
             catalog: raw.catalog,
             patterns,
             causes,

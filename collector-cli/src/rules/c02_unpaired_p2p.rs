@@ -2,17 +2,11 @@
 //! data, than B receives from A) deadlock; the proxy-thread WARNs seen at abort ("Could not
 //! receive type from localRank", "Connection closed by localRank") are teardown noise.
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
+use super::{text_has_role, Confidence, Evidence, EvidenceKind, Finding};
+use crate::knowledge::messages::Role;
 use crate::model::JobModel;
 use ncclshim_format::CallId;
 use std::collections::BTreeMap;
-
-const TEARDOWN: &[&str] = &[
-    "Could not receive type from localRank",
-    "Connection closed by localRank",
-    "Accept failed",
-    "Failed to execute operation Close",
-];
 
 #[derive(Default, Clone, Copy)]
 struct Tally {
@@ -122,7 +116,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                     Some(CallId::NcclCommAbort | CallId::NcclCommDestroy)
                 );
                 if c.failed()
-                    && (teardown_call || text_has(c, TEARDOWN))
+                    && (teardown_call || text_has_role(c, Role::Teardown))
                     && abort_t.is_some_and(|t| t <= c.t_enter)
                 {
                     f.explain(p, i);

@@ -2,18 +2,12 @@
 //! detected : rank X and rank Y both on CUDA device ..."; 2.30 rewords it ("Multiple ranks ...
 //! same GPU ... NCCL_MULTI_RANK_GPU_ENABLE") and allows it only on opt-in. ncclInvalidUsage.
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
+use super::{text_is_case, Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::launchers::{lookup, Role};
 use crate::knowledge::visible_devices::VisibleDevices;
 use crate::model::JobModel;
 use ncclshim_format::NcclResult;
 use std::collections::BTreeMap;
-
-const TEXTS: &[&str] = &[
-    "Duplicate GPU detected",
-    "Multiple ranks detected using the same GPU",
-    "Multiple Ranks are using the same GPU",
-];
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(
@@ -104,7 +98,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     for (p, pm) in job.processes.iter().enumerate() {
         for (i, c) in pm.calls.iter().enumerate() {
             if c.failed()
-                && (text_has(c, TEXTS)
+                && (text_is_case(c, "C06")
                     || (f.process_ids.contains(&p)
                         && c.is_init()
                         && c.returned(NcclResult::InvalidUsage)))

@@ -1,16 +1,9 @@
 //! C07: `/dev/shm` too small (Docker's default 64 MiB) for NCCL's SHM transport buffers:
 //! ncclSystemError at init with a shared-memory WARN whose wording depends on the version.
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
+use super::{text_is_case, Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use ncclshim_format::NcclResult;
-
-const TEXTS: &[&str] = &[
-    "Error while creating shared memory segment",
-    "failed to extend /dev/shm",
-    "Call to posix_fallocate failed",
-    "No space left on device",
-];
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(
@@ -37,7 +30,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             if !c.failed() || c.is_cuda {
                 continue;
             }
-            let by_text = text_has(c, TEXTS);
+            let by_text = text_is_case(c, "C07");
             let by_facts =
                 c.returned(NcclResult::SystemError) && small && local > 1 && c.error_text.is_none();
             if !by_text && !by_facts {

@@ -3,7 +3,7 @@
 //! later with a garbage address family — the same text as a version mismatch (C03), which is why
 //! this rule compares the value with the recorded interfaces instead of trusting the message.
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::facts::NetIf;
 use crate::model::JobModel;
 
@@ -132,7 +132,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 .of(job, p),
             );
         }
-        let mut failed = false;
         for (i, c) in pm.calls.iter().enumerate() {
             if c.failed()
                 && !c.is_cuda
@@ -142,11 +141,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             {
                 f.explain(p, i);
                 f.fact(Evidence::call(c).of(job, p));
-                failed = true;
             }
-        }
-        if !failed {
-            f.severity = Severity::Contributing;
         }
     }
     if f.process_ids.is_empty() {

@@ -3,7 +3,7 @@
 //! CUDA says exactly the same when there is no driver at all (a container started without GPUs,
 //! a login node): the host facts tell the two apart, and the finding says which.
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding, Severity};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
 
@@ -18,7 +18,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "Upgrade the NVIDIA driver, or install a CUDA/NCCL build that matches the driver (for \
          datacenter GPUs the cuda-compat package also works).",
     );
-    let mut any_failure = false;
     let mut no_driver = Vec::new();
     for (p, pm) in job.processes.iter().enumerate() {
         let libs = pm.libs.as_ref();
@@ -33,7 +32,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 f.explain(p, i);
                 f.fact(Evidence::call(c).of(job, p));
                 hit = true;
-                any_failure = true;
             }
         }
         if older {
@@ -86,9 +84,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             );
         }
     }
-    if !any_failure {
-        f.severity = Severity::Contributing;
-    }
     vec![f]
 }
 
@@ -96,6 +91,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::rules::testutil::{analyze, find};
+    use crate::rules::Severity;
     use crate::synth::{host_facts_json, libraries_json, WHEEL_NCCL, WORLD_UID};
 
     fn insufficient_driver(host: serde_json::Value) -> Vec<Finding> {

@@ -3,17 +3,10 @@
 //! rank that died or failed first, which this rule names (its own finding comes from the rule
 //! that explains it, or from `abrupt_end`).
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
+use super::{text_has_role, Confidence, Evidence, EvidenceKind, Finding};
+use crate::knowledge::messages::Role;
 use crate::model::JobModel;
 use ncclshim_format::NcclResult;
-
-const REMOTE_TEXTS: &[&str] = &[
-    "Connection closed by remote peer",
-    "Connection reset by peer",
-    "Broken pipe",
-    "remote process exited",
-    "socketProgress",
-];
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     // (process, call index, time) of every remote-looking error.
@@ -23,7 +16,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             let async_remote = c.async_result() == Some(NcclResult::RemoteError);
             if (c.failed()
                 && !c.is_cuda
-                && (c.returned(NcclResult::RemoteError) || text_has(c, REMOTE_TEXTS)))
+                && (c.returned(NcclResult::RemoteError) || text_has_role(c, Role::Consequence)))
                 || async_remote
             {
                 remote.push((p, i, c.fail_time()));

@@ -1,7 +1,7 @@
 //! C23: two different libnccl builds mapped in one process (import order decides which one the
 //! framework binds to; missing symbols or an unexpected version follow).
 
-use super::{Confidence, Evidence, EvidenceKind, Finding, Severity};
+use super::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
@@ -49,7 +49,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         // the finding explains them (and is primary) rather than sitting beside them.
         for (i, _) in pm.calls.iter().enumerate().filter(|(_, c)| c.failed()) {
             f.explain(p, i);
-            f.severity = Severity::Primary;
             f.confidence = Confidence::Medium;
         }
     }

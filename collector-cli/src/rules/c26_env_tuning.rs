@@ -2,7 +2,7 @@
 //! set differently across ranks — typically set on the launching node only — make peers
 //! disagree about message sizes: "message truncated" (Socket) or "collective mismatch error" (IB).
 
-use super::{text_has, Confidence, Evidence, Finding, Severity};
+use super::{text_is_case, Confidence, Evidence, Finding};
 use crate::model::JobModel;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,8 +23,6 @@ pub const TUNING: &[&str] = &[
     "NCCL_P2P_PCI_CHUNKSIZE",
     "NCCL_CROSS_NIC",
 ];
-
-const TEXTS: &[&str] = &["message truncated", "collective mismatch error"];
 
 /// For each key, value → processes (None = unset), over processes that recorded an environment.
 pub fn differing(
@@ -87,10 +85,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     }
     for (p, pm) in job.processes.iter().enumerate() {
         for (i, c) in pm.calls.iter().enumerate() {
-            if c.reports_error() && text_has(c, TEXTS) {
+            if c.reports_error() && text_is_case(c, "C26") {
                 f.explain(p, i);
                 f.fact(Evidence::call(c).of(job, p));
-                f.severity = Severity::Primary;
                 f.confidence = Confidence::High;
             }
         }
@@ -102,6 +99,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::rules::testutil::{analyze, find};
+    use crate::rules::Severity;
     use ncclshim_format::CallId;
 
     #[test]

@@ -197,6 +197,27 @@ impl Finding {
 }
 
 /// Case-insensitive substring test on NCCL's error text.
+/// Whether NCCL's message knowledge (`knowledge/messages.toml`) classifies a message of the
+/// call's error text as an entry of failure-catalog case `case`: the rules recognise NCCL's
+/// texts through that one table, never through word lists of their own.
+pub fn text_is_case(c: &CallEvent, case: &str) -> bool {
+    c.error_text.as_deref().is_some_and(|t| {
+        crate::knowledge::messages::classify_all(t)
+            .iter()
+            .any(|m| m.entry.catalog.iter().any(|x| x == case))
+    })
+}
+
+/// Whether a message of the call's error text is classified with role `role` (an echo of a
+/// failure elsewhere, teardown noise...).
+pub fn text_has_role(c: &CallEvent, role: crate::knowledge::messages::Role) -> bool {
+    c.error_text.as_deref().is_some_and(|t| {
+        crate::knowledge::messages::classify_all(t)
+            .iter()
+            .any(|m| m.entry.role == role)
+    })
+}
+
 pub fn text_has(c: &CallEvent, needles: &[&str]) -> bool {
     c.error_text.as_deref().is_some_and(|t| {
         let t = t.to_ascii_lowercase();
@@ -320,7 +341,7 @@ pub const RULES: &[(&str, RuleFn)] = &[
     ("left-early", |j, s, _| {
         generic::story_findings::left_early(j, s)
     }),
-    ("missing", |j, _, _| generic::missing_ranks::check(j)),
+    ("missing", |j, s, _| generic::missing_ranks::check(j, s)),
     ("network", |j, _, _| generic::network_path::check(j)),
     ("threads", |j, _, _| generic::concurrent_comm::check(j)),
     ("waiting", |j, _, _| generic::waiting_ranks::check(j)),
@@ -369,7 +390,6 @@ pub fn diagnose_story(job: &JobModel, story: &Story, options: &Options) -> Vec<F
             generic::transport_hang::annotate(job, f);
         }
     }
-    generic::missing_ranks::adopt_echoes(job, &mut findings);
     verdict::decide(job, story, &mut findings);
     findings
 }

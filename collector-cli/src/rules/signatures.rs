@@ -15,6 +15,8 @@ pub struct Signature {
     pub catalog: &'static str,
     pub id: &'static str,
     pub title: &'static str,
+    /// One line for the id table of `docs/report-json.md` (`registry::id_table`).
+    pub doc: &'static str,
     /// (message entry id, cause id) in `knowledge/messages.toml`: the signature holds when the
     /// error text is classified as that entry and that cause ranks first for the process's facts.
     pub causes: &'static [(&'static str, &'static str)],
@@ -30,6 +32,7 @@ pub const SIGNATURES: &[Signature] = &[
         catalog: "C15",
         id: "fabric-manager-not-running",
         title: "CUDA is not initialised: Fabric Manager not running on an NVSwitch system",
+        doc: "CUDA not initialised: Fabric Manager not running",
         causes: &[("cuda-system-not-initialized", "fabric-manager-not-running")],
         cu_results: &[802],
         env: &[],
@@ -39,6 +42,7 @@ pub const SIGNATURES: &[Signature] = &[
         catalog: "C17",
         id: "nvls-multicast-bind-failed",
         title: "NVLS multicast setup refused by the Fabric Manager / NVSwitch state",
+        doc: "NVLS multicast setup refused",
         causes: &[
             ("cuda-illegal-state-multicast", "fabric-state"),
             ("nvls-bind-failed", "fabric-state"),
@@ -51,6 +55,7 @@ pub const SIGNATURES: &[Signature] = &[
         catalog: "C21",
         id: "illegal-memory-access",
         title: "A CUDA kernel made an illegal memory access (sticky error surfacing through NCCL)",
+        doc: "a kernel's illegal memory access surfacing through NCCL",
         causes: &[("cuda-illegal-address", "application-kernel")],
         cu_results: &[700],
         env: &["CUDA_LAUNCH_BLOCKING"],
@@ -60,6 +65,7 @@ pub const SIGNATURES: &[Signature] = &[
         catalog: "C24",
         id: "init-during-graph-capture",
         title: "Communicator created while a CUDA graph was being captured",
+        doc: "communicator created during CUDA graph capture",
         causes: &[("cuda-stream-capture", "init-during-capture")],
         cu_results: &[900],
         env: &[],
@@ -69,6 +75,7 @@ pub const SIGNATURES: &[Signature] = &[
         catalog: "C29",
         id: "shm-removed-by-systemd",
         title: "NCCL's shared-memory file disappeared (systemd RemoveIPC)",
+        doc: "NCCL's shared-memory file removed (systemd RemoveIPC)",
         causes: &[
             ("shm-unlink-failed", "systemd-removeipc"),
             ("shm-unlink-failed", "other"),
@@ -81,6 +88,7 @@ pub const SIGNATURES: &[Signature] = &[
         catalog: "C32",
         id: "cumem-host-peer-unsupported",
         title: "cuMem host shared memory needs peer access the GPUs do not support",
+        doc: "cuMem host memory needs unsupported peer access",
         causes: &[("cuda-peer-access-unsupported", "cumem-host-without-p2p")],
         cu_results: &[217],
         env: &["NCCL_CUMEM_HOST_ENABLE"],
@@ -90,6 +98,7 @@ pub const SIGNATURES: &[Signature] = &[
         catalog: "C33",
         id: "malformed-topology-xml",
         title: "The topology XML NCCL was given is missing mandatory attributes",
+        doc: "the topology XML lacks mandatory attributes",
         causes: &[
             ("topo-xml-malformed", "topo-file"),
             ("topo-xml-malformed", "graph-file"),
@@ -103,6 +112,7 @@ pub const SIGNATURES: &[Signature] = &[
         catalog: "C11",
         id: "ibv-create-qp-failed",
         title: "Creating an InfiniBand queue pair failed (locked-memory limit)",
+        doc: "`ibv_create_qp` failed (locked-memory limit)",
         causes: &[("ib-verbs-call-failed", "memlock-limit")],
         cu_results: &[],
         env: &["NCCL_IB_DISABLE"],
@@ -112,6 +122,7 @@ pub const SIGNATURES: &[Signature] = &[
         catalog: "C12",
         id: "roce-gid-not-routable",
         title: "RoCE traffic uses a link-local GID: the peer never answers (retry exceeded)",
+        doc: "RoCE retry-exceeded (status 12) with a link-local GID selected (`NCCL_IB_GID_INDEX`, or index 0 before NCCL 2.21) in the recorded GID table",
         causes: &[
             ("ib-completion-error", "roce-gid"),
             ("ib-completion-error", "roce-gid-default"),
@@ -124,6 +135,7 @@ pub const SIGNATURES: &[Signature] = &[
         catalog: "C14",
         id: "gdr-local-protection",
         title: "GPUDirect RDMA rejected by the PCIe path (IB local protection error with peermem)",
+        doc: "IB local protection error (status 4) with GPUDirect RDMA (peermem loaded): ACS / IOMMU on the PCIe path",
         causes: &[("ib-completion-error", "gdr-acs")],
         cu_results: &[],
         env: &["NCCL_NET_GDR_LEVEL"],
@@ -133,6 +145,7 @@ pub const SIGNATURES: &[Signature] = &[
         catalog: "C16",
         id: "nvls-fabric-manager-restarted",
         title: "NVLS multicast setup fails with 'invalid argument': Fabric Manager restarted without a GPU reset",
+        doc: "NVLS multicast setup (`cuMulticast*`) fails with 'invalid argument' on an NVSwitch node with ≥ 3 GPUs: Fabric Manager restarted without a GPU reset",
         causes: &[("cuda-error", "nvls-fabric-manager-restarted")],
         cu_results: &[],
         env: &["NCCL_NVLS_ENABLE"],
@@ -142,6 +155,7 @@ pub const SIGNATURES: &[Signature] = &[
         catalog: "C22",
         id: "ofi-devices-not-exposed",
         title: "The OFI network plugin (aws-ofi-nccl) finds no EFA/RDMA device",
+        doc: "the OFI network plugin (aws-ofi-nccl) is loaded but the host has no `/dev/infiniband`",
         causes: &[("net-plugin-init-failed", "efa-not-exposed")],
         cu_results: &[],
         env: &["FI_PROVIDER", "NCCL_NET"],
@@ -151,6 +165,7 @@ pub const SIGNATURES: &[Signature] = &[
         catalog: "C30",
         id: "ib-link-failed",
         title: "An InfiniBand/RoCE link failed during the run",
+        doc: "an IB/RoCE link failed mid-run: port error event, or retry-exceeded after a long healthy history or with a port not ACTIVE",
         causes: &[
             ("ib-completion-error", "link-port-down"),
             ("ib-completion-error", "link"),
@@ -164,6 +179,7 @@ pub const SIGNATURES: &[Signature] = &[
         catalog: "C34",
         id: "net-plugin-incompatible",
         title: "The network plugin does not fit this NCCL / libfabric",
+        doc: "the loaded network plugin (`libnccl-net*.so`) does not fit this NCCL / libfabric",
         causes: &[
             ("net-plugin-invalid", "plugin-version"),
             ("net-plugin-init-failed", "plugin-incompatible"),

@@ -21,6 +21,7 @@
 
 pub mod ending;
 pub mod progress;
+pub mod render;
 
 use crate::knowledge::messages;
 use crate::model::{FailureWhat, JobModel};
@@ -145,6 +146,12 @@ impl Story {
     /// Whether process `p` failed in any way (a node of its own).
     pub fn has_node(&self, p: usize) -> bool {
         self.nodes.iter().any(|n| n.process == p)
+    }
+
+    /// Whether node `i` is a reaction to something else (a remote error, a closed connection,
+    /// an abort, a request to stop, a death) rather than a fault of its own process.
+    pub fn is_reaction(&self, job: &JobModel, i: usize) -> bool {
+        is_reaction(job, &self.ends, &self.nodes[i])
     }
 
     /// The stall of communicator `comm`, if any.

@@ -2,18 +2,29 @@
 //! it. They never started, never reached NCCL, or their dumps were not collected; the ranks that
 //! did arrive wait in init (RANK_NOT_JOIN in NCCLX's terms).
 //!
-//! When every failure the dumps show is an echo (a peer closed the connection, teardown noise)
-//! and a rank of the communicator left no dump, the rank without a dump is where the job failed
-//! first: [`adopt_echoes`] makes that the primary story ("rank 0 left no dump; the others saw it
-//! fail"), with the survivors' errors as its consequences, instead of promoting an echo.
+//! When every root of the job's story is a reaction (a peer closed the connection, an abort, a
+//! request to stop) and a rank of the communicator left no dump, the rank without a dump is
+//! where the job failed first: the finding is then `failing-rank-left-no-dump` ("rank 0 left no
+//! dump; the others saw it fail"), explaining the survivors' errors, instead of an echo being
+//! taken for the cause. The verdict decides its severity like any other.
 
-use crate::model::{FailureWhat, JobModel};
-use crate::rules::{
-    explains_failure, name_processes, rank_list, Confidence, Evidence, EvidenceKind, Finding,
-    Severity,
-};
+use crate::model::JobModel;
+use crate::rules::{name_processes, rank_list, Confidence, Evidence, EvidenceKind, Finding};
+use crate::story::{NodeKind, Story};
 
-pub fn check(job: &JobModel) -> Vec<Finding> {
+pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
+    // The story's roots when every one is a reaction to something the dumps do not show: the
+    // failures on ranks that left a dump are echoes (a vanished rank is a failure of its own).
+    let roots = story.roots();
+    let echo_roots: Vec<usize> = if !roots.is_empty()
+        && roots
+            .iter()
+            .all(|&i| story.nodes[i].kind != NodeKind::Vanished && story.is_reaction(job, i))
+    {
+        roots
+    } else {
+        Vec::new()
+    };
     let mut out = Vec::new();
     for (&comm, view) in &job.comms {
         let missing = view.missing();
@@ -98,98 +109,109 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         for (_, p) in &present {
             f.process_ids.insert(*p);
         }
-        out.push(f);
+        let present_ps: Vec<usize> = present.iter().map(|&(_, p)| p).collect();
+        let echoes: Vec<usize> = echo_roots
+            .iter()
+            .copied()
+            .filter(|&i| present_ps.contains(&story.nodes[i].process))
+            .collect();
+        if echoes.is_empty() {
+            out.push(f);
+        } else {
+            out.push(left_no_dump(
+                job,
+                story,
+                comm,
+                f,
+                &missing,
+                &present_ps,
+                &echoes,
+            ));
+        }
     }
     out
 }
 
-/// The id of the finding [`adopt_echoes`] turns a missing-ranks finding into.
+/// The finding when the failures the dumps show are echoes of a rank that left no dump.
 pub const LEFT_NO_DUMP: &str = "failing-rank-left-no-dump";
 
-/// When no finding that is a cause (not a consequence) accounts for any failure of the job, the
-/// failures on ranks of a communicator with ranks missing are echoes of a failure on a missing
-/// rank: that communicator's missing-ranks finding explains them and becomes the primary story.
-pub fn adopt_echoes(job: &JobModel, findings: &mut [Finding]) {
-    let firsts = job.first_failure_per_process();
-    let cause_seen = firsts.iter().any(|e| {
-        findings
-            .iter()
-            .any(|f| !f.consequence && explains_failure(f, e))
+/// `never_arrived` (the missing-ranks finding of `comm`) told as the failure of the ranks
+/// without a dump: its facts, plus each echo (a root of the story on a present rank) it explains.
+fn left_no_dump(
+    job: &JobModel,
+    story: &Story,
+    comm: u64,
+    never_arrived: Finding,
+    missing: &[u32],
+    present: &[usize],
+    echoes: &[usize],
+) -> Finding {
+    // A communicator whose init returned on a present rank was complete: the missing ranks did
+    // join it; only their dumps are missing.
+    let joined = present.iter().any(|&p| {
+        job.processes[p].calls.iter().any(|c| {
+            c.is_init() && !c.in_flight() && !c.failed() && c.arg("uid_hash") == Some(comm)
+        })
     });
-    if firsts.is_empty() || cause_seen {
-        return;
-    }
-    for (&comm, view) in &job.comms {
-        let missing = view.missing();
-        if missing.is_empty() {
-            continue;
-        }
-        let present: Vec<usize> = job.comm_members(comm).into_iter().map(|(_, p)| p).collect();
-        let echoes: Vec<_> = firsts
-            .iter()
-            .filter(|e| present.contains(&e.process))
-            .collect();
-        let Some(f) = findings
-            .iter_mut()
-            .find(|f| f.id == "ranks-never-arrived" && f.ranks == missing)
-        else {
-            continue;
-        };
-        if echoes.is_empty() {
-            continue;
-        }
-        // A communicator whose init returned on a present rank was complete: the missing ranks
-        // did join it; only their dumps are missing.
-        let joined = present.iter().any(|&p| {
-            job.processes[p].calls.iter().any(|c| {
-                c.is_init() && !c.in_flight() && !c.failed() && c.arg("uid_hash") == Some(comm)
-            })
-        });
-        let missing_noun = format!(
-            "{} {}",
-            if missing.len() == 1 { "rank" } else { "ranks" },
-            rank_list(&missing)
-        );
-        let survivors: Vec<usize> = echoes.iter().map(|e| e.process).collect();
-        f.id = LEFT_NO_DUMP.to_owned();
-        f.title = format!(
+    let missing_noun = format!(
+        "{} {}",
+        if missing.len() == 1 { "rank" } else { "ranks" },
+        rank_list(missing)
+    );
+    let survivors: Vec<usize> = echoes.iter().map(|&i| story.nodes[i].process).collect();
+    let mut f = Finding::new(
+        LEFT_NO_DUMP,
+        None,
+        format!(
             "{missing_noun} of communicator {comm:#x} left no dump; {} saw it fail: its cause cannot be seen here",
             name_processes(job, &survivors)
-        );
-        f.severity = Severity::Primary;
-        f.confidence = Confidence::Medium;
-        f.remedy = format!(
-            "Collect {missing_noun}'s dump (the same NCCLSHIM_DIR on every node, copied from every \
-             node) and its stderr / launcher log (exit status, dmesg / OOM-killer messages): its own \
-             error is the cause; the errors listed here follow from it."
-        );
+        ),
+        Confidence::Medium,
+    )
+    .remedy(&format!(
+        "Collect {missing_noun}'s dump (the same NCCLSHIM_DIR on every node, copied from every \
+         node) and its stderr / launcher log (exit status, dmesg / OOM-killer messages): its own \
+         error is the cause; the errors listed here follow from it."
+    ));
+    f.ranks = never_arrived.ranks;
+    f.process_ids = never_arrived.process_ids;
+    f.evidence = never_arrived.evidence;
+    f.fact(
+        Evidence::new(
+            EvidenceKind::Inference,
+            if joined {
+                format!("{missing_noun} joined the communicator (its init completed on the other ranks) but left no dump")
+            } else {
+                format!("no dump of {missing_noun}: it never arrived, or its dump was not collected")
+            },
+        )
+        .value("comm", format!("{comm:#x}"))
+        .value("ranks_missing", missing)
+        .value("joined", joined),
+    );
+    let firsts: std::collections::HashMap<usize, crate::model::JobFailure> = job
+        .first_failure_per_process()
+        .into_iter()
+        .map(|e| (e.process, e))
+        .collect();
+    for &i in echoes {
+        let node = &story.nodes[i];
+        let Some(failure) = firsts.get(&node.process) else {
+            continue;
+        };
+        if let NodeKind::Error(c) | NodeKind::AsyncError(c) = node.kind {
+            f.explain(node.process, c);
+        }
         f.fact(
             Evidence::new(
                 EvidenceKind::Inference,
-                if joined {
-                    format!("{missing_noun} joined the communicator (its init completed on the other ranks) but left no dump")
-                } else {
-                    format!("no dump of {missing_noun}: it never arrived, or its dump was not collected")
-                },
+                format!("saw it fail: {}", job.describe(failure)),
             )
-            .value("comm", format!("{comm:#x}"))
-            .value("ranks_missing", &missing)
-            .value("joined", joined),
+            .value("echo", job.describe(failure))
+            .of(job, node.process),
         );
-        for e in echoes {
-            if let FailureWhat::Call(i) | FailureWhat::AsyncError(i) = e.what {
-                f.explain(e.process, i);
-            }
-            f.fact(
-                Evidence::new(
-                    EvidenceKind::Inference,
-                    format!("saw it fail: {}", job.describe(e)),
-                )
-                .value("echo", job.describe(e))
-                .of(job, e.process),
-            );
-        }
     }
+    f
 }
 
 #[cfg(test)]
@@ -226,6 +248,10 @@ mod tests {
             }
         });
         let f = find(&fs, super::LEFT_NO_DUMP).expect("the rank without a dump is the story");
+        assert!(
+            find(&fs, "ranks-never-arrived").is_none(),
+            "one finding for the missing rank"
+        );
         assert_eq!(f.severity, Severity::Primary);
         assert_eq!(f.ranks, vec![0]);
         assert_eq!(f.explains.len(), 2, "{:?}", f.explains);

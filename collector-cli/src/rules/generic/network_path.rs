@@ -272,7 +272,6 @@ fn finding_for<'a>(
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let shared_if = shared_routable_interface(job);
-    let first_failure = job.failures.first().map(|f| (f.process, f.t));
     let mut findings: Vec<(Verdict, Finding)> = Vec::new();
     for (p, i, t) in job.failures_with_text() {
         let call = &job.processes[p].calls[i];
@@ -310,9 +309,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 if let Some(m) = job.processes[p].env_var("MASTER_ADDR") {
                     f.evidence(format!("{}: MASTER_ADDR={m}", who(job, p)));
                 }
-            }
-            if first_failure == Some((p, t)) && verdict != Verdict::UnknownHost {
-                f.severity = Severity::Primary;
             }
         }
     }
@@ -352,9 +348,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             f.explain(p, i);
             f.evidence(fact);
             f.evidence(format!("{}: {}", who(job, p), c.describe()));
-            if first_failure.is_some_and(|(fp, _)| fp == p) {
-                f.severity = Severity::Primary;
-            }
         }
     }
     findings.sort_by_key(|(v, _)| *v);

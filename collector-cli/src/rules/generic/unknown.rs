@@ -139,8 +139,13 @@ fn explained_by_knowledge(
     let ranked = e.assess(m, &facts);
     let best = &ranked[0];
     let consequence = e.role.is_consequence();
+    let headline = e
+        .headline
+        .as_deref()
+        .map(|h| format!("{h}: "))
+        .unwrap_or_default();
     let title = format!(
-        "{call} failed with {rc} {rc_name}: {} ({}{})",
+        "{headline}{call} failed with {rc} {rc_name}: {} ({}{})",
         m.message,
         e.subsystem,
         if consequence {
