@@ -277,6 +277,92 @@ fn the_story_of_a_real_crash() {
     );
 }
 
+/// The GPU suite's table (`tests/gpu/checks.toml`, run on a GPU machine by `tests/gpu/suite.py`)
+/// holds: every job names a scenario `jobs.py` has, checks `suite.py` knows, expectations in the
+/// keys `check` above reads, and finding ids the rules can make. A job added there is checked
+/// here before anyone spends GPU time on it.
+#[test]
+fn the_gpu_suite_table_is_consistent() {
+    let gpu = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/gpu");
+    let read =
+        |f: &str| std::fs::read_to_string(gpu.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    let table: toml::Value = toml::from_str(&read("checks.toml")).expect("checks.toml parses");
+    let (jobs_py, suite_py) = (read("jobs.py"), read("suite.py"));
+    let jobs = table["job"].as_array().expect("[[job]] entries");
+    assert!(jobs.len() >= 15, "the suite lost jobs: {}", jobs.len());
+    let mut names = BTreeSet::new();
+    for job in jobs {
+        let name = job["name"].as_str().expect("a name");
+        assert!(names.insert(name), "job {name} twice");
+        let scenario = job["scenario"].as_str().expect("a scenario");
+        assert!(
+            jobs_py.contains(&format!("\"{scenario}\": ")),
+            "{name}: jobs.py has no scenario {scenario}"
+        );
+        assert!(
+            job["ranks"]
+                .as_integer()
+                .is_some_and(|r| (1..=8).contains(&r)),
+            "{name}: ranks"
+        );
+        assert!(
+            job["timeout_s"].as_integer().is_some_and(|t| t > 0),
+            "{name}: timeout_s"
+        );
+        for extra in job
+            .get("extra")
+            .and_then(|e| e.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let extra = extra.as_str().expect("extra checks are names");
+            assert!(
+                suite_py.contains(&format!("\"{extra}\": extra_")),
+                "{name}: suite.py has no extra check {extra}"
+            );
+        }
+        let expect = job["expect"].as_table().expect("an expect table");
+        for key in expect.keys() {
+            assert!(
+                [
+                    "exit",
+                    "primary_ranks",
+                    "primary_id",
+                    "primary_catalog",
+                    "primary_catalog_only",
+                    "words"
+                ]
+                .contains(&key.as_str()),
+                "{name}: unknown expectation {key}"
+            );
+        }
+        assert!(
+            expect.contains_key("exit"),
+            "{name}: every job says its exit status"
+        );
+        if let Some(id) = expect.get("primary_id").and_then(|v| v.as_str()) {
+            let known = collector_cli::rules::registry::declared(id).is_some()
+                || collector_cli::rules::signatures::SIGNATURES
+                    .iter()
+                    .any(|s| s.id == id)
+                || collector_cli::rules::registry::FAMILIES
+                    .iter()
+                    .any(|(f, _)| id.starts_with(f.trim_end_matches("<entry>")));
+            assert!(known, "{name}: no rule makes the id {id}");
+        }
+        for w in expect
+            .get("words")
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+        {
+            RegexBuilder::new(w.as_str().expect("words are regexes"))
+                .build()
+                .unwrap_or_else(|e| panic!("{name}: bad regex: {e}"));
+        }
+    }
+}
+
 #[test]
 fn every_case_has_a_test() {
     let mut listed: BTreeSet<(String, String)> = BTreeSet::new();
