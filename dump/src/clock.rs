@@ -102,6 +102,7 @@ fn parse_choice(raw: Option<&str>) -> (Choice, Option<String>) {
     let Some(raw) = raw.filter(|v| !v.trim().is_empty()) else {
         return (Choice::Auto, None);
     };
+    let shown = crate::settings::shown(raw);
     match raw.trim().to_ascii_lowercase().as_str() {
         "auto" => (Choice::Auto, None),
         "monotonic" => (Choice::Monotonic, None),
@@ -109,13 +110,13 @@ fn parse_choice(raw: Option<&str>) -> (Choice, Option<String>) {
         "tsc" => (
             Choice::Monotonic,
             Some(format!(
-                "ncclshim: NCCLSHIM_CLOCK={raw}: this CPU has no TSC; using monotonic\n"
+                "ncclshim: NCCLSHIM_CLOCK={shown}: this CPU has no TSC; using monotonic\n"
             )),
         ),
         _ => (
             Choice::Auto,
             Some(format!(
-                "ncclshim: NCCLSHIM_CLOCK={raw} is not one of tsc, monotonic, auto; using auto\n"
+                "ncclshim: NCCLSHIM_CLOCK={shown} is not one of tsc, monotonic, auto; using auto\n"
             )),
         ),
     }
@@ -129,7 +130,8 @@ pub fn select() -> ClockKind {
         MONOTONIC => return ClockKind::Monotonic,
         _ => {}
     }
-    let raw = std::env::var_os("NCCLSHIM_CLOCK").map(|v| v.to_string_lossy().into_owned());
+    let raw =
+        std::env::var_os(crate::settings::CLOCK.name).map(|v| v.to_string_lossy().into_owned());
     let (choice, why) = parse_choice(raw.as_deref());
     let use_tsc = match choice {
         Choice::Monotonic => false,

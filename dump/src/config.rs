@@ -1,8 +1,11 @@
 //! Where and how big a dump is: `NCCLSHIM_*` variables, their defaults, and the file name.
 //! Read once, when the recorder is created (the first NCCL event), never on the record path.
+//! The variables' names, ranges and documented defaults are defined in [`crate::settings`].
 
 use crate::dumpdir::DirPolicy;
 use crate::layout::{WriterKind, DEFAULT_COMM_ENTRIES, DEFAULT_KEEP_SLOTS};
+use crate::settings;
+pub use crate::settings::Limit;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -48,27 +51,29 @@ pub fn default_dir() -> PathBuf {
     PathBuf::from(base).join(format!("ncclshim-{uid}"))
 }
 
-/// Whether `NCCLSHIM_DISABLE` asks for no recording at all (any value but "", "0", "false", "no").
+/// Whether `NCCLSHIM_DISABLE` asks for no recording at all ([`settings::DISABLE`]: `1`/`true`/
+/// `yes`/`on` do; unset, blank and `0`/`false`/`no`/`off` do not; any other value does, with one
+/// line on stderr saying so).
 pub fn disabled_by_env() -> bool {
-    match std::env::var("NCCLSHIM_DISABLE") {
-        Ok(v) => !matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "" | "0" | "false" | "no"
-        ),
-        Err(_) => false,
-    }
+    let raw = env_text(settings::DISABLE.name);
+    let (disabled, why) = settings::DISABLE.switch(raw.as_deref(), false);
+    warn(why);
+    disabled
 }
 
-/// Whether `NCCLSHIM_SIGNALS` leaves fatal-signal capture on (default on; `0`, `false`, `no`
-/// or `off` turns it off). Read once, when the shim installs its handlers.
+/// Whether `NCCLSHIM_SIGNALS` leaves fatal-signal capture on ([`settings::SIGNALS`]: default on;
+/// `0`/`false`/`no`/`off` turns it off; an unknown value keeps it on, with one line on stderr).
+/// Read once, when the shim installs its handlers.
 pub fn signals_enabled() -> bool {
-    match std::env::var("NCCLSHIM_SIGNALS") {
-        Ok(v) => !matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "0" | "false" | "no" | "off"
-        ),
-        Err(_) => true,
-    }
+    let raw = env_text(settings::SIGNALS.name);
+    let (on, why) = settings::SIGNALS.switch(raw.as_deref(), true);
+    warn(why);
+    on
+}
+
+/// A variable's value as text (non-UTF-8 bytes replaced, so a bad value is reported, not lost).
+fn env_text(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
 }
 
 /// Parses `4096`, `64k`, `16M`, `1G` (binary units).
@@ -83,72 +88,30 @@ pub fn parse_size(v: &str) -> Option<u64> {
     digits.trim().parse::<u64>().ok()?.checked_mul(mult)
 }
 
-/// The bounds of one numeric `NCCLSHIM_*` setting (the README's configuration table lists them).
-#[derive(Debug, Clone, Copy)]
-pub struct Limit {
-    pub var: &'static str,
-    /// What the number counts, for the message ("rings", "slots", "bytes").
-    pub unit: &'static str,
-    pub min: u64,
-    pub max: u64,
-}
-
 impl Limit {
-    pub const RINGS: Limit = Limit {
-        var: "NCCLSHIM_RINGS",
-        unit: "rings",
-        min: 1,
-        max: 4096,
-    };
-    pub const ARENA: Limit = Limit {
-        var: "NCCLSHIM_ARENA_BYTES",
-        unit: "bytes",
-        min: 4096,
-        max: 1 << 40,
-    };
-
-    /// `NCCLSHIM_RING_SLOTS` or `NCCLSHIM_PROFILER_RING_SLOTS`.
-    pub const fn slots(var: &'static str) -> Limit {
-        Limit {
-            var,
-            unit: "slots",
-            min: 16,
-            max: 1 << 24,
-        }
-    }
-
     /// The value to use for `raw` (the variable's value; `None` or blank: unset), and the one
-    /// line to print when `raw` could not be used as given: not a number → `default`; out of
-    /// range → the nearest bound.
+    /// line to print when `raw` could not be used as given. Not a number or out of range →
+    /// `default`, never the nearest bound: a bound is as wrong a guess as any other, and the
+    /// upper one is the largest file the recorder can make.
     pub fn apply(&self, raw: Option<&str>, default: u64) -> (u64, Option<String>) {
         let Some(raw) = raw.filter(|v| !v.trim().is_empty()) else {
             return (default, None);
         };
         let (lo, hi) = (show_size(self.min), show_size(self.max));
-        match parse_size(raw) {
-            None => (
-                default,
-                Some(format!(
-                    "ncclshim: {}={raw} is not a number of {} ({lo}..={hi}); using {}\n",
-                    self.var,
-                    self.unit,
-                    show_size(default)
-                )),
-            ),
+        let problem = match parse_size(raw) {
+            None => format!("is not a number of {} ({lo}..={hi})", self.unit),
             Some(n) if n < self.min || n > self.max => {
-                let used = n.clamp(self.min, self.max);
-                (
-                    used,
-                    Some(format!(
-                        "ncclshim: {}={raw} is out of range ({lo}..={hi} {}); using {}\n",
-                        self.var,
-                        self.unit,
-                        show_size(used)
-                    )),
-                )
+                format!("is out of range ({lo}..={hi} {})", self.unit)
             }
-            Some(n) => (n, None),
-        }
+            Some(n) => return (n, None),
+        };
+        let line = format!(
+            "ncclshim: {}={} {problem}; using {}\n",
+            self.var,
+            settings::shown(raw),
+            show_size(default)
+        );
+        (default, Some(line))
     }
 }
 
@@ -194,7 +157,7 @@ impl RecorderConfig {
     /// Defaults overridden by `NCCLSHIM_DIR`, `NCCLSHIM_RINGS`, `NCCLSHIM_RING_SLOTS`
     /// (`NCCLSHIM_PROFILER_RING_SLOTS` for the profiler) and `NCCLSHIM_ARENA_BYTES`.
     pub fn from_env(writer_kind: WriterKind) -> Self {
-        let chosen = std::env::var_os("NCCLSHIM_DIR")
+        let chosen = std::env::var_os(settings::DIR.name)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
         let policy = match chosen {
@@ -203,19 +166,19 @@ impl RecorderConfig {
         };
         let mut cfg = Self::defaults(writer_kind, chosen.unwrap_or_else(default_dir));
         cfg.dir_policy = policy;
-        let slots_var = match writer_kind {
-            WriterKind::Profiler => "NCCLSHIM_PROFILER_RING_SLOTS",
-            _ => "NCCLSHIM_RING_SLOTS",
+        let slots = match writer_kind {
+            WriterKind::Profiler => settings::PROFILER_RING_SLOTS,
+            _ => settings::RING_SLOTS,
         };
-        let env = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
-        let (rings, why) = Limit::RINGS.apply(env(Limit::RINGS.var).as_deref(), cfg.rings.into());
+        let (rings, why) =
+            settings::RINGS.apply(env_text(settings::RINGS.var).as_deref(), cfg.rings.into());
         cfg.rings = rings as u32;
         warn(why);
-        let slots = Limit::slots(slots_var);
-        let (n, why) = slots.apply(env(slots_var).as_deref(), cfg.slots_per_ring.into());
+        let (n, why) = slots.apply(env_text(slots.var).as_deref(), cfg.slots_per_ring.into());
         cfg.slots_per_ring = n as u32;
         warn(why);
-        let (n, why) = Limit::ARENA.apply(env(Limit::ARENA.var).as_deref(), cfg.arena_bytes);
+        let arena = settings::ARENA_BYTES;
+        let (n, why) = arena.apply(env_text(arena.var).as_deref(), cfg.arena_bytes);
         cfg.arena_bytes = n;
         warn(why);
         cfg.normalized()
@@ -263,41 +226,105 @@ mod tests {
 
     #[test]
     fn invalid_values_name_the_variable_the_value_and_what_is_used() {
-        let slots = Limit::slots("NCCLSHIM_RING_SLOTS");
+        let slots = settings::RING_SLOTS;
         assert_eq!(slots.apply(None, 2048), (2048, None));
         assert_eq!(slots.apply(Some("  "), 2048), (2048, None));
         assert_eq!(slots.apply(Some("4096"), 2048), (4096, None));
+        assert_eq!(slots.apply(Some("1M"), 2048), (1 << 20, None));
         assert_eq!(
             slots.apply(Some("-5"), 2048),
             (
                 2048,
                 Some(
-                    "ncclshim: NCCLSHIM_RING_SLOTS=-5 is not a number of slots (16..=16M); using 2048\n"
+                    "ncclshim: NCCLSHIM_RING_SLOTS=-5 is not a number of slots (16..=1M); using 2048\n"
                         .into()
                 )
             )
         );
         assert_eq!(
-            Limit::RINGS.apply(Some("lots"), 64).1.as_deref(),
+            settings::RINGS.apply(Some("lots"), 64).1.as_deref(),
             Some("ncclshim: NCCLSHIM_RINGS=lots is not a number of rings (1..=4096); using 64\n")
         );
         assert_eq!(
-            Limit::RINGS.apply(Some("0"), 64),
-            (
-                1,
-                Some(
-                    "ncclshim: NCCLSHIM_RINGS=0 is out of range (1..=4096 rings); using 1\n".into()
-                )
-            )
+            settings::ARENA_BYTES
+                .apply(Some("huge"), DEFAULT_ARENA_BYTES)
+                .1
+                .as_deref(),
+            Some("ncclshim: NCCLSHIM_ARENA_BYTES=huge is not a number of bytes (4096..=256M); using 4M\n")
         );
-        assert_eq!(
-            Limit::ARENA.apply(Some("huge"), DEFAULT_ARENA_BYTES).1.as_deref(),
-            Some("ncclshim: NCCLSHIM_ARENA_BYTES=huge is not a number of bytes (4096..=1024G); using 4M\n")
-        );
-        assert_eq!(Limit::ARENA.apply(Some("2T"), 4 << 20).0, 4 << 20);
-        assert_eq!(Limit::ARENA.apply(Some("2048G"), 4 << 20).0, 1 << 40);
         assert_eq!(show_size(3 << 20), "3M");
         assert_eq!(show_size(1536), "1536");
+    }
+
+    /// Issue 22 item 7: `NCCLSHIM_RING_SLOTS=99999999999` made a 10.7 GB dump by clamping to
+    /// the maximum; every out-of-range value, either side, now falls back to the default.
+    #[test]
+    fn out_of_range_values_use_the_default_not_the_nearest_bound() {
+        let cases: &[(Limit, &str, u64, &str)] = &[
+            (settings::RINGS, "0", 64, "(1..=4096 rings); using 64"),
+            (settings::RINGS, "5000", 64, "(1..=4096 rings); using 64"),
+            (
+                settings::RING_SLOTS,
+                "4",
+                2048,
+                "(16..=1M slots); using 2048",
+            ),
+            (
+                settings::RING_SLOTS,
+                "99999999999",
+                2048,
+                "(16..=1M slots); using 2048",
+            ),
+            (
+                settings::PROFILER_RING_SLOTS,
+                "1G",
+                8192,
+                "(16..=1M slots); using 8192",
+            ),
+            (
+                settings::ARENA_BYTES,
+                "2048G",
+                4 << 20,
+                "(4096..=256M bytes); using 4M",
+            ),
+            (
+                settings::ARENA_BYTES,
+                "100",
+                4 << 20,
+                "(4096..=256M bytes); using 4M",
+            ),
+        ];
+        for &(limit, raw, default, tail) in cases {
+            let (used, line) = limit.apply(Some(raw), default);
+            assert_eq!(used, default, "{}={raw}", limit.var);
+            assert_eq!(
+                line.as_deref(),
+                Some(format!("ncclshim: {}={raw} is out of range {tail}\n", limit.var).as_str())
+            );
+        }
+        // Numbers too large for u64 are not numbers.
+        assert_eq!(
+            settings::RING_SLOTS
+                .apply(Some("99999999999999999999G"), 2048)
+                .0,
+            2048
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the value: no panic, a value within range, at most one line of warning.
+        #[test]
+        fn any_value_gives_a_usable_size(raw in "\\PC{0,30}|[0-9]{0,25}[kKmMgG ]?") {
+            for limit in [settings::RINGS, settings::RING_SLOTS, settings::ARENA_BYTES] {
+                let default = limit.min.max(64);
+                let (used, line) = limit.apply(Some(&raw), default);
+                proptest::prop_assert!((limit.min..=limit.max).contains(&used));
+                if let Some(line) = line {
+                    proptest::prop_assert_eq!(line.matches('\n').count(), 1);
+                    proptest::prop_assert_eq!(used, default);
+                }
+            }
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! The [`writer`] makes every record durable the moment it is stored (the file is
 //! `MAP_SHARED`), so a SIGKILLed or crashed process leaves a readable dump; [`process`] wraps
 //! it in the lazy, fork-aware, never-failing lifecycle (atexit mark, disable-on-failure);
-//! [`clock`] picks and calibrates the time base, [`config`] reads the `NCCLSHIM_*` sizes, [`dumpdir`] opens the
+//! [`clock`] picks and calibrates the time base, [`settings`] defines every `NCCLSHIM_*` variable and [`config`] reads the sizes, [`dumpdir`] opens the
 //! dump directory safely, [`fault_guard`] keeps a truncated dump from killing the host,
 //! [`identity`] and [`run`] say who is writing. The format's vocabulary is re-exported so a
 //! recorder names one crate; readers depend on `ncclshim-format` alone.
@@ -16,6 +16,7 @@ pub mod fault_guard;
 pub mod identity;
 pub mod process;
 pub mod run;
+pub mod settings;
 pub mod writer;
 
 pub use ncclshim_format::{arg_index, layout, profnames, schema};

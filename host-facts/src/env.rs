@@ -1,11 +1,11 @@
 //! The environment a diagnosis needs (NCCL, CUDA, launcher and rank variables), filtered by
-//! prefix so unrelated variables never leave the process, with secret-looking names redacted
-//! even when a prefix admits them (`NCCL_..._TOKEN`, `SLURM_JOB_KEY`...).
+//! prefix so unrelated variables never leave the process, with secrets redacted by the one
+//! table in [`crate::redact`] even when a prefix admits them (`NCCL_..._TOKEN`,
+//! `SLURM_JOB_KEY`, a URL password in a variable `NCCLSHIM_ENV_ALLOW` added...).
 
+use crate::redact::redact_env_value;
+pub use crate::redact::{is_secret_name, redact_args, REDACTED};
 use std::collections::BTreeMap;
-
-/// What a redacted value reads as.
-pub const REDACTED: &str = "<redacted>";
 
 /// Variables whose name starts with one of these are kept.
 const PREFIXES: &[&str] = &[
@@ -44,115 +44,8 @@ const EXACT: &[&str] = &[
     "LD_LIBRARY_PATH",
 ];
 
-/// Name fragments that mark a value as a secret.
-const SECRET_MARKERS: &[&str] = &[
-    "TOKEN",
-    "SECRET",
-    "PASSWORD",
-    "PASSWD",
-    "KEY",
-    "CREDENTIAL",
-    "AUTH",
-    "COOKIE",
-    "PRIVATE",
-    "SESSION",
-    "SIGNATURE",
-    "CERT",
-];
-
-/// Names that contain a marker but are known not to be secrets and matter for diagnosis.
-const NOT_SECRET: &[&str] = &["NCCL_IB_PKEY"];
-
 /// The filtered, redacted environment, sorted by name.
 pub type Environment = BTreeMap<String, String>;
-
-/// Whether a variable name looks like it holds a secret.
-pub fn is_secret_name(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    !NOT_SECRET.contains(&upper.as_str()) && SECRET_MARKERS.iter().any(|m| upper.contains(m))
-}
-
-/// The command line with secret-looking values replaced by [`REDACTED`], by the same name rules
-/// as the environment ([`is_secret_name`], `-` read as `_`):
-/// - `--hf-token=VALUE`, `-password=VALUE`: the value after `=`;
-/// - `--password VALUE`: the next argument, unless it is itself a long option (`--x`); a flag
-///   that only looks secret (`--use-auth train.py`) costs its neighbour, never a secret;
-/// - `API_KEY=VALUE` (an identifier-like name before `=`): the value;
-/// - `scheme://user:password@host` anywhere in an argument: the password.
-///
-/// Argument 0 (the program) is only checked for a URL password.
-pub fn redact_args(args: &[String]) -> Vec<String> {
-    let mut out = Vec::with_capacity(args.len());
-    let mut redact_next = false;
-    for (i, arg) in args.iter().enumerate() {
-        if std::mem::take(&mut redact_next) && !arg.starts_with("--") {
-            out.push(REDACTED.to_owned());
-            continue;
-        }
-        let arg = redact_url_password(arg);
-        if i == 0 {
-            out.push(arg);
-            continue;
-        }
-        let flag = arg.trim_start_matches('-');
-        let dashed = flag.len() < arg.len();
-        match flag.split_once('=') {
-            Some((name, _)) if (dashed || is_identifier(name)) && is_secret_arg_name(name) => {
-                out.push(format!(
-                    "{}={REDACTED}",
-                    &arg[..arg.len() - flag.len() + name.len()]
-                ));
-            }
-            None if dashed && is_secret_arg_name(flag) => {
-                redact_next = true;
-                out.push(arg);
-            }
-            _ => out.push(arg),
-        }
-    }
-    out
-}
-
-/// A command-line option or `KEY=VALUE` name read as a variable name.
-fn is_secret_arg_name(name: &str) -> bool {
-    !name.is_empty() && is_secret_name(&name.replace(['-', '.'], "_"))
-}
-
-fn is_identifier(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-}
-
-/// `scheme://user:password@host...` with the password redacted (every URL in `arg`).
-fn redact_url_password(arg: &str) -> String {
-    let mut out = String::with_capacity(arg.len());
-    let mut rest = arg;
-    while let Some(at) = rest.find("://") {
-        let (head, tail) = rest.split_at(at + 3);
-        out.push_str(head);
-        // The authority ends at the first '/', '?', '#' or whitespace.
-        let end = tail
-            .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace())
-            .unwrap_or(tail.len());
-        let authority = &tail[..end];
-        match authority
-            .rfind('@')
-            .and_then(|a| authority[..a].find(':').map(|c| (c, a)))
-        {
-            Some((colon, at)) => {
-                out.push_str(&authority[..=colon]);
-                out.push_str(REDACTED);
-                out.push_str(&authority[at..]);
-            }
-            None => out.push_str(authority),
-        }
-        rest = &tail[end..];
-    }
-    out.push_str(rest);
-    out
-}
 
 /// Whether the recorder keeps a variable of this name (without `NCCLSHIM_ENV_ALLOW` additions).
 pub fn is_kept_name(name: &str) -> bool {
@@ -182,11 +75,7 @@ where
     all.into_iter()
         .filter(|(k, _)| is_kept(k, &extra))
         .map(|(k, v)| {
-            let v = if is_secret_name(&k) {
-                REDACTED.to_owned()
-            } else {
-                v
-            };
+            let v = redact_env_value(&k, &v);
             (k, v)
         })
         .collect()
@@ -262,70 +151,22 @@ mod tests {
         assert!(!env.contains_key("OTHER"));
     }
 
-    fn args(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
-    }
-
+    /// Issue 22 item 8: variables admitted by `NCCLSHIM_ENV_ALLOW` leaked URL passwords and
+    /// `*_PASS`, `*_PWD`, `*_DSN` values.
     #[test]
-    fn command_line_secrets_are_redacted() {
-        let got = redact_args(&args(&[
-            "python3",
-            "train.py",
-            "--hf-token=hf_abc",
-            "--password",
-            "hunter2",
-            "-api-key=k1",
-            "WANDB_API_KEY=w1",
-            "--lr",
-            "0.1",
-            "--data",
-            "s3://user:pw@bucket/path",
-            "--master=tcp://10.0.0.1:29500",
-            "-p",
-            "8080",
-            "--secret-file",
-            "--epochs=3",
-            "NCCL_IB_PKEY=0x8001",
+    fn allowed_variables_are_redacted_by_the_same_table() {
+        let env = filter(v(&[
+            ("NCCLSHIM_ENV_ALLOW", "MY_"),
+            ("MY_DB_PASS", "hunter2"),
+            ("MY_DB_PWD", "hunter2"),
+            ("MY_DB_DSN", "dbname=x password=hunter2"),
+            ("MY_STORE", "redis://:hunter2@cache:6379/0"),
+            ("MY_SETTING", "1"),
         ]));
-        assert_eq!(
-            got,
-            args(&[
-                "python3",
-                "train.py",
-                "--hf-token=<redacted>",
-                "--password",
-                "<redacted>",
-                "-api-key=<redacted>",
-                "WANDB_API_KEY=<redacted>",
-                "--lr",
-                "0.1",
-                "--data",
-                "s3://user:<redacted>@bucket/path",
-                "--master=tcp://10.0.0.1:29500",
-                "-p",
-                "8080",
-                "--secret-file",
-                "--epochs=3",
-                "NCCL_IB_PKEY=0x8001",
-            ])
-        );
-    }
-
-    #[test]
-    fn urls_keep_everything_but_the_password() {
-        assert_eq!(
-            redact_url_password("git+https://bob:tok@example.com:443/x?y=1 https://plain.org/a@b"),
-            "git+https://bob:<redacted>@example.com:443/x?y=1 https://plain.org/a@b"
-        );
-        assert_eq!(
-            redact_url_password("https://bob@host/"),
-            "https://bob@host/"
-        );
-        assert_eq!(redact_url_password("no url"), "no url");
-        // The program itself is kept, a trailing secret flag has nothing to redact.
-        assert_eq!(
-            redact_args(&args(&["--token-tool", "--token"])),
-            args(&["--token-tool", "--token"])
-        );
+        assert_eq!(env["MY_DB_PASS"], REDACTED);
+        assert_eq!(env["MY_DB_PWD"], REDACTED);
+        assert_eq!(env["MY_DB_DSN"], REDACTED);
+        assert_eq!(env["MY_STORE"], "redis://:<redacted>@cache:6379/0");
+        assert_eq!(env["MY_SETTING"], "1");
     }
 }

@@ -12,6 +12,7 @@ pub mod env;
 pub mod host;
 pub mod libs;
 pub mod process;
+pub mod redact;
 
 pub use env::{environment, is_secret_name, redact_args, Environment, REDACTED};
 pub use host::{

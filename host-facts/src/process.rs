@@ -38,7 +38,7 @@ pub fn collect_process() -> ProcessFacts {
         cwd: read_link("/proc/self/cwd"),
         // Secrets passed as arguments (`--hf-token=...`) never leave the process.
         cmdline: std::fs::read("/proc/self/cmdline")
-            .map(|r| crate::env::redact_args(&parse_cmdline(&r)))
+            .map(|r| crate::redact::redact_args(&parse_cmdline(&r)))
             .unwrap_or_default(),
     }
 }

@@ -144,21 +144,10 @@ fn finish<R>(out: std::thread::Result<R>) -> Option<R> {
     }
 }
 
-fn say(msg: &str) {
-    // SAFETY: writing a valid buffer to fd 2; a short write is acceptable.
-    unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
-}
-
 fn ensure_mask() -> u32 {
     *MASK_FROM_ENV.get_or_init(|| {
-        let (mask, unknown) = mask::from_env();
-        if !unknown.is_empty() {
-            say(&format!(
-                "ncclshim: NCCLSHIM_PROFILE: ignoring unknown event name(s) {}; profiling {}\n",
-                unknown.join(","),
-                mask::describe(mask)
-            ));
-        }
+        let (mask, why) = mask::from_env();
+        ncclshim_dump::config::warn(why);
         MASK.store(mask, Ordering::Release);
         mask
     })

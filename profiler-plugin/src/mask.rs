@@ -53,7 +53,9 @@ fn named(word: &str) -> Option<u32> {
         "channels" => CHANNEL_RECORDS,
         "default" => DEFAULT_MASK,
         "all" => ALL_MASK,
-        "none" | "off" | "0" => 0,
+        // `0` is not among these: as a number it asks for nothing, which `resolve` reads as a
+        // mistake; the words say it on purpose.
+        "none" | "off" => 0,
         "api" => GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH,
         "proxy" => PROXY_OP | PROXY_STEP | PROXY_CTRL,
         "ce" => CE_COLL | CE_SYNC | CE_BATCH,
@@ -73,7 +75,7 @@ pub fn parse(spec: &str) -> (u32, Vec<String>) {
     let mut mask = 0u32;
     let mut unknown = Vec::new();
     let mut any = false;
-    for raw in spec.split([',', '|', '+', ' ', ';']) {
+    for raw in spec.split(SEPARATORS) {
         let word = raw.trim();
         if word.is_empty() {
             continue;
@@ -119,12 +121,67 @@ pub fn close(mut mask: u32) -> u32 {
     mask
 }
 
-/// The mask for this process, from the environment (`None`: unset → default).
-pub fn from_env() -> (u32, Vec<String>) {
-    match std::env::var("NCCLSHIM_PROFILE") {
-        Ok(v) => parse(&v),
-        Err(_) => (DEFAULT_MASK, Vec::new()),
+/// The mask to use for a `NCCLSHIM_PROFILE` value (`None` or blank: unset), and the one line to
+/// print when the value could not be followed as written. The profiler is never turned off by
+/// accident: a value that names no event types (`,,,`), only unknown ones (`banana`) or ends up
+/// empty without saying `none`/`off` (`0`, `-1`, `-coll`) gives the default; unknown words next
+/// to known ones are dropped. Every such line names the variable, the value and what is profiled.
+pub fn resolve(raw: Option<&str>) -> (u32, Option<String>) {
+    let Some(raw) = raw.filter(|v| !v.trim().is_empty()) else {
+        return (DEFAULT_MASK, None);
+    };
+    let var = ncclshim_dump::settings::PROFILE.name;
+    let shown = ncclshim_dump::settings::shown(raw);
+    let default_used = |problem: String| {
+        let line = format!(
+            "ncclshim: {var}={shown} {problem}; using the default {}\n",
+            describe(DEFAULT_MASK)
+        );
+        (DEFAULT_MASK, Some(line))
+    };
+    let (mask, unknown) = parse(raw);
+    let says_none = raw
+        .split(SEPARATORS)
+        .any(|w| matches!(w.trim().to_ascii_lowercase().as_str(), "none" | "off"));
+    if mask == 0 && !says_none {
+        return default_used(if !unknown.is_empty() {
+            format!("has no known event name ({})", shown_list(&unknown))
+        } else if raw.split(SEPARATORS).all(|w| w.trim().is_empty()) {
+            "names no event types".to_owned()
+        } else {
+            "selects no event types (`none` turns profiling off)".to_owned()
+        });
     }
+    if unknown.is_empty() {
+        return (mask, None);
+    }
+    let line = format!(
+        "ncclshim: {var}={shown}: ignoring unknown event name(s) {}; using {}\n",
+        shown_list(&unknown),
+        describe_or_none(mask)
+    );
+    (mask, Some(line))
+}
+
+/// The words between these are event names.
+const SEPARATORS: [char; 5] = [',', '|', '+', ' ', ';'];
+
+fn shown_list(words: &[String]) -> String {
+    ncclshim_dump::settings::shown(&words.join(","))
+}
+
+fn describe_or_none(mask: u32) -> String {
+    match describe(mask) {
+        d if d.is_empty() => "none".to_owned(),
+        d => d,
+    }
+}
+
+/// The mask for this process, from the environment (see [`resolve`]).
+pub fn from_env() -> (u32, Option<String>) {
+    let raw = std::env::var_os(ncclshim_dump::settings::PROFILE.name)
+        .map(|v| v.to_string_lossy().into_owned());
+    resolve(raw.as_deref())
 }
 
 /// Names of the bits in `mask`, for messages and the README.
@@ -161,6 +218,7 @@ mod tests {
         );
         assert_eq!(parse("0x3").0, GROUP | COLL);
         assert_eq!(parse("none").0, 0);
+        assert_eq!(parse("0").0, 0);
         assert_eq!(
             parse("api").0,
             GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH
@@ -168,6 +226,74 @@ mod tests {
         let (m, bad) = parse("coll,bogus");
         assert_eq!(m, COLL);
         assert_eq!(bad, vec!["bogus".to_owned()]);
+    }
+
+    /// Issue 22 item 7: `-1`, `0`, `,,,` turned profiling off without a word and `banana`
+    /// warned with an empty list. Each now gives the default and one line saying so.
+    #[test]
+    fn values_that_select_nothing_by_accident_use_the_default_and_say_so() {
+        let d = "using the default coll,p2p,kernelch\n";
+        for (raw, problem) in [
+            ("-1", "selects no event types (`none` turns profiling off)"),
+            ("0", "selects no event types (`none` turns profiling off)"),
+            (
+                "-coll",
+                "selects no event types (`none` turns profiling off)",
+            ),
+            (
+                "0x100000",
+                "selects no event types (`none` turns profiling off)",
+            ),
+            (",,,", "names no event types"),
+            ("banana", "has no known event name (banana)"),
+            ("banana,-coll", "has no known event name (banana)"),
+        ] {
+            assert_eq!(
+                resolve(Some(raw)),
+                (
+                    DEFAULT_MASK,
+                    Some(format!("ncclshim: NCCLSHIM_PROFILE={raw} {problem}; {d}"))
+                ),
+                "{raw}"
+            );
+        }
+    }
+
+    #[test]
+    fn deliberate_values_are_followed_quietly() {
+        assert_eq!(resolve(None), (DEFAULT_MASK, None));
+        assert_eq!(resolve(Some("  ")), (DEFAULT_MASK, None));
+        assert_eq!(resolve(Some("none")), (0, None));
+        assert_eq!(resolve(Some("OFF")), (0, None));
+        assert_eq!(resolve(Some("coll")), (COLL, None));
+        assert_eq!(resolve(Some("all,-channels")), (EVENT_BITS, None));
+        assert_eq!(
+            resolve(Some("coll,banana")),
+            (
+                COLL,
+                Some(
+                    "ncclshim: NCCLSHIM_PROFILE=coll,banana: ignoring unknown event name(s) banana; using coll\n"
+                        .into()
+                )
+            )
+        );
+        assert_eq!(
+            resolve(Some("none,banana")).1.as_deref(),
+            Some("ncclshim: NCCLSHIM_PROFILE=none,banana: ignoring unknown event name(s) banana; using none\n")
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the value, one line at most, on one line, and a mask NCCL can be given.
+        #[test]
+        fn any_value_resolves_without_panicking(raw in "\\PC{0,40}|[-,0-9a-z|+; ]{0,30}") {
+            let (mask, line) = resolve(Some(&raw));
+            proptest::prop_assert_eq!(mask & !ALL_MASK, 0);
+            if let Some(line) = line {
+                proptest::prop_assert_eq!(line.matches('\n').count(), 1);
+                proptest::prop_assert!(line.starts_with("ncclshim: NCCLSHIM_PROFILE="));
+            }
+        }
     }
 
     #[test]

@@ -17,7 +17,8 @@
 //!   PyTorch's, the program's own); one installed earlier is what we chain to.
 //! - The handler is async-signal-safe: atomics and stores into the never-unmapped mapping, a
 //!   vDSO clock read, `gettid`, `sigaction` and `tgkill`. It preserves errno.
-//! - `NCCLSHIM_SIGNALS=0` (or `false`/`no`/`off`) turns it off.
+//! - `NCCLSHIM_SIGNALS=0` (or `false`/`no`/`off`) turns it off; an unknown value leaves it on
+//!   with one line on stderr (`ncclshim_dump::settings::SIGNALS`).
 //! - A SIGBUS on the recorder's own pages (its dump truncated under it) is not the host's: it
 //!   goes to `ncclshim_dump::fault_guard` first, which recovers it, and is neither recorded nor
 //!   chained.
