@@ -2,7 +2,7 @@
 //! so communicator init fails with ncclInvalidUsage. NCCL's WARN changed in 2.27: "network IB
 //! not found" (2.15–2.26) became "Failed to initialize any NET plugin".
 
-use super::{text_has, text_is_case, Confidence, Evidence, EvidenceKind, Finding};
+use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use ncclshim_format::NcclResult;
 
@@ -43,7 +43,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             {
                 continue;
             }
-            let by_text = text_is_case(c, "C01");
+            let by_text = text_has(c, &[OLD_TEXT, NEW_TEXT]);
             let by_facts =
                 c.returned(NcclResult::InvalidUsage) && net.is_some() && (no_verbs || no_hca);
             if !by_text && !by_facts {
