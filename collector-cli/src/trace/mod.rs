@@ -491,7 +491,7 @@ mod tests {
     use ncclshim_dump::identity::ProcessIdentity;
     use ncclshim_dump::{Entry, Recorder};
     use ncclshim_format::reader::read_dump;
-    use ncclshim_format::WriterKind;
+    use ncclshim_format::{RecordKind, SlotRef, WriterKind};
 
     fn rank_dump(dir: &std::path::Path, host: &str, pid: u32, rank: u64) -> Dump {
         let mut c = RecorderConfig::defaults(WriterKind::Synthetic, dir.to_path_buf());
