@@ -204,18 +204,13 @@ fn auto_color(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
 fn cmd_trace(dir: &std::path::Path, output: &std::path::Path) -> anyhow::Result<ExitCode> {
     let listing = collector_cli::load::list_dumps(dir)
         .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", dir.display()))?;
-    let loaded = collector_cli::load::load_files(dir, &listing.files, None);
-    for p in loaded.problems.iter().chain(&listing.problems) {
+    let done = collector_cli::trace::input::trace_files(dir, &listing.files, output)?;
+    for p in done.problems.iter().chain(&listing.problems) {
         say!("ncclshim: skipped {}: {}", p.file, p.error);
     }
-    if loaded.dumps.is_empty() {
+    let Some(processes) = done.processes else {
         anyhow::bail!("{}: no readable dump files", dir.display());
-    }
-    let job = collector_cli::model::JobModel::build(&loaded.dumps, |d| {
-        collector_cli::load::display_path(dir, &d.path)
-    });
-    let trace = collector_cli::trace::build_trace(&loaded.dumps, &job);
-    collector_cli::trace::write_trace(&trace, output)?;
+    };
     let to = if output == std::path::Path::new("-") {
         "the trace to stdout".to_owned()
     } else {
@@ -223,7 +218,7 @@ fn cmd_trace(dir: &std::path::Path, output: &std::path::Path) -> anyhow::Result<
     };
     say!(
         "ncclshim: wrote {to} ({} processes); open it in ui.perfetto.dev",
-        job.processes.len()
+        processes
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -211,3 +211,44 @@ fn output_to_stdout_and_to_gzip() {
     let v: Value = serde_json::from_slice(&std::fs::read(&plain).unwrap()).unwrap();
     validate(&v).unwrap();
 }
+
+/// `ncclshim trace` streams one process at a time since the whole-job JSON tree was dropped
+/// (BENCHMARKS.md, "trace at scale"); its events are still exactly those the tree gave.
+/// `tests/trace-golden/*.json` were written by the last build with the tree (main at 69eb52b).
+/// Events are compared as a multiset: the streamed trace groups them by process (each sorted
+/// by time), the old one sorted all of them by time.
+#[test]
+fn the_streamed_trace_has_the_events_of_the_whole_job_trace() {
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/trace-golden");
+    for name in [
+        "c20-dead-peer",
+        "hang-8ranks-summarized",
+        "init-no-gpu-cu11",
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("t.json");
+        let out = ncclshim()
+            .args(["trace", "-o"])
+            .arg(&path)
+            .arg(fixture(name))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {out:?}");
+        let read = |p: &Path| -> Value {
+            serde_json::from_slice(&std::fs::read(p).unwrap_or_else(|e| panic!("{p:?}: {e}")))
+                .unwrap()
+        };
+        let (mut now, mut then) = (read(&path), read(&golden.join(format!("{name}.json"))));
+        let multiset = |t: &mut Value| {
+            let mut events: Vec<String> = events(t).iter().map(Value::to_string).collect();
+            events.sort();
+            t["traceEvents"] = Value::Null;
+            events
+        };
+        let (events_now, events_then) = (multiset(&mut now), multiset(&mut then));
+        assert!(events_then.len() > 10, "{name}");
+        assert_eq!(events_now, events_then, "{name}: the events");
+        assert_eq!(now, then, "{name}: displayTimeUnit and otherData");
+        validate(&read(&path)).unwrap();
+    }
+}

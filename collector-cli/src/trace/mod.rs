@@ -16,48 +16,26 @@
 //! events exactly as the report's failure order does; across machines the wall clock (NTP/PTP)
 //! is all there is, and the report says when two failures are too close to order.
 
+pub mod input;
+mod items;
 pub mod validate;
 
 use crate::model::JobModel;
-use crate::names::{rc_name, signal_name};
+use crate::names::rc_name;
+use items::{Item, What};
 use ncclshim_format::profnames::{self, NameTable};
-use ncclshim_format::reader::{Dump, GpuDone, Record};
+use ncclshim_format::reader::{Dump, Record};
 use ncclshim_format::schema::slot_flags;
-use ncclshim_format::SlotRef;
-use ncclshim_format::{args, ArgView, CallId, NcclResult, RecordKind};
+use ncclshim_format::{args, ArgView, CallId, NcclResult};
 use serde_json::{json, Map, Value};
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
 
 /// Profiler state carrying a KernelCh's GPU stop time (`ncclProfilerKernelChStop`).
 const KERNEL_CH_STOP: u64 = 22;
 /// v7 `ncclProfilerKernelPhaseStop`.
 const KERNEL_PHASE_STOP: u64 = 31;
-
-/// GPU-done records of one dump by operation, and the dump's GPU-to-record-clock offset: the
-/// smallest (record time - GPU stop) over the records that read the clock, i.e. the plugin's
-/// polling delay at its best. `None` when no record read the clock.
-fn gpu_done_records(d: &Dump) -> (HashMap<SlotRef, (GpuDone, u64)>, Option<i128>) {
-    let mut done = HashMap::new();
-    let mut offset: Option<i128> = None;
-    for r in &d.records {
-        let Some(g) = r.gpu_done().filter(|g| g.gpu_stop >= g.gpu_start) else {
-            continue;
-        };
-        let Some(op) = SlotRef::decode(g.op) else {
-            continue;
-        };
-        if g.clocked {
-            let o = i128::from(r.t_enter_ns) - i128::from(g.gpu_stop);
-            offset = Some(offset.map_or(o, |m| m.min(o)));
-        }
-        done.insert(op, (g, r.t_enter_ns));
-    }
-    (done, offset)
-}
-
-fn wall(d: &Dump, mono: u64) -> i128 {
-    i128::from(crate::model::to_wall(d, mono))
-}
 
 fn process_key(d: &Dump) -> (String, String, u32, u64) {
     let h = &d.header;
@@ -135,418 +113,239 @@ enum Group {
     GpuOps,
 }
 
-/// A slice (`dur: Some`) or instant before layout; times in ns since the trace origin.
-struct Item {
+/// One process of the trace, in the model's rank order: its trace pid, label, the model's
+/// calibration of its clock (one clock alignment for report and trace), and how it ended.
+struct TraceProcess {
     pid: u64,
-    group: Group,
-    ts: i128,
-    dur: Option<i128>,
-    /// The event without ph/ts/dur/pid/tid.
-    body: Map<String, Value>,
-    /// An instant of process scope (`"s": "p"`): on the process track, not a thread's.
-    process_scope: bool,
-    /// Unfinished at the end of the dump: drawn up to the end of everything shown for its
-    /// process (`dur` is set once that is known).
-    open_end: bool,
+    label: String,
+    clock_offset: i128,
+    died: bool,
+    signals: Vec<(u64, u64)>,
 }
 
-fn body(name: String, cat: &str, args: Map<String, Value>) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert("name".into(), json!(name));
-    m.insert("cat".into(), json!(cat));
-    m.insert("args".into(), Value::Object(args));
-    m
-}
-
-/// An operation still running at the end of the dump: drawn up to `life_end`, named and marked so.
-fn unfinished(name: String, args: &mut Map<String, Value>) -> String {
-    args.insert("unfinished".into(), json!(true));
-    format!("{name} (unfinished)")
-}
-
-/// Builds the trace for every readable dump; `job` supplies the rank labels.
-///
-/// The result is valid for Perfetto's JSON importer by construction ([`validate::validate`]
-/// checks it): every track has a small synthetic `tid` (named by `thread_name` metadata), the
-/// slices of a track nest strictly (slices that would overlap on one track go to a second
-/// track of the same name, marked "overlapping"), and events are sorted by time.
-pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
-    // The model's calibration of each process (one clock alignment for report and trace); a
-    // dump the model does not know keeps its own pair.
-    let offsets: HashMap<(String, String, u32, u64), i128> = job
-        .processes
+fn trace_processes(job: &JobModel) -> Vec<TraceProcess> {
+    job.processes
         .iter()
-        .map(|p| (p.key(), p.clock_offset))
-        .collect();
-    let at = |d: &Dump, mono: u64| -> i128 {
-        match offsets.get(&process_key(d)) {
-            Some(off) => i128::from(mono) + off,
-            None => wall(d, mono),
-        }
-    };
+        .enumerate()
+        .map(|(i, p)| TraceProcess {
+            pid: i as u64 + 1,
+            label: p.label(),
+            clock_offset: p.clock_offset,
+            died: p.died(),
+            signals: p.signals.clone(),
+        })
+        .collect()
+}
 
-    // Trace pid per process, in the model's rank order.
-    let mut pids: HashMap<(String, String, u32, u64), u64> = HashMap::new();
-    let mut process_meta: Vec<(u64, String)> = Vec::new();
-    for (i, p) in job.processes.iter().enumerate() {
-        let pid = i as u64 + 1;
-        pids.insert(
-            (p.host.clone(), p.boot_id.clone(), p.pid, p.start_ticks),
-            pid,
-        );
-        process_meta.push((pid, p.label()));
-    }
-    // The last sign of life of each process: the latest time in any record of any of its
-    // dumps (entry or exit), or its clean exit.
-    let mut life_end: HashMap<u64, i128> = HashMap::new();
-    for d in dumps {
-        let Some(&pid) = pids.get(&process_key(d)) else {
-            continue;
-        };
-        let last = d
-            .records
-            .iter()
-            .map(|r| at(d, r.t_exit_ns.unwrap_or(r.t_enter_ns).max(r.t_enter_ns)))
-            .chain(d.header.exit_monotonic_ns.map(|x| at(d, x)))
-            .max();
-        if let Some(t) = last {
-            let e = life_end.entry(pid).or_insert(t);
-            *e = (*e).max(t);
-        }
-    }
+/// What the trace needs of one dump before its records are drawn: the earliest time of any
+/// item it draws and its last sign of life, both on its record clock (the process's clock
+/// offset is added later). Read while the dump is in memory for the model, so the trace's
+/// origin is known before any event is written.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DumpExtent {
+    earliest: Option<i128>,
+    last: Option<u64>,
+}
 
-    let mut items: Vec<Item> = Vec::new();
-    let mut group_names: HashMap<(u64, Group), String> = HashMap::new();
-    for d in dumps {
-        let Some(&pid) = pids.get(&process_key(d)) else {
-            continue;
-        };
-        let end = life_end.get(&pid).copied().unwrap_or(0);
-        let writer = d.header.writer_kind.map_or(0, |k| k as u8);
-        let tag = d.header.writer_kind.map(|k| k.file_tag()).unwrap_or("dump");
-        let thread = |tid: u32| Group::Thread { writer, tid };
-        for ring in &d.rings {
-            let name = if ring.thread_name.is_empty() {
-                format!("{tag} tid {}", ring.tid)
-            } else {
-                format!("{} ({tag} tid {})", ring.thread_name, ring.tid)
-            };
-            group_names.entry((pid, thread(ring.tid))).or_insert(name);
-        }
-        let mut slice = |group: Group, ts: i128, end: i128, body: Map<String, Value>| {
-            let open_end = body["args"].get("unfinished").is_some();
-            items.push(Item {
-                pid,
-                group,
-                ts,
-                dur: Some((end - ts).max(0)),
-                body,
-                process_scope: false,
-                open_end,
-            });
-        };
-        let by_ref: HashMap<SlotRef, &Record> = d
-            .records
-            .iter()
-            .filter(|r| r.kind() == Some(RecordKind::ProfStart))
-            .map(|r| (r.slot_ref(), r))
-            .collect();
-        let mut stopped: HashMap<SlotRef, i128> = HashMap::new();
-        // Kernel stop times: filled into the start record in place (the plugin's usual form),
-        // or in a state record of their own (its fallback form).
-        let mut kernel_stops: HashMap<SlotRef, u64> = d
-            .records
-            .iter()
-            .filter(|r| r.kind() == Some(RecordKind::ProfStart) && in_place(r))
-            .filter_map(|r| Some((r.slot_ref(), r.arg("gpu_stop_ns").filter(|&g| g != 0)?)))
-            .collect();
-        let mut instants: Vec<Item> = Vec::new();
-        for r in &d.records {
-            let t = at(d, r.t_enter_ns);
-            match r.kind() {
-                Some(RecordKind::Call) => {
-                    let mut args = named_args(r);
-                    let is_cuda = r.flags & slot_flags::RC_IS_CUDA != 0
-                        || r.call().is_some_and(CallId::is_cuda);
-                    let text = (r.blob != 0)
-                        .then(|| d.blob(r.blob))
-                        .flatten()
-                        .map(|b| b.text());
-                    let mut name = slice_name(r);
-                    let exit = match r.t_exit_ns {
-                        Some(x) => {
-                            args.insert("rc".into(), json!(r.rc));
-                            args.insert("rc_name".into(), json!(rc_name(r.rc, is_cuda)));
-                            at(d, x).max(t)
-                        }
-                        None => {
-                            args.insert("in_flight".into(), json!(true));
-                            name = unfinished(name, &mut args);
-                            end.max(t)
-                        }
-                    };
-                    if let Some(text) = &text {
-                        args.insert("text".into(), json!(text));
-                    }
-                    if let Some(failure) = failure_of(r, is_cuda) {
-                        let mut fargs = Map::new();
-                        fargs.insert("call".into(), json!(r.call_name()));
-                        fargs.insert("rc".into(), json!(failure.1));
-                        fargs.insert("rc_name".into(), json!(rc_name(failure.1, is_cuda)));
-                        if let Some(text) =
-                            text.filter(|_| r.flags & slot_flags::HAS_ERROR_TEXT != 0)
-                        {
-                            fargs.insert("error_text".into(), json!(text));
-                        }
-                        if r.comm != 0 {
-                            fargs.insert("comm".into(), json!(format!("{:#x}", r.comm)));
-                        }
-                        instants.push(Item {
-                            pid,
-                            group: thread(r.tid),
-                            ts: exit,
-                            dur: None,
-                            body: body(failure.0, "failure", fargs),
-                            process_scope: false,
-                            open_end: false,
-                        });
-                    }
-                    slice(thread(r.tid), t, exit, body(name, "call", args));
-                }
-                Some(RecordKind::ProfStop) => {
-                    let stop = args::ProfStop::from_args(&r.args);
-                    if let Some(start) = SlotRef::decode(stop.handle) {
-                        stopped.insert(start, t);
-                    }
-                }
-                Some(RecordKind::ProfState) => {
-                    let s = args::ProfState::from_args(&r.args);
-                    if s.state != KERNEL_CH_STOP && s.state != KERNEL_PHASE_STOP {
-                        continue;
-                    }
-                    if let Some(start) = SlotRef::decode(s.handle) {
-                        kernel_stops.insert(start, s.value);
-                    }
-                }
-                Some(RecordKind::Event) if r.call() == Some(CallId::FatalSignal) => {
-                    let signo = r.arg("signo").unwrap_or(0);
-                    instants.push(Item {
-                        pid,
-                        group: thread(r.tid),
-                        ts: t,
-                        dur: None,
-                        body: body(
-                            format!("fatal signal {}", signal_name(signo)),
-                            "failure",
-                            named_args(r),
-                        ),
-                        process_scope: true,
-                        open_end: false,
-                    });
-                }
-                Some(RecordKind::Event | RecordKind::CommInfo | RecordKind::Snapshot) => {
-                    instants.push(Item {
-                        pid,
-                        group: thread(r.tid),
-                        ts: t,
-                        dur: None,
-                        body: body(r.call_name(), "event", named_args(r)),
-                        process_scope: false,
-                        open_end: false,
-                    });
-                }
-                _ => {}
-            }
-        }
-        // Operations whose channels were summarized: one GPU slice each, placed on the record
-        // clock through the dump's GPU clock offset (else where its GPU-done record says).
-        let (gpu_done, gpu_offset) = gpu_done_records(d);
-        let mut gpu_ends: HashMap<SlotRef, i128> = HashMap::new();
-        for (sref, (g, t_record)) in &gpu_done {
-            let Some(start) = by_ref.get(sref) else {
-                continue;
-            };
-            let end_mono = match (g.clocked, gpu_offset) {
-                (true, _) => Some(*t_record),
-                (false, Some(o)) => Some((i128::from(g.gpu_stop) + o).max(0) as u64),
-                // No record read the clock: the span is drawn ending where its operation started.
-                (false, None) => None,
-            };
-            let dur = i128::from(g.gpu_stop - g.gpu_start);
-            let gpu_end = end_mono.map_or(at(d, start.t_enter_ns), |m| at(d, m));
-            gpu_ends.insert(*sref, gpu_end);
-            group_names
-                .entry((pid, Group::GpuOps))
-                .or_insert_with(|| "GPU (operations)".to_owned());
-            let mut args = Map::new();
-            args.insert("gpu_start_ns".into(), json!(g.gpu_start));
-            args.insert("gpu_stop_ns".into(), json!(g.gpu_stop));
-            args.insert("channels".into(), json!(g.channels));
-            let placed_by = if g.clocked {
-                "its own clock read"
-            } else {
-                "the dump's GPU clock offset"
-            };
-            args.insert("placed_by".into(), json!(placed_by));
-            slice(
-                Group::GpuOps,
-                gpu_end - dur,
-                gpu_end,
-                body(slice_name(start), "gpu", args),
-            );
-        }
-        let mut starts: Vec<(&SlotRef, &&Record)> = by_ref.iter().collect();
-        starts.sort_by_key(|(s, _)| (s.ring, s.seq));
-        for (sref, start) in starts {
-            let t = at(d, start.t_enter_ns);
-            let mut args = named_args(start);
-            // Stopped in place (the start record's exit time) or by a separate stop record.
-            let stop = stopped.get(sref).copied().or(start
-                .t_exit_ns
-                .filter(|_| in_place(start))
-                .map(|x| at(d, x)));
-            if matches!(
-                start.call(),
-                Some(CallId::ProfKernelCh | CallId::ProfKernelPhase)
-            ) {
-                // GPU work: on its channel's track, timed by the GPU when it reported its stop.
-                let channel = start.arg("channel").unwrap_or(0);
-                group_names
-                    .entry((pid, Group::GpuChannel(channel)))
-                    .or_insert_with(|| format!("GPU channel {channel}"));
-                let gpu_start = start.arg("gpu_start_ns").filter(|&g| g != 0);
-                let gpu_stop = kernel_stops.get(sref).copied();
-                let name = "kernel".to_owned();
-                let (name, cat, end_at) = match (gpu_start, gpu_stop) {
-                    // GPU %globaltimer is its own time base: the slice sits where the proxy
-                    // thread saw the kernel channel start, with the GPU-measured duration.
-                    (Some(a), Some(b)) if b >= a => {
-                        args.insert("gpu_start_ns".into(), json!(a));
-                        args.insert("gpu_stop_ns".into(), json!(b));
-                        (name, "gpu", t + i128::from(b - a))
-                    }
-                    _ => match stop {
-                        Some(s) => {
-                            args.insert("timed_by".into(), json!("cpu"));
-                            (name, "gpu", s.max(t))
-                        }
-                        None => (unfinished(name, &mut args), "gpu", end.max(t)),
-                    },
-                };
-                slice(Group::GpuChannel(channel), t, end_at, body(name, cat, args));
-                continue;
-            }
-            // Channels summarized: the operation lasts until its kernel ended.
-            let ends_at_gpu_done = start.flags & slot_flags::ENDS_AT_GPU_DONE != 0;
-            let (group, stop) = if ends_at_gpu_done {
-                group_names
-                    .entry((pid, Group::Operations))
-                    .or_insert_with(|| "operations (until GPU done)".to_owned());
-                (Group::Operations, gpu_ends.get(sref).copied())
-            } else {
-                (thread(start.tid), stop)
-            };
-            let mut name = slice_name(start);
-            let stop = match stop {
-                Some(s) => s.max(t),
-                None => {
-                    name = unfinished(name, &mut args);
-                    end.max(t)
-                }
-            };
-            slice(group, t, stop, body(name, "profiler", args));
-        }
-        items.append(&mut instants);
-    }
-    // A process that neither exited cleanly nor is still running ended at its last sign of life.
-    for p in &job.processes {
-        let Some(&pid) = pids.get(&(p.host.clone(), p.boot_id.clone(), p.pid, p.start_ticks))
-        else {
-            continue;
-        };
-        let Some(&t) = life_end.get(&pid).filter(|_| p.died()) else {
-            continue;
-        };
-        let mut args = Map::new();
-        args.insert("clean_exit".into(), json!(false));
-        args.insert("alive".into(), json!(false));
-        let signals: Vec<String> = p.signals.iter().map(|(s, _)| signal_name(*s)).collect();
-        args.insert("fatal_signals".into(), json!(signals));
-        items.push(Item {
-            pid,
-            group: Group::Thread { writer: 0, tid: 0 },
-            ts: t,
-            dur: None,
-            body: body(
-                "process ended without a clean exit (last sign of life)".into(),
-                "failure",
-                args,
-            ),
-            process_scope: true,
-            open_end: false,
+impl DumpExtent {
+    pub fn of(d: &Dump) -> Self {
+        let mut earliest: Option<i128> = None;
+        let mut names = HashMap::new();
+        items::dump_items(d, 0, &i128::from, &mut names, &mut |i| {
+            earliest = Some(earliest.map_or(i.ts, |e| e.min(i.ts)));
         });
+        Self {
+            earliest,
+            last: items::last_sign_of_life(d),
+        }
+    }
+}
+
+/// The trace's time zero: its earliest item, over every dump and every process's end marker.
+fn origin(processes: &[TraceProcess], extents: &[Vec<DumpExtent>]) -> i128 {
+    let mut origin: Option<i128> = None;
+    let mut see = |t: i128| origin = Some(origin.map_or(t, |o| o.min(t)));
+    for (p, extents) in processes.iter().zip(extents) {
+        for t in extents.iter().filter_map(|e| e.earliest) {
+            see(t + p.clock_offset);
+        }
+        // A process that died gets a marker at its last sign of life.
+        if let Some(last) = extents
+            .iter()
+            .filter_map(|e| e.last)
+            .max()
+            .filter(|_| p.died)
+        {
+            see(i128::from(last) + p.clock_offset);
+        }
+    }
+    origin.unwrap_or(0)
+}
+
+/// The items of one process from its dumps, laid out and written as trace events (its
+/// metadata first), each preceded by a comma unless it is the trace's first.
+struct EventWriter<'w> {
+    out: &'w mut dyn Write,
+    origin: i128,
+    first: bool,
+}
+
+impl EventWriter<'_> {
+    fn event(&mut self, e: &Value) -> std::io::Result<()> {
+        if !std::mem::take(&mut self.first) {
+            self.out.write_all(b",")?;
+        }
+        serde_json::to_writer(&mut *self.out, e).map_err(std::io::Error::from)
     }
 
-    // Unfinished work lasts at least until the last sign of life of its process, and as long
-    // as anything else drawn for it (GPU spans are placed by their GPU-measured durations).
-    let mut shown_end: HashMap<u64, i128> = life_end;
-    for i in items.iter().filter(|i| !i.open_end) {
-        let e = shown_end.entry(i.pid).or_insert(i.ts);
-        *e = (*e).max(i.ts + i.dur.unwrap_or(0));
-    }
-    for i in items.iter_mut().filter(|i| i.open_end) {
-        let end = shown_end.get(&i.pid).copied().unwrap_or(i.ts).max(i.ts);
-        i.dur = Some(end - i.ts);
-    }
-    let origin = items.iter().map(|i| i.ts).min().unwrap_or(0);
-    let us = |t: i128| (t - origin) as f64 / 1000.0;
-    let (tracks, placed) = layout(&mut items, &group_names);
-    let mut events: Vec<Value> = Vec::new();
-    process_meta.sort();
-    for (pid, label) in &process_meta {
-        events.push(json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}}));
-        events.push(json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}));
-    }
-    for ((pid, tid), name) in &tracks {
-        events.push(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}));
-        events.push(json!({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}));
-    }
-    for (item, tid) in placed {
-        let mut e = item.body;
-        match item.dur {
-            Some(dur) => {
-                e.insert("ph".into(), json!("X"));
-                e.insert("dur".into(), json!(dur as f64 / 1000.0));
-            }
-            None => {
-                e.insert("ph".into(), json!("i"));
-                e.insert(
-                    "s".into(),
-                    json!(if item.process_scope { "p" } else { "t" }),
-                );
+    fn process<D: Borrow<Dump>>(&mut self, p: &TraceProcess, dumps: &[D]) -> std::io::Result<()> {
+        let pid = p.pid;
+        let mut names: HashMap<Group, String> = HashMap::new();
+        let mut items: Vec<Item> = Vec::new();
+        let mut life_end: Option<i128> = None;
+        for (i, d) in dumps.iter().enumerate() {
+            let d = d.borrow();
+            let at = |mono: u64| i128::from(mono) + p.clock_offset;
+            items::dump_items(d, i, &at, &mut names, &mut |item| items.push(item));
+            if let Some(t) = items::last_sign_of_life(d).map(at) {
+                life_end = Some(life_end.map_or(t, |e| e.max(t)));
             }
         }
-        e.insert("ts".into(), json!(us(item.ts)));
-        e.insert("pid".into(), json!(item.pid));
-        e.insert("tid".into(), json!(tid));
-        events.push(Value::Object(e));
+        // A process that neither exited cleanly nor is still running ended at its last sign
+        // of life.
+        if let Some(t) = life_end.filter(|_| p.died) {
+            items.push(Item {
+                dump: 0,
+                group: Group::Thread { writer: 0, tid: 0 },
+                ts: t,
+                dur: None,
+                what: What::ProcessEnded,
+                process_scope: true,
+                open_end: false,
+            });
+        }
+        // Unfinished work lasts at least until the last sign of life of its process, and as
+        // long as anything else drawn for it (GPU spans are placed by their GPU-measured
+        // durations).
+        let shown_end = items
+            .iter()
+            .filter(|i| !i.open_end)
+            .map(|i| i.ts + i.dur.unwrap_or(0))
+            .chain(life_end)
+            .max();
+        for i in items.iter_mut().filter(|i| i.open_end) {
+            i.dur = Some(shown_end.unwrap_or(i.ts).max(i.ts) - i.ts);
+        }
+        self.event(&json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": p.label}}))?;
+        self.event(&json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}))?;
+        let (tracks, tids) = layout(&mut items, &names);
+        for (tid, name) in &tracks {
+            self.event(&json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}))?;
+            self.event(&json!({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}))?;
+        }
+        let origin = self.origin;
+        let us = |t: i128| (t - origin) as f64 / 1000.0;
+        for (item, tid) in items.iter().zip(tids) {
+            let d = match item.what {
+                What::ProcessEnded => None,
+                _ => Some(dumps[item.dump].borrow()),
+            };
+            let mut e = items::render(item.what, d, &p.signals);
+            match item.dur {
+                Some(dur) => {
+                    e.insert("ph".into(), json!("X"));
+                    e.insert("dur".into(), json!(dur as f64 / 1000.0));
+                }
+                None => {
+                    e.insert("ph".into(), json!("i"));
+                    e.insert(
+                        "s".into(),
+                        json!(if item.process_scope { "p" } else { "t" }),
+                    );
+                }
+            }
+            e.insert("ts".into(), json!(us(item.ts)));
+            e.insert("pid".into(), json!(pid));
+            e.insert("tid".into(), json!(tid));
+            self.event(&Value::Object(e))?;
+        }
+        Ok(())
     }
-    json!({
-        "traceEvents": events,
-        "displayTimeUnit": "ns",
-        "otherData": {
+}
+
+/// Writes the trace of `job` to `out`, one process at a time: `dumps_of(i)` gives the dumps of
+/// `job.processes[i]` (in listing order) and `extents[i]` theirs ([`DumpExtent`]). Only one
+/// process's records and small items are in memory at once.
+///
+/// The trace is valid for Perfetto's JSON importer by construction ([`validate::validate`]
+/// checks it): every track has a small synthetic `tid` (named by `thread_name` metadata, which
+/// comes before the process's events), the slices of a track nest strictly (slices that would
+/// overlap on one track go to a second track of the same name, marked "overlapping"), and each
+/// process's events are sorted by time.
+pub fn write_trace_json<D: Borrow<Dump>>(
+    out: &mut dyn Write,
+    job: &JobModel,
+    extents: &[Vec<DumpExtent>],
+    mut dumps_of: impl FnMut(usize) -> Vec<D>,
+) -> std::io::Result<()> {
+    let processes = trace_processes(job);
+    let origin = origin(&processes, extents);
+    // The keys in the order serde_json has always written them (sorted).
+    write!(
+        out,
+        "{{\"displayTimeUnit\":\"ns\",\"otherData\":{},\"traceEvents\":[",
+        json!({
             "generator": concat!("ncclshim ", env!("CARGO_PKG_VERSION")),
             "origin_unix_ns": origin as i64,
-        },
-    })
+        })
+    )?;
+    let mut w = EventWriter {
+        out,
+        origin,
+        first: true,
+    };
+    for (i, p) in processes.iter().enumerate() {
+        let dumps = dumps_of(i);
+        w.process(p, &dumps)?;
+    }
+    out.write_all(b"]}")?;
+    Ok(())
+}
+
+/// Builds the whole trace in memory from loaded dumps (tests and small jobs); `job` supplies
+/// the rank labels and clocks. The same events as `ncclshim trace` writes
+/// ([`write_trace_json`]); a dump of a process the model does not know is left out.
+pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
+    let index: HashMap<(String, String, u32, u64), usize> = job
+        .processes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.key(), i))
+        .collect();
+    let mut by_process: Vec<Vec<&Dump>> = vec![Vec::new(); job.processes.len()];
+    for d in dumps {
+        if let Some(&i) = index.get(&process_key(d)) {
+            by_process[i].push(d);
+        }
+    }
+    let extents: Vec<Vec<DumpExtent>> = by_process
+        .iter()
+        .map(|ds| ds.iter().map(|d| DumpExtent::of(d)).collect())
+        .collect();
+    let mut bytes = Vec::new();
+    write_trace_json(&mut bytes, job, &extents, |i| by_process[i].clone())
+        .expect("writing to memory");
+    serde_json::from_slice(&bytes).expect("the trace is JSON")
 }
 
 /// Where `ncclshim trace -o` writes: `-` is stdout, a name ending in `.gz` gets gzip, anything
-/// else plain JSON.
-pub fn write_trace(trace: &Value, output: &std::path::Path) -> anyhow::Result<()> {
-    use std::io::Write;
+/// else plain JSON; `write` writes the trace.
+pub fn write_trace_to(
+    output: &std::path::Path,
+    write: impl FnOnce(&mut dyn Write) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let to = |w: &mut dyn Write| -> anyhow::Result<()> {
-        serde_json::to_writer(&mut *w, trace)?;
+        write(&mut *w)?;
         w.flush()?;
         Ok(())
     };
@@ -565,6 +364,11 @@ pub fn write_trace(trace: &Value, output: &std::path::Path) -> anyhow::Result<()
     } else {
         to(&mut { w })
     }
+}
+
+/// Writes a trace built in memory ([`build_trace`]) where `-o` says.
+pub fn write_trace(trace: &Value, output: &std::path::Path) -> anyhow::Result<()> {
+    write_trace_to(output, |w| Ok(serde_json::to_writer(w, trace)?))
 }
 
 /// A call that failed: its instant's name and return code. A call returning an error, or an
@@ -593,25 +397,22 @@ fn failure_of(r: &Record, is_cuda: bool) -> Option<(String, i32)> {
     None
 }
 
-/// Lays the items out on tracks: sorted by time (longer first at a tie, so a parent precedes
-/// its children), each group's slices go to the first of its tracks where they nest strictly
-/// (inside the innermost open slice, or after it ended), else to a new track of the group.
-/// Instants stay on the group's first track (a zero-length slice always nests). Returns the
-/// named tracks and every item with its track's `tid`, in output order.
-#[allow(clippy::type_complexity)]
-fn layout(
-    items: &mut Vec<Item>,
-    names: &HashMap<(u64, Group), String>,
-) -> (BTreeMap<(u64, u64), String>, Vec<(Item, u64)>) {
+/// Lays one process's items out on tracks: sorts them by time (longer first at a tie, so a
+/// parent precedes its children; stable, so equal items keep the order they were made in);
+/// each group's slices go to the first of its tracks where they nest strictly (inside the
+/// innermost open slice, or after it ended), else to a new track of the group. Instants stay
+/// on the group's first track (a zero-length slice always nests). Returns the named tracks by
+/// `tid` (small, in group then lane order; 0 is the process itself) and each item's `tid`.
+fn layout(items: &mut [Item], names: &HashMap<Group, String>) -> (BTreeMap<u64, String>, Vec<u64>) {
     items.sort_by(|a, b| {
         (a.ts, std::cmp::Reverse(a.dur.unwrap_or(0)))
             .cmp(&(b.ts, std::cmp::Reverse(b.dur.unwrap_or(0))))
     });
-    // Per (pid, group): each lane's stack of open slice ends.
-    let mut lanes: BTreeMap<(u64, Group), Vec<Vec<i128>>> = BTreeMap::new();
-    let mut assigned: Vec<usize> = Vec::with_capacity(items.len());
+    // Per group: each lane's stack of open slice ends.
+    let mut lanes: BTreeMap<Group, Vec<Vec<i128>>> = BTreeMap::new();
+    let mut assigned: Vec<u32> = Vec::with_capacity(items.len());
     for item in items.iter() {
-        let stacks = lanes.entry((item.pid, item.group.clone())).or_default();
+        let stacks = lanes.entry(item.group.clone()).or_default();
         if item.process_scope {
             assigned.push(0);
             continue;
@@ -639,47 +440,41 @@ fn layout(
         if stacks.is_empty() {
             stacks.push(Vec::new());
         }
-        assigned.push(lane);
+        assigned.push(lane as u32);
     }
-    // Small tids per process, in group then lane order (tid 0 is the process itself).
-    let mut tids: BTreeMap<(u64, Group, usize), u64> = BTreeMap::new();
-    let mut tracks: BTreeMap<(u64, u64), String> = BTreeMap::new();
-    let mut next: HashMap<u64, u64> = HashMap::new();
-    for ((pid, group), stacks) in &lanes {
+    let mut first_tid: BTreeMap<&Group, u64> = BTreeMap::new();
+    let mut tracks: BTreeMap<u64, String> = BTreeMap::new();
+    let mut next = 0u64;
+    for (group, stacks) in &lanes {
+        first_tid.insert(group, next + 1);
         for lane in 0..stacks.len() {
-            let n = next.entry(*pid).or_insert(0);
-            *n += 1;
-            tids.insert((*pid, group.clone(), lane), *n);
-            let base = names
-                .get(&(*pid, group.clone()))
-                .cloned()
-                .unwrap_or_else(|| match group {
-                    Group::Thread { tid, .. } => format!("tid {tid}"),
-                    Group::Operations => "operations".into(),
-                    Group::GpuChannel(c) => format!("GPU channel {c}"),
-                    Group::GpuOps => "GPU (operations)".into(),
-                });
+            next += 1;
+            let base = names.get(group).cloned().unwrap_or_else(|| match group {
+                Group::Thread { tid, .. } => format!("tid {tid}"),
+                Group::Operations => "operations".into(),
+                Group::GpuChannel(c) => format!("GPU channel {c}"),
+                Group::GpuOps => "GPU (operations)".into(),
+            });
             let name = if lane == 0 {
                 base
             } else {
                 format!("{base} (overlapping {lane})")
             };
-            tracks.insert((*pid, *n), name);
+            tracks.insert(next, name);
         }
     }
-    let placed = std::mem::take(items)
-        .into_iter()
+    let tids = items
+        .iter()
         .zip(assigned)
         .map(|(item, lane)| {
-            let tid = if item.process_scope {
+            if item.process_scope {
                 0
             } else {
-                tids[&(item.pid, item.group.clone(), lane)]
-            };
-            (item, tid)
+                first_tid[&item.group] + u64::from(lane)
+            }
         })
         .collect();
-    (tracks, placed)
+    (tracks, tids)
 }
 
 /// A profiler start record the plugin completes in place: its exit time is the event's stop and
@@ -696,7 +491,7 @@ mod tests {
     use ncclshim_dump::identity::ProcessIdentity;
     use ncclshim_dump::{Entry, Recorder};
     use ncclshim_format::reader::read_dump;
-    use ncclshim_format::WriterKind;
+    use ncclshim_format::{RecordKind, SlotRef, WriterKind};
 
     fn rank_dump(dir: &std::path::Path, host: &str, pid: u32, rank: u64) -> Dump {
         let mut c = RecorderConfig::defaults(WriterKind::Synthetic, dir.to_path_buf());
