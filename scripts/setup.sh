@@ -17,13 +17,13 @@ if [[ $(id -u) == 0 ]] && ! { command -v unshare && command -v nsenter && comman
     apt-get install -y -qq util-linux iproute2 >/dev/null || say "could not install util-linux/iproute2; the scenario lab will be skipped"
 fi
 
-say "[1/3] the real libnccl.so.2 of the PyPI wheels nvidia-nccl-cu12/cu11 in .cache/nccl (first run: ~500 MB download)"
+say "[1/3] the real libnccl.so.2 of the PyPI wheels nvidia-nccl-cu12/cu11 in .cache/nccl (first run: ~500 MB download, under a minute on a fast link)"
 bash scripts/fetch-nccl.sh
 
 if [[ -x target/release/ncclshim ]]; then
     say "[2/3] cargo build --release --workspace (up to date: only what changed is rebuilt)"
 else
-    say "[2/3] cargo build --release --workspace (first run: ~200 crates, about 5 minutes on 2 cores)"
+    say "[2/3] cargo build --release --workspace (first run: ~200 crates, 5 to 13 minutes on 2 cores, the last minutes in collector-cli alone)"
 fi
 # cargo's own "Compiling ..." lines are the progress.
 cargo build --release --workspace
