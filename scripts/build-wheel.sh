@@ -10,8 +10,9 @@
 #                                   python/build-backend), checks what that wheel holds, and prints
 #                                   the sdist's path
 #
-# The build tools (maturin, ziglang, auditwheel), pinned, live in their own virtual environment,
-# target/wheel-tools, created here on first use; the system Python is left alone. The libraries are
+# The build tools (maturin, ziglang, cargo-zigbuild, auditwheel), pinned with hashes in
+# scripts/tools-requirements.txt, live in the project's own virtual environment, target/tools-venv
+# (scripts/tools-venv.sh); the system Python is left alone. The libraries are
 # built against glibc 2.17 by scripts/build-shim-release.sh (cargo-zigbuild, what
 # scripts/check-glibc-floor.sh checks), the executable by maturin --zig in its own target directory
 # (target/wheel), so the two zig builds do not undo each other's build cache.
@@ -21,20 +22,9 @@ cd "$root"
 sdist=0
 [[ "${1:-}" == "--sdist" ]] && sdist=1
 
-tools="$root/target/wheel-tools"
-pins="maturin==1.16.0 ziglang==0.17.1 auditwheel==6.8.2"
-python3 -c 'import venv, ensurepip' 2>/dev/null || {
-    echo "build-wheel: python3 with venv and ensurepip is needed (Debian/Ubuntu: apt-get install python3-venv)" >&2
-    exit 1
-}
-if [[ "$(cat "$tools/.pins" 2>/dev/null)" != "$pins" ]]; then
-    echo "build-wheel: installing $pins into $tools" >&2
-    rm -rf "$tools"
-    python3 -m venv "$tools"
-    # shellcheck disable=SC2086 # the pins are separate words
-    "$tools/bin/python" -m pip install --quiet --disable-pip-version-check $pins >&2
-    echo "$pins" >"$tools/.pins"
-fi
+tools="$(bash scripts/tools-venv.sh --tools | tail -n1)"
+# shellcheck source=scripts/zig-env.sh
+source scripts/zig-env.sh "$tools"
 
 echo "build-wheel: libncclshim.so and the profiler plugin (glibc 2.17)" >&2
 bash scripts/build-shim-release.sh >&2
@@ -45,7 +35,7 @@ out="$root/target/wheels"
 mkdir -p "$out"
 rm -f "$out"/ncclshim-*.whl "$out"/ncclshim-*.tar.gz
 echo "build-wheel: the ncclshim executable and the wheel (maturin --zig, manylinux2014)" >&2
-# maturin's zig comes from the tools' ziglang (python3 -m ziglang), hence their bin first on PATH.
+# maturin's zig is the tools' ziglang (scripts/zig-env.sh); their bin first on PATH for the rest.
 PATH="$tools/bin:$PATH" CARGO_TARGET_DIR="$root/target/wheel" \
     "$tools/bin/maturin" build --release --locked --strip --zig \
     --compatibility manylinux2014 --target x86_64-unknown-linux-gnu --out "$out" >&2
