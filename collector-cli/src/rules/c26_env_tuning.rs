@@ -97,7 +97,6 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::rules::testutil::{analyze, find};
     use crate::rules::Severity;
     use ncclshim_format::CallId;
