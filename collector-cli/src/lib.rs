@@ -149,17 +149,20 @@ pub fn analyze_dir(
     dir: &Path,
     progress: Option<&indicatif::ProgressBar>,
 ) -> anyhow::Result<report::Report> {
-    analyze_run(dir, progress, None, &rules::Options::default())
+    analyze_run(dir, progress, None, &rules::Options::default(), false)
 }
 
 /// As [`analyze_dir`], about one run of the directory: the one `run` names (see
 /// [`runs::choose`]), else the most recent, analysed with the user's [`rules::Options`]. When
 /// the directory holds several runs the report lists them and says which one it is about.
+/// `story_in_words`: also tell the story in words (`report --story`), which costs a line per
+/// failure-graph node, so only when asked.
 pub fn analyze_run(
     dir: &Path,
     progress: Option<&indicatif::ProgressBar>,
     run: Option<&str>,
     options: &rules::Options,
+    story_in_words: bool,
 ) -> anyhow::Result<report::Report> {
     let (mut runs, problems) = read_runs(dir, progress)?;
     let chosen = runs::choose(&runs, run).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
@@ -170,7 +173,9 @@ pub fn analyze_run(
     let story = story::Story::build(&job);
     let findings = rules::diagnose_story(&job, &story, options);
     let mut report = report::Report::build(&job, findings, problems);
-    report.story = story::render::lines(&job, &story);
+    if story_in_words {
+        report.story = story::render::lines(&job, &story);
+    }
     if summaries.len() > 1 || run.is_some() {
         report.run_note = runs::note(&summaries);
         report.runs = summaries;

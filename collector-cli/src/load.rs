@@ -112,7 +112,7 @@ pub fn list_dumps(dir: &Path) -> std::io::Result<Listing> {
         }
     }
     // Shortest path first, so a file reached through a link loop keeps its direct name.
-    files.sort_by(|a, b| (a.0.components().count(), &a.0).cmp(&(b.0.components().count(), &b.0)));
+    files.sort_by_cached_key(|(p, _)| (p.components().count(), p.clone()));
     let mut seen = std::collections::HashSet::new();
     files.retain(|(_, m)| seen.insert((m.dev(), m.ino())));
     let mut files: Vec<PathBuf> = files.into_iter().map(|(p, _)| p).collect();

@@ -365,7 +365,7 @@ fn cmd_report(
             );
             pb
         });
-    let report = collector_cli::analyze_run(dir, progress.as_ref(), run, options)?;
+    let report = collector_cli::analyze_run(dir, progress.as_ref(), run, options, story && !json)?;
     if let Some(pb) = progress {
         pb.finish_and_clear();
     }

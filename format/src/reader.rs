@@ -830,16 +830,26 @@ fn drop_kept_copies(dump: &mut Dump) {
     if !dump.records.iter().any(|r| r.flags & KEEP_COPY != 0) {
         return;
     }
-    let originals: std::collections::HashSet<(u32, u64, u16)> = dump
+    let key = |r: &Record| (r.tid, r.t_enter_ns, r.call_raw);
+    // The copies are few (the keep ring is small) and the originals are every record of the
+    // dump: look each original up among the sorted copies instead of hashing them all.
+    let mut copies: Vec<(u32, u64, u16)> = dump
         .records
         .iter()
-        .filter(|r| r.flags & KEEP_COPY == 0)
-        .map(|r| (r.tid, r.t_enter_ns, r.call_raw))
+        .filter(|r| r.flags & KEEP_COPY != 0)
+        .map(key)
         .collect();
+    copies.sort_unstable();
+    let mut copied: Vec<(u32, u64, u16)> = dump
+        .records
+        .iter()
+        .filter(|r| r.flags & KEEP_COPY == 0 && copies.binary_search(&key(r)).is_ok())
+        .map(key)
+        .collect();
+    copied.sort_unstable();
     let before = dump.records.len();
-    dump.records.retain(|r| {
-        r.flags & KEEP_COPY == 0 || !originals.contains(&(r.tid, r.t_enter_ns, r.call_raw))
-    });
+    dump.records
+        .retain(|r| r.flags & KEEP_COPY == 0 || copied.binary_search(&key(r)).is_err());
     let dropped = (before - dump.records.len()) as u64;
     dump.summary.records = dump.summary.records.saturating_sub(dropped);
 }
@@ -885,14 +895,20 @@ fn read_ring<S: Source + ?Sized>(
         }
         // The slots are copied into this thread's scratch buffer, reused from ring to ring and
         // dump to dump: a fresh zeroed buffer per ring cost page faults on every dump.
-        let mut buf = RING_SCRATCH.with_borrow_mut(std::mem::take);
-        buf.resize(used as usize * SLOT_SIZE, 0);
-        if let Err(err) = src.read_at(ring_offset, &mut buf) {
+        // It only ever grows: zeroing it again for each ring (a small ring, then a large one)
+        // cost a memset of the whole ring per dump.
+        let mut scratch = RING_SCRATCH.with_borrow_mut(std::mem::take);
+        let ring_bytes = used as usize * SLOT_SIZE;
+        if scratch.len() < ring_bytes {
+            scratch.resize(ring_bytes, 0);
+        }
+        let buf = &mut scratch[..ring_bytes];
+        if let Err(err) = src.read_at(ring_offset, buf) {
             dump.warnings.push(Warning {
                 offset: ring_offset,
                 message: format!("ring {ring} unreadable: {err}"),
             });
-            RING_SCRATCH.set(buf);
+            RING_SCRATCH.set(scratch);
             return;
         }
         let recheck = if live {
@@ -911,8 +927,22 @@ fn read_ring<S: Source + ?Sized>(
             torn: 0,
             lost: 0,
         };
-        let mut kept = Vec::with_capacity(used as usize);
-        for idx in 0..used as usize {
+        // The ring's records go straight to the end of the dump's list (one copy of each slot's
+        // fields instead of two: this loop runs for every slot of every dump of a job).
+        let first = dump.records.len();
+        let used = used as usize;
+        dump.records.reserve(used);
+        // In slot order a wrapped ring is two runs of rising numbers (the newest lap, then the
+        // rest of the previous one). Reading from the slot with the lowest number reads them in
+        // order, so they need no sort (sorting moved every 128-byte record around).
+        let start = (0..used)
+            .filter_map(|idx| {
+                let commit = u64_at(buf, idx * SLOT_SIZE);
+                (commit & 1 == 1).then_some((commit >> 1, idx))
+            })
+            .min()
+            .map_or(0, |(_, idx)| idx);
+        for idx in (start..used).chain(0..start) {
             let s = &buf[idx * SLOT_SIZE..][..SLOT_SIZE];
             let commit = u64_at(s, 0);
             if commit == 0 {
@@ -936,7 +966,7 @@ fn read_ring<S: Source + ?Sized>(
                 continue;
             }
             let t_exit = u64_at(s, 16);
-            kept.push(Record {
+            dump.records.push(Record {
                 ring,
                 seq,
                 tid: u32_at(s, 36),
@@ -951,13 +981,23 @@ fn read_ring<S: Source + ?Sized>(
                 args: std::array::from_fn(|i| u64_at(s, 56 + 8 * i)),
             });
         }
-        if buf.capacity() <= SCRATCH_KEPT_MAX {
-            RING_SCRATCH.set(buf);
+        if scratch.capacity() <= SCRATCH_KEPT_MAX {
+            RING_SCRATCH.set(scratch);
         }
-        let max_seq = kept.iter().map(|r| r.seq).max().unwrap_or(0);
-        // Slots older than one lap were overwritten by a newer lap.
-        kept.retain(|r| r.seq.saturating_add(cap) > max_seq);
-        kept.sort_by_key(|r| r.seq);
+        let max_seq = dump.records[first..]
+            .iter()
+            .map(|r| r.seq)
+            .max()
+            .unwrap_or(0);
+        // Only a damaged ring (a slot left from an older lap among newer ones) is out of order.
+        let ring_records = &mut dump.records[first..];
+        if !ring_records.is_sorted_by_key(|r| r.seq) {
+            ring_records.sort_by_key(|r| r.seq);
+        }
+        // Slots older than one lap were overwritten by a newer lap: they sort first.
+        let stale = dump.records[first..].partition_point(|r| r.seq.saturating_add(cap) <= max_seq);
+        dump.records.drain(first..first + stale);
+        let kept = &dump.records[first..];
         info.lost = max_seq.saturating_sub(cap);
         info.records = kept.len() as u64;
         // A corrupt head can claim up to 2^64 lost records per ring, so the totals saturate
@@ -970,7 +1010,6 @@ fn read_ring<S: Source + ?Sized>(
         dump.summary.torn = dump.summary.torn.saturating_add(info.torn);
         dump.summary.lost = dump.summary.lost.saturating_add(info.lost);
         dump.summary.in_flight = dump.summary.in_flight.saturating_add(in_flight);
-        dump.records.extend(kept);
         dump.rings.push(info);
     }
 }

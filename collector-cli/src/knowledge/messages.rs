@@ -19,7 +19,7 @@
 use regex::{Regex, RegexSet};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 
 /// What a captured value is, so the report can resolve it against the recorded facts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
@@ -272,8 +272,66 @@ pub struct Entry {
     /// exhausted`); absent: the title is the call and NCCL's text alone.
     pub headline: Option<String>,
     pub catalog: Vec<String>,
-    pub patterns: Vec<Regex>,
+    pub patterns: Vec<Pattern>,
     pub causes: Vec<Cause>,
+}
+
+/// One of an entry's patterns, compiled on first use. The file's patterns are all checked when
+/// it is loaded (the [`RegexSet`] compiles them, their capture names are read from their syntax
+/// tree), but compiling each one again on its own cost two thirds of loading the file, on every
+/// run that classified a message, when a run only ever needs the few that matched.
+#[derive(Debug)]
+pub struct Pattern {
+    source: String,
+    compiled: OnceLock<Regex>,
+}
+
+impl Pattern {
+    /// The compiled pattern.
+    pub fn regex(&self) -> &Regex {
+        self.compiled.get_or_init(|| {
+            // Cannot fail: the same text compiled in the file's RegexSet when it was loaded.
+            Regex::new(&self.source).expect("pattern compiled in the RegexSet")
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+}
+
+impl Clone for Pattern {
+    fn clone(&self) -> Self {
+        Self {
+            source: self.source.clone(),
+            compiled: self.compiled.clone(),
+        }
+    }
+}
+
+/// The names of the capture groups of a regex (its syntax tree only: no compilation).
+fn capture_names(pattern: &str) -> Result<Vec<String>, String> {
+    use regex_syntax::ast::{self, Ast, Visitor};
+    struct Names(Vec<String>);
+    impl Visitor for Names {
+        type Output = Vec<String>;
+        type Err = std::convert::Infallible;
+        fn finish(self) -> Result<Vec<String>, Self::Err> {
+            Ok(self.0)
+        }
+        fn visit_pre(&mut self, a: &Ast) -> Result<(), Self::Err> {
+            if let Ast::Group(g) = a {
+                if let ast::GroupKind::CaptureName { name, .. } = &g.kind {
+                    self.0.push(name.name.clone());
+                }
+            }
+            Ok(())
+        }
+    }
+    let tree = ast::parse::Parser::new()
+        .parse(pattern)
+        .map_err(|e| e.to_string())?;
+    ast::visit(&tree, Names(Vec::new())).map_err(|e| match e {})
 }
 
 /// How well one cause fits the recorded facts.
@@ -546,8 +604,8 @@ pub fn load(text: &str) -> Result<Messages, String> {
         }
         let mut patterns = Vec::new();
         for (pi, p) in raw.patterns.iter().enumerate() {
-            let re = Regex::new(p).map_err(|e| ctx(format!("pattern {p:?}: {e}")))?;
-            for name in re.capture_names().flatten() {
+            let names = capture_names(p).map_err(|e| ctx(format!("pattern {p:?}: {e}")))?;
+            for name in &names {
                 if !file.captures.contains_key(name) {
                     return Err(ctx(format!(
                         "capture {name:?} is not declared in [captures]"
@@ -556,7 +614,10 @@ pub fn load(text: &str) -> Result<Messages, String> {
             }
             all_patterns.push(p.clone());
             owner.push((ei, pi));
-            patterns.push(re);
+            patterns.push(Pattern {
+                source: p.clone(),
+                compiled: OnceLock::new(),
+            });
         }
         let mut causes = Vec::new();
         let mut cause_ids = HashSet::new();
@@ -644,8 +705,9 @@ pub fn classify_message(message: &str) -> Option<Match> {
     let first = m.set.matches(message).into_iter().next()?;
     let (ei, pi) = m.owner[first];
     let entry = &m.entries[ei];
-    let caps = entry.patterns[pi].captures(message)?;
-    let captures = entry.patterns[pi]
+    let pattern = entry.patterns[pi].regex();
+    let caps = pattern.captures(message)?;
+    let captures = pattern
         .capture_names()
         .flatten()
         .filter_map(|name| {

@@ -17,6 +17,8 @@ use ncclshim_format::{
     args, ArgView, BlobKind, CallId, ExitVia, NcclResult, RecordKind, WriterKind,
 };
 use rayon::prelude::*;
+// Per-record maps keyed by the dump's integers: FxHash (see the workspace Cargo.toml).
+use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -499,7 +501,7 @@ impl ProcessModel {
     /// communicator table's progress counters that never wrap. `pruned` counts the calls
     /// dropped.
     pub fn compact(&mut self, keep: usize) {
-        let mut seen_per_tid: HashMap<u32, usize> = HashMap::new();
+        let mut seen_per_tid: FxHashMap<u32, usize> = FxHashMap::default();
         let mut keep_call = vec![true; self.calls.len()];
         for (i, c) in self.calls.iter().enumerate().rev() {
             // Point-to-point calls stay: pairing sends with receives needs all of them.
@@ -544,7 +546,7 @@ impl ProcessModel {
             }
             self.pruned += dropped as u64;
         }
-        let mut seen_per_comm: HashMap<Option<u64>, usize> = HashMap::new();
+        let mut seen_per_comm: FxHashMap<Option<u64>, usize> = FxHashMap::default();
         let mut keep_op = vec![true; self.prof_ops.len()];
         for (i, o) in self.prof_ops.iter().enumerate().rev() {
             if !o.p2p && o.stopped && o.kernel_stopped {
@@ -559,8 +561,9 @@ impl ProcessModel {
                 i += 1;
                 keep_op[i - 1]
             });
-            self.prof_ops.shrink_to_fit();
         }
+        // Also when nothing was dropped: `add_dump` reserved room for every profiler record.
+        self.prof_ops.shrink_to_fit();
     }
 
     fn add_aggregate(&mut self, a: aggregates::CommAggregate) {
@@ -822,10 +825,19 @@ impl ProcessModel {
                 .map(|b| b.text())
         };
 
-        let mut prof_index: HashMap<u64, usize> = HashMap::new();
-        let mut kernel_parent: HashMap<u64, usize> = HashMap::new();
+        let mut prof_index: FxHashMap<u64, usize> = FxHashMap::default();
+        let mut kernel_parent: FxHashMap<u64, usize> = FxHashMap::default();
         let mut prof_comms: Vec<(u64, u64)> = Vec::new(); // (ctx comm field, comm_hash)
         let records = d.records_by_time();
+        // Room for every call and profiler event up front: growing these
+        // vectors one push at a time copied them about a dozen times per dump (`compact`
+        // gives the room back).
+        let calls = records
+            .iter()
+            .filter(|r| r.kind() == Some(RecordKind::Call))
+            .count();
+        self.calls.reserve(calls);
+        self.prof_ops.reserve(records.len() - calls);
         // ProfInit first, so events can be attributed to a communicator.
         for r in &records {
             if let Some(init) = r.view::<args::ProfInit>() {
@@ -1105,7 +1117,7 @@ impl ProcessModel {
                 .filter(|v| *v > 0)
                 .map(|v| v as u64);
         }
-        let ptr_to_hash: HashMap<u64, u64> = self
+        let ptr_to_hash: FxHashMap<u64, u64> = self
             .memberships
             .iter()
             .filter(|m| m.comm_ptr != 0)

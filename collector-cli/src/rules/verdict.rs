@@ -21,23 +21,41 @@ use super::registry::Role;
 use super::{Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
 use crate::story::{NodeKind, Story};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
-/// Whether finding `f` covers node `i` of the story.
-pub fn covers(story: &Story, f: &Finding, i: usize) -> bool {
-    covers_directly(story, f, i)
-        || story
-            .nodes
-            .iter()
-            .enumerate()
-            .any(|(j, m)| m.part_of == Some(i) && covers_directly(story, f, j))
+/// The nodes finding `f` covers, ascending: those it covers directly and those whose parts
+/// (the driver calls NCCL made inside a call, `parts[i]`) it covers directly.
+fn covered_nodes(story: &Story, parts: &[Vec<usize>], f: &Finding) -> Vec<usize> {
+    // A set: a finding about every rank of a large job explains one call per rank.
+    let explains: HashSet<(usize, usize)> = f.explains.iter().copied().collect();
+    let direct = |i: usize| covers_directly(story, f, &explains, i);
+    (0..story.nodes.len())
+        .filter(|&i| direct(i) || parts[i].iter().any(|&j| direct(j)))
+        .collect()
 }
 
-/// [`covers`] without the driver calls a node is made of.
-fn covers_directly(story: &Story, f: &Finding, i: usize) -> bool {
+/// For each node, the nodes that are part of it (built once: a scan per finding and node made
+/// the verdict quadratic in the story's size).
+fn parts_index(story: &Story) -> Vec<Vec<usize>> {
+    let mut parts = vec![Vec::new(); story.nodes.len()];
+    for (j, n) in story.nodes.iter().enumerate() {
+        if let Some(i) = n.part_of {
+            parts[i].push(j);
+        }
+    }
+    parts
+}
+
+/// Whether finding `f` covers node `i` directly (not through the driver calls it is made of).
+fn covers_directly(
+    story: &Story,
+    f: &Finding,
+    explains: &HashSet<(usize, usize)>,
+    i: usize,
+) -> bool {
     let n = &story.nodes[i];
     match n.kind {
-        NodeKind::Error(c) | NodeKind::AsyncError(c) => f.explains.contains(&(n.process, c)),
+        NodeKind::Error(c) | NodeKind::AsyncError(c) => explains.contains(&(n.process, c)),
         k => f.covers.contains(&k.class()) && f.process_ids.contains(&n.process),
     }
 }
@@ -45,13 +63,10 @@ fn covers_directly(story: &Story, f: &Finding, i: usize) -> bool {
 /// Sets every finding's severity and orders them: primary first.
 pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
     let roots: BTreeSet<usize> = story.roots().into_iter().collect();
+    let parts = parts_index(story);
     let covered: Vec<Vec<usize>> = findings
         .iter()
-        .map(|f| {
-            (0..story.nodes.len())
-                .filter(|&i| covers(story, f, i))
-                .collect()
-        })
+        .map(|f| covered_nodes(story, &parts, f))
         .collect();
     let mut order: Vec<usize> = (0..findings.len())
         .filter(|&i| matches!(findings[i].role, Role::Cause | Role::Condition))
@@ -93,10 +108,12 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
     }
     // What each finding accounts for: the nodes it covers, and for a primary every node whose
     // root it covers (the consequences of its cause).
+    let root_of: Vec<usize> = (0..story.nodes.len()).map(|n| story.root_of(n)).collect();
     for (i, f) in findings.iter_mut().enumerate() {
+        // `covered[i]` is ascending (built by a filter over the node indices).
+        let covers = |n: usize| covered[i].binary_search(&n).is_ok();
         for n in 0..story.nodes.len() {
-            let mine =
-                covered[i].contains(&n) || (primary[i] && covered[i].contains(&story.root_of(n)));
+            let mine = covers(n) || (primary[i] && covers(root_of[n]));
             if mine {
                 if let Some(what) = failure_what(story.nodes[n].kind) {
                     f.account(story.nodes[n].process, what);
