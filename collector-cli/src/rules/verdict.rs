@@ -112,11 +112,11 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
     for (i, f) in findings.iter_mut().enumerate() {
         // `covered[i]` is ascending (built by a filter over the node indices).
         let covers = |n: usize| covered[i].binary_search(&n).is_ok();
-        for n in 0..story.nodes.len() {
+        for (n, node) in story.nodes.iter().enumerate() {
             let mine = covers(n) || (primary[i] && covers(root_of[n]));
             if mine {
-                if let Some(what) = failure_what(story.nodes[n].kind) {
-                    f.account(story.nodes[n].process, what);
+                if let Some(what) = failure_what(node.kind) {
+                    f.account(node.process, what);
                 }
             }
         }
