@@ -41,8 +41,10 @@ pub fn register_setup(setup: Setup) {
 }
 
 /// The once-per-file work, done by the `record` call that created the file, in its frame (under
-/// its reentrancy guard, errno save and panic catch) before its own record.
+/// its reentrancy guard, errno save and panic catch) before its own record. Never inlined: it
+/// runs once per file, and the hot wrappers that inline `record` should not carry it.
 #[cold]
+#[inline(never)]
 fn on_create(recorder: &'static Recorder, ring: &RingWriter) {
     // Owed first, then look: whichever of this and `register_setup` comes second sees the
     // other's store, and the swap lets exactly one of them run the setup.
