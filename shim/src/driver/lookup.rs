@@ -86,10 +86,11 @@ fn after_lookup(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, rc
 }
 
 /// The `dlsym` decider for names starting with `cu`: our wrapper for a watched name, or NULL to
-/// let glibc answer. Runs inside `dlsym` (see `crate::symbols::dlsym`); catches its own panics.
+/// let glibc answer. Runs inside `dlsym` (see `crate::symbols::dlsym`); catches its own panics
+/// (`extern "C"`, so the trampoline's decider knows it cannot unwind and tail-calls it).
 #[cold]
 #[inline(never)]
-pub fn decide_cu(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+pub extern "C" fn decide_cu(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: `symbol` is non-null and NUL-terminated (dlsym's contract; checked by the caller).
         let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();

@@ -295,11 +295,12 @@ pub unsafe extern "C" fn dladdr1(
 
 /// The `dlsym` hook's answer for a name starting with `nc` (see the module doc): a bound stub,
 /// slot 0's export, or null to let glibc answer untouched. Runs inside `dlsym`: no allocation,
-/// no lock, no `dlopen`; only the real `dlsym` and `dladdr`.
+/// no lock, no `dlopen`; only the real `dlsym` and `dladdr`. `extern "C"`: it catches its own
+/// panics, and the trampoline's decider then tail-calls it.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #[cold]
 #[inline(never)]
-pub fn decide(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+pub(crate) extern "C" fn decide(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     // RTLD_NEXT depends on who asks (only the jump keeps that right); RTLD_DEFAULT's answer is
     // our export anyway whenever one exists.
     if handle == libc::RTLD_NEXT || handle == libc::RTLD_DEFAULT {

@@ -20,12 +20,17 @@ use std::ffi::{c_char, c_void};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-/// glibc's `dlsym` signature; also a decider's (NULL: not ours, let glibc answer).
+/// glibc's `dlsym` signature.
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+/// A family's decider: our answer for the lookup, or NULL to let glibc answer. `extern "C"`: a
+/// decider catches its own panics, and the ABI says so, so the trampoline's call into it needs
+/// no unwind landing pad and can be a tail call.
+pub type Decider = extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
 /// glibc's `dlsym`, resolved at the first lookup (other libraries' constructors may call
 /// `dlsym` before ours runs, so no constructor sets it). The trampoline jumps through it.
-pub static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+pub(crate) static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 
 /// Defines the exported `dlsym` trampoline (and its `decide`), dispatching `cu*` names to
 /// `$cu` and `nc*` names to `$nc` (each `fn(*mut c_void, *const c_char) -> *mut c_void`,
@@ -128,12 +133,12 @@ pub fn real_dlsym() -> DlsymFn {
 /// # Safety
 /// `symbol` is null or a NUL-terminated string (`dlsym`'s contract).
 #[inline(always)]
-pub unsafe fn decide_with(
+pub(crate) unsafe fn decide_with(
     handle: *mut c_void,
     symbol: *const c_char,
     own: DlsymFn,
-    cu: fn(*mut c_void, *const c_char) -> *mut c_void,
-    nc: fn(*mut c_void, *const c_char) -> *mut c_void,
+    cu: Decider,
+    nc: Decider,
 ) -> *mut c_void {
     if REAL_DLSYM.load(Ordering::Relaxed).is_null() {
         resolve_real_dlsym(own as usize);
