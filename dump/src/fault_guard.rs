@@ -16,9 +16,8 @@
 //! preserves errno. A disposition of SIG_IGN is left alone, and a handler the host installs
 //! later without chaining replaces this one (as with the shim's fatal-signal capture).
 
-use std::cell::UnsafeCell;
+use crate::signal_chain::Chained;
 use std::ffi::{c_int, c_void};
-use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Mappings guarded per process image (a process has one or two dumps; a forked child adds
@@ -33,12 +32,7 @@ static INSTALLED: AtomicBool = AtomicBool::new(false);
 static SAID: AtomicBool = AtomicBool::new(false);
 
 /// The SIGBUS disposition replaced by ours.
-struct Previous(UnsafeCell<MaybeUninit<libc::sigaction>>);
-// SAFETY: written once by `install` before the sigaction call that lets the handler run (a
-// system call, so a full barrier), and only read afterwards.
-unsafe impl Sync for Previous {}
-static PREVIOUS: Previous = Previous(UnsafeCell::new(MaybeUninit::zeroed()));
-static CHAINED: AtomicBool = AtomicBool::new(false);
+static PREVIOUS: Chained = Chained::new();
 
 /// Guards the mapping `[base, base + len)`; returns its slot (for [`is_lost`]), or `None` when
 /// every slot is taken.
@@ -62,31 +56,7 @@ fn install_once() {
     if INSTALLED.swap(true, Ordering::AcqRel) {
         return;
     }
-    // SAFETY: plain sigaction calls with valid, zero-initialised structs; PREVIOUS is written
-    // before our handler is installed and can read it.
-    unsafe {
-        let mut current: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut current) != 0
-            || current.sa_sigaction == libc::SIG_IGN
-        {
-            return;
-        }
-        (*PREVIOUS.0.get()).write(current);
-        let mut ours: libc::sigaction = std::mem::zeroed();
-        ours.sa_sigaction = on_sigbus as *const () as usize;
-        ours.sa_mask = current.sa_mask;
-        let kept = libc::SA_RESTART | libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESETHAND;
-        ours.sa_flags = libc::SA_SIGINFO | (current.sa_flags & kept);
-        let mut replaced: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGBUS, &ours, &mut replaced) != 0 {
-            return;
-        }
-        if replaced.sa_sigaction != current.sa_sigaction {
-            // Someone installed a handler between our two calls: chain to that one.
-            (*PREVIOUS.0.get()).write(replaced);
-        }
-        CHAINED.store(true, Ordering::Release);
-    }
+    PREVIOUS.install(libc::SIGBUS, on_sigbus);
 }
 
 /// If `info` is a kernel-raised SIGBUS on a guarded mapping, swaps that mapping for anonymous
@@ -145,46 +115,13 @@ extern "C" fn on_sigbus(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
     // SAFETY: __errno_location is the calling thread's errno; restored before returning.
     let errno = unsafe { *libc::__errno_location() };
     // SAFETY: `info` is the kernel's argument to this handler.
-    if !unsafe { recover(info) } && CHAINED.load(Ordering::Acquire) {
-        // SAFETY: CHAINED says PREVIOUS was written before our handler was installed; the
-        // kernel's own arguments are forwarded.
-        unsafe { chain(sig, info, ctx, (*PREVIOUS.0.get()).assume_init_ref()) };
+    if !unsafe { recover(info) } {
+        // SAFETY: `info` is the kernel's (null checked); a SIGBUS with no siginfo or a
+        // non-positive code was sent by a process, any other is a fault.
+        let sent = unsafe { info.as_ref() }.is_none_or(|i| i.si_code <= 0);
+        // SAFETY: our handler for SIGBUS, forwarding the kernel's own arguments.
+        unsafe { PREVIOUS.forward(sig, info, ctx, sent) };
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
-}
-
-/// Does what the kernel would have done with `prev` as the disposition.
-///
-/// Safety: `info` and `ctx` are the kernel's own arguments for `sig` (or null), and `prev` a
-/// disposition read back from `sigaction`, so its handler has the signature its flags say.
-unsafe fn chain(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void, prev: &libc::sigaction) {
-    match prev.sa_sigaction {
-        libc::SIG_DFL => {
-            let mut dfl: libc::sigaction = std::mem::zeroed();
-            dfl.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(sig, &dfl, std::ptr::null_mut());
-            let sent = info.as_ref().is_none_or(|i| i.si_code <= 0);
-            if sent {
-                // Sent by a process: send it again to this thread (it takes effect when we
-                // return). A fault re-executes and faults again under the default action.
-                libc::syscall(
-                    libc::SYS_tgkill,
-                    libc::getpid(),
-                    libc::syscall(libc::SYS_gettid),
-                    sig,
-                );
-            }
-        }
-        libc::SIG_IGN => {}
-        handler if prev.sa_flags & libc::SA_SIGINFO != 0 => {
-            let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
-                std::mem::transmute(handler);
-            f(sig, info, ctx);
-        }
-        handler => {
-            let f: extern "C" fn(c_int) = std::mem::transmute(handler);
-            f(sig);
-        }
-    }
 }

@@ -17,6 +17,7 @@ pub mod identity;
 pub mod process;
 pub mod run;
 pub mod settings;
+pub mod signal_chain;
 pub mod writer;
 
 pub use ncclshim_format::{arg_index, layout, profnames, schema};

@@ -12,7 +12,6 @@
 //! max(channel stop) - min(channel start) in %globaltimer ns. Bus bandwidth for a cell is
 //! `timed_bytes * factor(op, nranks) / gpu_ns_sum`.
 
-use crate::ctx::CommCtx;
 use ncclshim_dump::layout::BLOB_HEADER_SIZE;
 use ncclshim_dump::{BlobKind, Recorder};
 use std::ffi::CString;
@@ -101,22 +100,12 @@ fn bump(w: &AtomicU64, by: u64) {
     );
 }
 
-/// Appends a communicator's table to the arena and maps it for in-place updates. Rare path
+/// Appends a communicator's table (its `header`: the communicator's identity and context
+/// index, as init knew them) to the arena and maps it for in-place updates. Rare path
 /// (init): allocation and syscalls are fine here. `None` when the arena is full or the
 /// mapping fails; the records still carry everything, only the running totals are missing.
-pub fn create(
-    rec: &'static Recorder,
-    ctx: &CommCtx,
-    ctx_index: u32,
-) -> Option<(&'static AggTable, u64)> {
-    let payload = encode_empty(&TableHeader {
-        abi: ctx.abi.load(Ordering::Relaxed),
-        comm_id: ctx.comm_id.load(Ordering::Relaxed),
-        rank: ctx.rank.load(Ordering::Relaxed),
-        nranks: ctx.nranks.load(Ordering::Relaxed),
-        nnodes: ctx.nnodes.load(Ordering::Relaxed),
-        ctx: ctx_index,
-    });
+pub fn create(rec: &'static Recorder, header: &TableHeader) -> Option<(&'static AggTable, u64)> {
+    let payload = encode_empty(header);
     let offset = rec.append_blob(BlobKind::ProfAggregates, &payload);
     if offset == 0 {
         return None;

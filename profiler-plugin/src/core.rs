@@ -14,97 +14,16 @@ use crate::agg;
 use crate::ctx::{self, CommCtx};
 use crate::handle::Handle;
 use crate::hot::{self, HotDescr};
-use crate::mask;
+use crate::state::{self, wants};
+pub use crate::state::{our_pid, process_mask, summarizing_channels, Op, Start, PROF};
 use crate::translate::ty;
-use ncclshim_dump::layout::{counters, SLOT_ARGS};
-use ncclshim_dump::process::ProcessRecorder;
+use ncclshim_dump::layout::counters;
 use ncclshim_dump::schema::slot_flags;
-use ncclshim_dump::{BlobKind, CallId, Entry, RecordKind, Recorder, RingWriter, WriterKind};
+use ncclshim_dump::{BlobKind, CallId, Entry, RecordKind, Recorder, RingWriter};
+use ncclshim_format::aggregates::TableHeader;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::OnceLock;
-
-/// The plugin's dump (`*.prof.ncclshim`). TLS slot 1, so the shim's recorder (slot 0) and this
-/// one can share a library if the two are ever linked together (STATIC_PLUGIN).
-pub static PROF: ProcessRecorder = ProcessRecorder::new(WriterKind::Profiler, 1);
-
-/// The process's activation mask: 0 (nothing) until the first init has read the environment.
-/// One relaxed load answers every "is this wanted" question on the hot path.
-static MASK: AtomicU32 = AtomicU32::new(0);
-/// The first init's reading of `NCCLSHIM_PROFILE`, which every later init reuses.
-static MASK_FROM_ENV: OnceLock<u32> = OnceLock::new();
-/// Our pid, to recognise ProxyOps from another process's proxy (PXN). Set at every init.
-static PID: AtomicU32 = AtomicU32::new(0);
-
-/// What a Coll/P2p contributes to the aggregates.
-#[derive(Debug, Clone, Copy)]
-pub struct Op {
-    pub func: u8,
-    pub bytes: u64,
-    pub channels: u8,
-    /// The ABI delivers KernelCh GPU times (v4+), so an in-flight entry is worth keeping.
-    pub timed: bool,
-}
-
-/// One started event, normalized across ABI versions.
-#[derive(Debug, Clone, Copy)]
-pub struct Start {
-    /// Event type bit index (0 = Group ... 15 = KernelPhase).
-    pub type_index: u8,
-    /// NCCL's `parentObj`, as an integer (one of our handles, or NULL).
-    pub parent: u64,
-    /// Slot arguments; `args[0]` (handle) and `args[1]` (parent) are filled in here.
-    pub args: [u64; SLOT_ARGS],
-    /// v1-v3 Coll/P2p name their communicator in the descriptor.
-    pub comm_hint: u64,
-    pub rank: i32,
-    pub op: Option<Op>,
-    /// KernelCh (v4+) / KernelPhase: GPU start time.
-    pub gpu_start: Option<u64>,
-    /// A ProxyOp whose pid is not ours (PXN): its context and parent belong to another process.
-    pub foreign_pid: Option<u32>,
-    /// A string argument no code table knows, seen for the first time: (field, text).
-    pub unknown: Option<(&'static str, &'static [u8])>,
-}
-
-impl Start {
-    pub const EMPTY: Self = Self {
-        type_index: 0,
-        parent: 0,
-        args: [0; SLOT_ARGS],
-        comm_hint: 0,
-        rank: 0,
-        op: None,
-        gpu_start: None,
-        foreign_pid: None,
-        unknown: None,
-    };
-
-    /// Starts filling a fresh (`EMPTY`) value for an event of type `type_index`.
-    #[inline]
-    pub fn reset(&mut self, type_index: u8, parent: *mut c_void, rank: c_int) {
-        self.type_index = type_index;
-        self.parent = parent as u64;
-        self.rank = rank;
-    }
-}
-
-/// The process mask (0 before the first init).
-#[inline(always)]
-pub fn process_mask() -> u32 {
-    MASK.load(Ordering::Relaxed)
-}
-
-/// Whether the process mask asks for event type bit `bit`.
-#[inline(always)]
-pub fn wants(bit: u32) -> bool {
-    process_mask() & bit != 0
-}
-
-pub fn our_pid() -> u32 {
-    PID.load(Ordering::Relaxed)
-}
+use std::sync::atomic::Ordering;
 
 /// Runs `f` with errno preserved and panics caught; `None` after a panic.
 ///
@@ -142,15 +61,6 @@ fn finish<R>(out: std::thread::Result<R>) -> Option<R> {
             None
         }
     }
-}
-
-fn ensure_mask() -> u32 {
-    *MASK_FROM_ENV.get_or_init(|| {
-        let (mask, why) = mask::from_env();
-        ncclshim_dump::config::warn(why);
-        MASK.store(mask, Ordering::Release);
-        mask
-    })
 }
 
 /// The recorder, waiting briefly if another thread is creating it right now (init runs on
@@ -207,9 +117,8 @@ pub unsafe fn init(
             // SAFETY: NCCL's out-pointer (contract).
             unsafe { *ctx_out = std::ptr::null_mut() };
         }
-        let mask = ensure_mask() & event::supported(abi);
-        // SAFETY: getpid has no preconditions.
-        PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
+        let mask = state::ensure_mask() & event::supported(abi);
+        state::note_our_pid();
         let Some(rec) = recorder_for_init() else {
             // Recording is off for this process: ask NCCL for nothing, succeed.
             write_mask(mask_out, 0);
@@ -226,7 +135,15 @@ pub unsafe fn init(
             .store(if abi >= 4 { facts.rank } else { -1 }, Ordering::Relaxed);
         c.nranks.store(facts.nranks, Ordering::Relaxed);
         c.nnodes.store(facts.nnodes, Ordering::Relaxed);
-        if let Some((table, off)) = agg::create(rec, c, index) {
+        let header = TableHeader {
+            abi,
+            comm_id: facts.comm_id,
+            rank: c.rank.load(Ordering::Relaxed),
+            nranks: facts.nranks,
+            nnodes: facts.nnodes,
+            ctx: index,
+        };
+        if let Some((table, off)) = agg::create(rec, &header) {
             c.agg.store(
                 (table as *const agg::AggTable).cast_mut(),
                 Ordering::Release,
@@ -434,13 +351,6 @@ unsafe fn start_event_recorded(
     // SAFETY: NCCL's out-pointer (checked non-null above).
     unsafe { *ehandle = h.map_or(std::ptr::null_mut(), |v| v as *mut c_void) };
     NCCL_SUCCESS
-}
-
-/// Whether kernel channels are folded into one GPU-done record per operation (the default)
-/// rather than recorded one by one (`NCCLSHIM_PROFILE=...,channels`).
-#[inline(always)]
-pub fn summarizing_channels() -> bool {
-    !wants(mask::CHANNEL_RECORDS)
 }
 
 /// The GPU-done record of an operation whose hot path found no ring on this thread (its first

@@ -1,7 +1,7 @@
 //! The default mask's hot path: what an all-reduce's callbacks do under the default
 //! `NCCLSHIM_PROFILE` (a Coll/P2p start record, its kernel channels joining its in-flight
 //! entry, one GPU-done record), straight-line and written directly into the ring slot, without
-//! `core`'s normalized [`Start`](crate::core::Start) or its panic guard.
+//! `core`'s normalized [`Start`](crate::state::Start) or its panic guard.
 //!
 //! Why without the guard: `catch_unwind` outlines its closure, so everything the record path
 //! needs went through the stack, and with the generic translation the default all-reduce cost
@@ -20,11 +20,11 @@
 
 use crate::abi::event;
 use crate::agg::{self, InflightOp};
-use crate::core::{process_mask, summarizing_channels, PROF};
 use crate::ctx;
 use crate::handle::{raw, Handle};
 use crate::mask::CHANNEL_RECORDS;
 use crate::names;
+use crate::state::{process_mask, summarizing_channels, PROF};
 use crate::translate::{self, ty, Coll, Name, P2p};
 use ncclshim_dump::layout::SLOT_ARGS;
 use ncclshim_dump::profnames::{payload_bytes, NameTable};

@@ -4,8 +4,10 @@
 //!
 //! Each `vN` module only translates its version's descriptor: for the default mask's
 //! straight-line [`hot`] path (through [`hot::HotDescr`]), and into one normalized
-//! [`core::Start`] for the general path; [`core`] writes the records, makes allocation-free [`handle`]s, resolves per-communicator
-//! [`ctx`]s and keeps the running [`agg`]regates in the dump. [`mask`] reads `NCCLSHIM_PROFILE`.
+//! [`state::Start`] for the general path; [`core`] writes the records, makes allocation-free [`handle`]s, resolves per-communicator
+//! [`ctx`]s and keeps the running [`agg`]regates in the dump. [`mask`] reads `NCCLSHIM_PROFILE`;
+//! [`state`] holds what they all share (the recorder, the mask, the normalized event), below
+//! them, so the modules import one way (`profiler-plugin/tests/import_layers.rs` keeps it so).
 //! The library is linked `-z nodelete` (NCCL dlcloses and reloads it) and all global state is
 //! initialized lazily and idempotently. `docs/profiler.md` describes the records and the
 //! aggregate layout.
@@ -22,6 +24,7 @@ pub mod mask;
 pub mod names;
 #[cfg(feature = "reader")]
 pub mod reader;
+pub mod state;
 pub mod translate;
 pub mod v1;
 pub mod v2;

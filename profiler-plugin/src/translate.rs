@@ -3,8 +3,8 @@
 //! passed, and fills the slot arguments in the order `schema.rs` names them.
 
 use crate::abi::{self, event};
-use crate::core::{Op, Start};
 use crate::names::{self, Lookup};
+use crate::state::{Op, Start};
 use ncclshim_dump::layout::SLOT_ARGS;
 use ncclshim_dump::profnames::{payload_bytes, NameTable};
 use std::ffi::c_char;

@@ -76,7 +76,7 @@ fn main() {
         assert!(!p.is_null());
         std::mem::transmute::<*mut libc::c_void, GetVersion>(p)
     };
-    let shim: GetVersion = black_box(ncclshim::nccl::hooks::ncclGetVersion);
+    let shim: GetVersion = black_box(ncclshim::nccl::exports::ncclGetVersion);
     let mut v: c_int = 0;
     // The first call creates the dump and takes the snapshots: kept out of the measurement.
     // SAFETY: v is a valid out-pointer.

@@ -29,8 +29,8 @@
 //! semantics differ, and one unversioned export would bind both to one of them. A process that
 //! ends through it reads as before (no exit call seen).
 
-use crate::driver::dlsym::real_dlsym;
-use crate::recorder::SHIM;
+use crate::runtime::recorder::SHIM;
+use crate::symbols::dlsym::real_dlsym;
 use ncclshim_dump::layout::exit_via;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::catch_unwind;

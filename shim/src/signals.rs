@@ -7,7 +7,7 @@
 //! - Installed lazily, at the first NCCL event (never at load time), once per process image,
 //!   only over a disposition that is not SIG_IGN (an ignored signal stays ignored, and exec'd
 //!   children still inherit it).
-//! - Chained: our handler carries the previous handler's mask and flags (SA_RESTART, SA_ONSTACK,
+//! - Chained (`ncclshim_dump::signal_chain`, shared with the dump's SIGBUS guard): our handler carries the previous handler's mask and flags (SA_RESTART, SA_ONSTACK,
 //!   SA_NODEFER, SA_RESETHAND), so interrupted system calls, the alternate stack and one-shot
 //!   handlers behave as before; after recording it calls the previous handler exactly as the
 //!   kernel would have (with or without SA_SIGINFO), or, for the default action, restores it and
@@ -23,10 +23,9 @@
 //!   goes to `ncclshim_dump::fault_guard` first, which recovers it, and is neither recorded nor
 //!   chained.
 
+use ncclshim_dump::signal_chain::Chained;
 use ncclshim_dump::Recorder;
-use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
-use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 /// The signals whose arrival ends (or may end) a rank.
@@ -46,15 +45,8 @@ static RECORDER: AtomicPtr<Recorder> = AtomicPtr::new(std::ptr::null_mut());
 /// handlers and this flag, so it never chains to itself).
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
-/// The dispositions we replaced, one per watched signal. Written once, before our handler is
-/// installed for that signal; read only by the handler afterwards.
-struct Previous([UnsafeCell<MaybeUninit<libc::sigaction>>; WATCHED.len()]);
-// SAFETY: each cell is written once by `install` before the sigaction call that makes the
-// handler able to read it (a system call, so a full barrier), and only read afterwards.
-unsafe impl Sync for Previous {}
-static PREVIOUS: Previous = Previous([const { UnsafeCell::new(MaybeUninit::zeroed()) }; 7]);
-/// Which entries of PREVIOUS are valid (our handler is installed for that signal).
-static CHAINED: [AtomicBool; WATCHED.len()] = [const { AtomicBool::new(false) }; 7];
+/// The dispositions we replaced, one per watched signal (`ncclshim_dump::signal_chain`).
+static PREVIOUS: [Chained; WATCHED.len()] = [const { Chained::new() }; 7];
 
 /// Points the handlers at `recorder` and installs them the first time (called when the dump is
 /// created: the first NCCL event of this process image).
@@ -66,32 +58,8 @@ pub fn install(recorder: &'static Recorder) {
     if INSTALLED.swap(true, Ordering::AcqRel) {
         return;
     }
-    for (i, &sig) in WATCHED.iter().enumerate() {
-        // SAFETY: plain sigaction calls with valid, zero-initialised structs; the cell for
-        // `i` is written before our handler can run for `sig` (it is installed afterwards).
-        unsafe {
-            let mut current: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut current) != 0
-                || current.sa_sigaction == libc::SIG_IGN
-            {
-                continue;
-            }
-            (*PREVIOUS.0[i].get()).write(current);
-            let mut ours: libc::sigaction = std::mem::zeroed();
-            ours.sa_sigaction = on_signal as *const () as usize;
-            ours.sa_mask = current.sa_mask;
-            let kept = libc::SA_RESTART | libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESETHAND;
-            ours.sa_flags = libc::SA_SIGINFO | (current.sa_flags & kept);
-            let mut replaced: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, &ours, &mut replaced) != 0 {
-                continue;
-            }
-            if replaced.sa_sigaction != current.sa_sigaction {
-                // Someone installed a handler between our two calls: chain to that one.
-                (*PREVIOUS.0[i].get()).write(replaced);
-            }
-            CHAINED[i].store(true, Ordering::Release);
-        }
+    for (previous, &sig) in PREVIOUS.iter().zip(&WATCHED) {
+        previous.install(sig, on_signal);
     }
 }
 
@@ -120,54 +88,12 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
     let code = unsafe { info.as_ref() }.map_or(0, |i| i.si_code);
     note(sig, info, code);
     if let Some(i) = WATCHED.iter().position(|&s| s == sig) {
-        if CHAINED[i].load(Ordering::Acquire) {
-            // SAFETY: CHAINED[i] says the cell was written before our handler was installed.
-            let prev = unsafe { (*PREVIOUS.0[i].get()).assume_init_ref() };
-            // SAFETY: forwards the kernel's own arguments to the handler it would have called.
-            unsafe { chain(sig, info, ctx, code, prev) };
-        }
+        // SAFETY: our handler for `sig`, forwarding the kernel's own arguments; a signal the
+        // kernel raised for the interrupted instruction re-executes, any other was sent.
+        unsafe { PREVIOUS[i].forward(sig, info, ctx, !is_fault(sig, code)) };
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
-}
-
-/// Does what the kernel would have done with `prev` as the disposition.
-unsafe fn chain(
-    sig: c_int,
-    info: *mut libc::siginfo_t,
-    ctx: *mut c_void,
-    code: c_int,
-    prev: &libc::sigaction,
-) {
-    match prev.sa_sigaction {
-        libc::SIG_DFL => {
-            // Default action (terminate, with a core for the fault signals): put it back and
-            // let the signal act again.
-            let mut dfl: libc::sigaction = std::mem::zeroed();
-            dfl.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(sig, &dfl, std::ptr::null_mut());
-            if !is_fault(sig, code) {
-                // Sent by a process (kill, raise, abort): send it again to this thread. It is
-                // blocked while we run (unless SA_NODEFER) and takes effect when we return.
-                libc::syscall(
-                    libc::SYS_tgkill,
-                    libc::getpid(),
-                    libc::syscall(libc::SYS_gettid),
-                    sig,
-                );
-            }
-        }
-        libc::SIG_IGN => {}
-        handler if prev.sa_flags & libc::SA_SIGINFO != 0 => {
-            let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
-                std::mem::transmute(handler);
-            f(sig, info, ctx);
-        }
-        handler => {
-            let f: extern "C" fn(c_int) = std::mem::transmute(handler);
-            f(sig);
-        }
-    }
 }
 
 /// Writes the first signal into the header (later ones only count).

@@ -318,7 +318,7 @@ fn handle_of_the_linked_libnccl_gives_the_export() {
 }
 
 /// Every `nccl*` the built library exports is in the handle-lookup table, so a new export in
-/// hooks.rs cannot silently miss its bound stubs.
+/// `nccl/exports/` cannot silently miss its bound stubs.
 #[test]
 fn every_export_has_bound_stubs() {
     let out = Command::new("nm")

@@ -1,106 +1,20 @@
 //! The life of one intercepted call: record at entry (in flight), forward, complete in place
 //! with the return code and, on failure, NCCL's own `ncclGetLastError()` text captured before
 //! anything else can overwrite that process-wide buffer. Also the FFI boundary every export
-//! runs in (no panic crosses it) and the per-thread nesting and group state.
+//! runs in (no panic crosses it). The per-thread nesting and group state is the runtime's
+//! ([`crate::runtime::thread`]), re-exported here for the exports.
 
 use crate::nccl::ffi::{is_failure, NcclComm, NcclResult, NCCL_INTERNAL_ERROR};
 use crate::nccl::resolve::real;
-use crate::recorder::{record, record_keep, SHIM};
+use crate::runtime::recorder::{record, record_keep, SHIM};
+use crate::runtime::thread::take_next_lib;
+pub use crate::runtime::thread::{context_flags, forward, group_depth, nested, set_group_depth};
 use ncclshim_dump::layout::SLOT_ARGS;
 use ncclshim_dump::schema::slot_flags;
 use ncclshim_dump::{BlobKind, CallId, Entry, PendingCall, RecordKind};
-use std::cell::Cell;
 use std::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
-
-/// Per-thread call state, one thread-local so the hot path pays for one TLS lookup.
-struct ThreadState {
-    /// How many real NCCL calls this thread is inside (NCCL calls its own API through the PLT).
-    in_nccl: Cell<u32>,
-    /// User-level ncclGroupStart depth on this thread.
-    group: Cell<u32>,
-    /// Library slot (`handles`) the current export call forwards to; 0: the resolver's.
-    lib: Cell<u8>,
-    /// Set by a bound stub just before it jumps to an export; taken by that export's boundary.
-    next_lib: Cell<u8>,
-}
-
-thread_local! {
-    static STATE: ThreadState = const {
-        ThreadState {
-            in_nccl: Cell::new(0),
-            group: Cell::new(0),
-            lib: Cell::new(0),
-            next_lib: Cell::new(0),
-        }
-    };
-}
-
-/// Whether this call comes from inside another NCCL call on this thread.
-#[inline]
-pub fn nested() -> bool {
-    STATE.try_with(|s| s.in_nccl.get() > 0).unwrap_or(false)
-}
-
-pub fn group_depth() -> u32 {
-    STATE.try_with(|s| s.group.get()).unwrap_or(0)
-}
-
-pub fn set_group_depth(v: u32) {
-    let _ = STATE.try_with(|s| s.group.set(v));
-}
-
-/// The library slot this thread's current NCCL call forwards to (0 outside bound calls).
-#[inline]
-pub fn current_lib() -> usize {
-    STATE.try_with(|s| usize::from(s.lib.get())).unwrap_or(0)
-}
-
-/// Marks the next export call on this thread as one for library slot `k` (a bound stub).
-pub fn set_next_lib(k: u8) {
-    let _ = STATE.try_with(|s| s.next_lib.set(k));
-}
-
-/// Takes the mark a bound stub left for this call (0: none).
-#[inline]
-fn take_next_lib() -> u8 {
-    STATE
-        .try_with(|s| {
-            let k = s.next_lib.get();
-            if k != 0 {
-                s.next_lib.set(0);
-            }
-            k
-        })
-        .unwrap_or(0)
-}
-
-/// Runs the real call with this thread marked as inside NCCL.
-#[inline]
-pub fn forward<R>(f: impl FnOnce() -> R) -> R {
-    let _ = STATE.try_with(|s| s.in_nccl.set(s.in_nccl.get() + 1));
-    let r = f();
-    let _ = STATE.try_with(|s| s.in_nccl.set(s.in_nccl.get().saturating_sub(1)));
-    r
-}
-
-/// The slot flags every record of this call carries.
-#[inline]
-pub fn context_flags() -> u32 {
-    STATE
-        .try_with(|s| {
-            let mut f = 0;
-            if s.in_nccl.get() > 0 {
-                f |= slot_flags::NESTED;
-            }
-            if s.group.get() > 0 {
-                f |= slot_flags::IN_GROUP;
-            }
-            f
-        })
-        .unwrap_or(0)
-}
 
 /// A call recorded at entry (or not, when recording is off or we are inside our own code).
 pub struct Active(Option<PendingCall>);
@@ -248,12 +162,12 @@ pub fn boundary(body: impl FnOnce(&mut Option<NcclResult>)) -> NcclResult {
 #[cold]
 #[inline(never)]
 fn bound_boundary(k: u8, body: impl FnOnce(&mut Option<NcclResult>)) -> NcclResult {
-    let prev = STATE.try_with(|s| s.lib.replace(k)).unwrap_or(0);
-    if catch_unwind(|| crate::nccl::handles::first_call(usize::from(k))).is_err() {
+    let prev = crate::runtime::thread::replace_lib(k);
+    if catch_unwind(|| crate::nccl::libs::first_call(usize::from(k))).is_err() {
         SHIM.disable("internal panic while taking a library snapshot");
     }
     let rc = run_body(body);
-    let _ = STATE.try_with(|s| s.lib.set(prev));
+    crate::runtime::thread::restore_lib(prev);
     rc
 }
 

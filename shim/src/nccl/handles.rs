@@ -4,7 +4,7 @@
 //! without this those calls would not be seen at all.
 //!
 //! Each distinct libnccl reached this way gets a *library slot* (1..=[`LIBS`]; slot 0 is the
-//! library the exports forward to, found by [`super::resolve`]). When `dlsym(handle, "ncclX")`
+//! library the exports forward to, found by [`super::resolve`]; the slots are [`super::libs`]). When `dlsym(handle, "ncclX")`
 //! answers a function of a libnccl (it also exports `pncclX`, at an address of the same object)
 //! and `ncclX` is one of our exports, the caller gets a *bound stub* instead: a naked
 //! trampoline per (slot, export) that tells this thread "the next export call is for slot k"
@@ -30,21 +30,19 @@
 //! answer about the real function it forwards to (nccl4py locates libnccl with `dladdr` on a
 //! function pointer). Any other address is passed to glibc as it is.
 
-use crate::nccl::snapshot;
-use crate::recorder::record;
+use crate::nccl::libs::{self, real_dladdr, real_fn, LIBS};
 use std::ffi::{c_char, c_void};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-/// Library slots for handle-bound wrappers (slot 0, the exports' own library, comes on top).
-pub const LIBS: usize = 4;
+type Dladdr1Fn =
+    unsafe extern "C" fn(*const c_void, *mut libc::Dl_info, *mut *mut c_void, i32) -> i32;
 
-/// Per-call-site table of resolved real functions, one entry per library slot (`real!`).
-pub type Slots = [AtomicPtr<c_void>; LIBS + 1];
+static REAL_DLADDR1: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 
 /// Defines the export list (names, `pnccl` names, export addresses) and, on x86_64 Linux, one
 /// bound stub per export and slot. Must name every `#[no_mangle]` `nccl*` export of
-/// `hooks.rs` (a test checks the built library against it).
+/// `exports/` (a test checks the built library against it).
 macro_rules! exports {
     ($($name:ident),* $(,)?) => {
         /// The exported `nccl*` wrappers; a name's index is its row in the tables below.
@@ -54,7 +52,7 @@ macro_rules! exports {
 
         /// Addresses of the exported wrappers, by index.
         fn export_addrs() -> [usize; N] {
-            [$(crate::nccl::hooks::$name as *const () as usize),*]
+            [$(crate::nccl::exports::$name as *const () as usize),*]
         }
 
         /// Addresses of slot `k`'s bound stubs, by index (`k` in 1..=LIBS).
@@ -117,7 +115,7 @@ macro_rules! exports {
                         ".cfi_endproc",
                         k = const K,
                         mark = sym super::mark_next,
-                        target = sym crate::nccl::hooks::$name,
+                        target = sym crate::nccl::exports::$name,
                     )
                 }
             )*
@@ -163,17 +161,10 @@ exports!(
 
 const N: usize = NAMES.len();
 
-/// Load base of each slot's library (`dli_fbase`); 0 while free. Slot 0's is noted by the
-/// resolver when it first finds a function.
-static BASE: [AtomicUsize; LIBS + 1] = [const { AtomicUsize::new(0) }; LIBS + 1];
 /// The `pncclX` each handle lookup answered, `[slot][export]` (slot 0 unused): what a bound
-/// stub's `dladdr` names, and the anchor that finds the library's path at its first call.
+/// stub's `dladdr` names.
 static LOOKED_UP: [[AtomicPtr<c_void>; N]; LIBS + 1] =
     [const { [const { AtomicPtr::new(null_mut()) }; N] }; LIBS + 1];
-/// Each bound slot's NOLOAD handle, taken at its first call (keeps the library mapped).
-static HANDLE: [AtomicPtr<c_void>; LIBS + 1] = [const { AtomicPtr::new(null_mut()) }; LIBS + 1];
-/// Whether the slot's first call took its library snapshot.
-static SNAPSHOT_TAKEN: [AtomicBool; LIBS + 1] = [const { AtomicBool::new(false) }; LIBS + 1];
 /// Slot 0's real functions by export, for `dladdr` on an export.
 static EXPORT_REAL: [AtomicPtr<c_void>; N] = [const { AtomicPtr::new(null_mut()) }; N];
 /// Handle lookups of a libnccl passed through because every slot held another library.
@@ -195,158 +186,7 @@ fn index_of(name: &[u8]) -> Option<usize> {
 /// Called by a bound stub (in its own frame, with the argument registers saved): the thread's
 /// next export call is slot `k`'s. Cannot panic.
 extern "C" fn mark_next(k: u32) {
-    crate::nccl::call::set_next_lib(k as u8);
-}
-
-/// The real function `pname` (`"pncclX\0"`, `name` the fallback) of slot `k`'s library, cached
-/// in `slots[k]`. Null when `k` is not a bound slot or its library lacks the function.
-#[inline]
-pub fn lookup(slots: &Slots, k: usize, pname: &'static str, name: &'static str) -> *mut c_void {
-    let Some(slot) = slots.get(k) else {
-        return null_mut();
-    };
-    let p = slot.load(Ordering::Acquire);
-    if !p.is_null() {
-        return p;
-    }
-    resolve_bound(slot, k, pname, name)
-}
-
-#[cold]
-#[inline(never)]
-fn resolve_bound(
-    slot: &AtomicPtr<c_void>,
-    k: usize,
-    pname: &'static str,
-    name: &'static str,
-) -> *mut c_void {
-    debug_assert!(pname.ends_with('\0') && name.ends_with('\0'));
-    // SAFETY: __errno_location returns this thread's errno; a failed dlopen/dlsym may set it
-    // and the caller's errno must survive us.
-    let errno = unsafe { libc::__errno_location() };
-    // SAFETY: as above.
-    let saved = unsafe { *errno };
-    let h = library(k);
-    let mut p = null_mut();
-    if !h.is_null() {
-        // SAFETY: h is a live NOLOAD handle we hold; both names are NUL-terminated. A handle
-        // lookup searches that library's scope (not the preload); `pnccl`/plain names that
-        // are not ours pass through our dlsym untouched.
-        p = unsafe { libc::dlsym(h, pname.as_ptr().cast()) };
-        if p.is_null() {
-            // SAFETY: as above; an NCCL built without the pnccl aliases exports only ncclX.
-            p = unsafe { libc::dlsym(h, name.as_ptr().cast()) };
-        }
-    }
-    if !p.is_null() {
-        slot.store(p, Ordering::Release);
-    }
-    // SAFETY: as above.
-    unsafe { *errno = saved };
-    p
-}
-
-/// Slot `k`'s library handle: `dlopen(its path, RTLD_NOLOAD)`, the path found with `dladdr`
-/// on a function a handle lookup answered. Taken once (never in a `dlsym` hook).
-fn library(k: usize) -> *mut c_void {
-    let Some(cell) = HANDLE.get(k) else {
-        return null_mut();
-    };
-    let h = cell.load(Ordering::Acquire);
-    if !h.is_null() || k == 0 {
-        return h;
-    }
-    let Some(anchor) = LOOKED_UP[k]
-        .iter()
-        .map(|p| p.load(Ordering::Acquire))
-        .find(|p| !p.is_null())
-    else {
-        return null_mut();
-    };
-    // SAFETY: Dl_info is plain data; all-zero is a valid value for dladdr to overwrite.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: anchor is a function address; info is a valid out-pointer.
-    if unsafe { real_dladdr(anchor, &mut info) } == 0 || info.dli_fname.is_null() {
-        return null_mut();
-    }
-    // SAFETY: dli_fname is the loader's NUL-terminated name of a mapped object (the string
-    // the object was opened by, which NOLOAD matches); NOLOAD never loads or initializes.
-    let h = unsafe { libc::dlopen(info.dli_fname, libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
-    if h.is_null() {
-        return null_mut();
-    }
-    match cell.compare_exchange(null_mut(), h, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => h,
-        Err(other) => {
-            // SAFETY: h came from dlopen above and is released once; `other` is kept.
-            unsafe { libc::dlclose(h) };
-            other
-        }
-    }
-}
-
-/// The first call made through slot `k`'s stubs records a library snapshot (stored only if the
-/// loaded libraries changed since the last one: a second libnccl shows up there).
-pub fn first_call(k: usize) {
-    if let Some(done) = SNAPSHOT_TAKEN.get(k) {
-        if !done.swap(true, Ordering::Relaxed) {
-            record(|r, w| snapshot::take(r, w, snapshot::Reason::NewLibrary, false));
-        }
-    }
-}
-
-/// The resolver found `p` in slot 0's library: remember which library that is.
-pub fn note_slot0(p: *mut c_void) {
-    if BASE[0].load(Ordering::Relaxed) == 0 {
-        if let Some(base) = object_base(p) {
-            BASE[0].store(base, Ordering::Relaxed);
-        }
-    }
-}
-
-/// Load base of the object holding `addr`.
-fn object_base(addr: *const c_void) -> Option<usize> {
-    // SAFETY: Dl_info is plain data; all-zero is a valid value for dladdr to overwrite.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr accepts any address; info is a valid out-pointer.
-    let ok = unsafe { real_dladdr(addr, &mut info) } != 0;
-    (ok && !info.dli_fbase.is_null()).then_some(info.dli_fbase as usize)
-}
-
-type DladdrFn = unsafe extern "C" fn(*const c_void, *mut libc::Dl_info) -> i32;
-type Dladdr1Fn =
-    unsafe extern "C" fn(*const c_void, *mut libc::Dl_info, *mut *mut c_void, i32) -> i32;
-
-static REAL_DLADDR: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
-static REAL_DLADDR1: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
-
-/// glibc's function `name` (the one after the shim), cached in `cell`; null if none.
-fn real_fn(cell: &AtomicPtr<c_void>, name: &std::ffi::CStr) -> *mut c_void {
-    let p = cell.load(Ordering::Acquire);
-    if !p.is_null() {
-        return p;
-    }
-    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    // SAFETY: the real dlsym, from our own frame: RTLD_NEXT means "after the shim" (libc).
-    let p = unsafe { crate::driver::dlsym::real_dlsym()(libc::RTLD_NEXT, name.as_ptr()) };
-    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
-    // SAFETY: as above (no dlsym interposer on this target).
-    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
-    cell.store(p, Ordering::Release);
-    p
-}
-
-/// glibc's `dladdr` (0, "not found", if it cannot be found).
-///
-/// # Safety
-/// As glibc's `dladdr`.
-unsafe fn real_dladdr(addr: *const c_void, info: *mut libc::Dl_info) -> i32 {
-    let p = real_fn(&REAL_DLADDR, c"dladdr");
-    if p.is_null() {
-        return 0;
-    }
-    // SAFETY: p is glibc's dladdr, of this signature; the caller keeps dladdr's contract.
-    unsafe { std::mem::transmute::<*mut c_void, DladdrFn>(p)(addr, info) }
+    crate::runtime::thread::set_next_lib(k as u8);
 }
 
 /// The real function behind `addr` when it is the entry of one of our exports (slot 0's real
@@ -455,11 +295,12 @@ pub unsafe extern "C" fn dladdr1(
 
 /// The `dlsym` hook's answer for a name starting with `nc` (see the module doc): a bound stub,
 /// slot 0's export, or null to let glibc answer untouched. Runs inside `dlsym`: no allocation,
-/// no lock, no `dlopen`; only the real `dlsym` and `dladdr`.
+/// no lock, no `dlopen`; only the real `dlsym` and `dladdr`. `extern "C"`: it catches its own
+/// panics, and the trampoline's decider then tail-calls it.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #[cold]
 #[inline(never)]
-pub fn decide(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+pub(crate) extern "C" fn decide(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     // RTLD_NEXT depends on who asks (only the jump keeps that right); RTLD_DEFAULT's answer is
     // our export anyway whenever one exists.
     if handle == libc::RTLD_NEXT || handle == libc::RTLD_DEFAULT {
@@ -475,7 +316,7 @@ fn decide_handle(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     let Some(i) = index_of(name) else {
         return null_mut();
     };
-    let dlsym = crate::driver::dlsym::real_dlsym();
+    let dlsym = crate::symbols::dlsym::real_dlsym();
     // SAFETY: the real dlsym with the caller's own handle and name; for a handle the answer
     // does not depend on who asks.
     let real = unsafe { dlsym(handle, symbol) };
@@ -487,31 +328,22 @@ fn decide_handle(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     if p.is_null() {
         return null_mut();
     }
-    let Some(base) = object_base(real) else {
+    let Some(base) = libs::object_base(real) else {
         return null_mut();
     };
-    if object_base(p) != Some(base) {
+    if libs::object_base(p) != Some(base) {
         return null_mut();
     }
-    if BASE[0].load(Ordering::Relaxed) == base {
+    if libs::slot0_base() == base {
         return export_addrs()[i] as *mut c_void;
     }
-    let Some(k) = claim(base) else {
+    let Some(k) = libs::claim(base) else {
         OVERFLOW.fetch_add(1, Ordering::Relaxed);
         return null_mut();
     };
     LOOKED_UP[k][i].store(p, Ordering::Release);
+    libs::note_lookup(k, p);
     stub_addrs(k)[i] as *mut c_void
-}
-
-/// The slot holding library `base`, claiming a free one if none does.
-fn claim(base: usize) -> Option<usize> {
-    (1..=LIBS).find(|&k| {
-        match BASE[k].compare_exchange(0, base, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => true,
-            Err(cur) => cur == base,
-        }
-    })
 }
 
 #[cfg(test)]
@@ -538,14 +370,5 @@ mod tests {
             }
         }
         assert_eq!(stub_addrs(0), [0; N]);
-    }
-
-    #[test]
-    fn claim_reuses_a_slot_per_library_and_runs_out() {
-        let bases: Vec<usize> = (1..=LIBS).map(|k| 0x7000_0000 + k * 0x1000).collect();
-        let slots: Vec<usize> = bases.iter().map(|&b| claim(b).unwrap()).collect();
-        assert_eq!(slots, (1..=LIBS).collect::<Vec<_>>());
-        assert_eq!(claim(bases[2]), Some(3));
-        assert_eq!(claim(0x6000_0000), None);
     }
 }

@@ -1,16 +1,19 @@
-//! NCCL API interposition: every exported `nccl*` wrapper ([`hooks`]) records its call into the
+//! NCCL API interposition: every exported `nccl*` wrapper ([`exports`]) records its call into the
 //! shim's dump and forwards to NCCL's real `pnccl*` entry point ([`resolve`]), returning
 //! exactly what NCCL returned. Around that: the uniqueId / commHash hash ([`hash`]), the
-//! per-communicator counters ([`comms`]), the handle-lookup bindings ([`handles`]), the `ncclConfig_t` reader ([`config`]) and the
-//! environment / library / host snapshots ([`snapshot`]).
+//! per-communicator counters ([`comms`]), the library slots ([`libs`]) and handle-lookup
+//! bindings ([`handles`]), the `ncclConfig_t` reader ([`config`]) and the environment / library /
+//! host snapshots ([`snapshot`]). Never imports `crate::driver`: the two are siblings over
+//! `crate::runtime` and `crate::symbols`.
 
 pub mod call;
 pub mod comms;
 pub mod config;
+pub mod exports;
 pub mod ffi;
 pub mod handles;
 pub mod hash;
-pub mod hooks;
+pub mod libs;
 pub mod resolve;
 pub mod snapshot;
 

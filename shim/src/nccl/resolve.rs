@@ -9,7 +9,7 @@
 //! (a program can only call it by mistake, and it gets `ncclInternalError`). The NOLOAD
 //! handle is kept, so the library stays mapped while we hold pointers into it.
 
-use crate::nccl::handles::Slots;
+use crate::nccl::libs::Slots;
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -62,19 +62,19 @@ fn resolve_inner(slot: &AtomicPtr<c_void>, pname: &'static str, name: &'static s
     }
     if !p.is_null() {
         slot.store(p, Ordering::Release);
-        crate::nccl::handles::note_slot0(p);
+        crate::nccl::libs::note_slot0(p);
     }
     p
 }
 
 /// As [`lookup`], from a per-call-site table with one entry per library slot: the slot of the
 /// call this thread is in (a call through a bound stub uses that stub's library, see
-/// `handles`), else slot 0 (the library found here).
+/// `handles`, slots in `libs`), else slot 0 (the library found here).
 #[inline]
 pub fn lookup_in(slots: &Slots, pname: &'static str, name: &'static str) -> *mut c_void {
-    match crate::nccl::call::current_lib() {
+    match crate::runtime::thread::current_lib() {
         0 => lookup(&slots[0], pname, name),
-        k => crate::nccl::handles::lookup(slots, k, pname, name),
+        k => crate::nccl::libs::lookup(slots, k, pname, name),
     }
 }
 
@@ -138,9 +138,9 @@ fn first_mapped_nccl() -> *mut c_void {
 /// library slot (the library of the call this thread is in, see `lookup_in`).
 macro_rules! real {
     ($name:literal, $ty:ty) => {{
-        static SLOTS: $crate::nccl::handles::Slots =
+        static SLOTS: $crate::nccl::libs::Slots =
             [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) };
-                $crate::nccl::handles::LIBS + 1];
+                $crate::nccl::libs::LIBS + 1];
         let p = $crate::nccl::resolve::lookup_in(
             &SLOTS,
             concat!("p", $name, "\0"),

@@ -1,11 +1,19 @@
 //! The shim's process-wide recorder and the guard every exported hook runs its recording in:
 //! reentrancy guard (NCCL calls its own API through the PLT, and our own helpers may reach
 //! hooked functions), errno preserved, panics caught and turned into "recording disabled".
+//!
+//! The once-per-file setup (fatal-signal handlers, first snapshots, driver lookup counts) belongs
+//! to the layers above; `lib.rs` registers it as one function pointer ([`register_setup`]) from
+//! the library's constructor, so this layer never calls them by name. A file created before the
+//! constructor ran (another library's constructor calling NCCL first) gets its setup when the
+//! registration comes: the creator and the registrar agree, through two sequentially consistent
+//! flags, on which of them runs it, exactly once.
 
 use ncclshim_dump::process::ProcessRecorder;
 use ncclshim_dump::{Recorder, RingWriter, WriterKind};
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// The shim's dump (`*.shim.ncclshim`), created by the first [`record`].
 pub static SHIM: ProcessRecorder = ProcessRecorder::new(WriterKind::Shim, 0);
@@ -15,13 +23,38 @@ thread_local! {
     static DEPTH: Cell<u32> = const { Cell::new(0) };
 }
 
+/// The once-per-file work the layers above do when the shim's dump is created.
+pub type Setup = fn(&'static Recorder, &RingWriter);
+
+/// The registered [`Setup`] as an address (0: none registered yet).
+static SETUP: AtomicUsize = AtomicUsize::new(0);
+/// A file was created while no setup was registered: the registration runs it.
+static SETUP_OWED: AtomicBool = AtomicBool::new(false);
+
+/// Registers the once-per-file setup (`lib.rs`, from the library constructor). If a file was
+/// created before this, its setup runs now, on this thread, under [`record`]'s guard.
+pub fn register_setup(setup: Setup) {
+    SETUP.store(setup as usize, Ordering::SeqCst);
+    if SETUP_OWED.swap(false, Ordering::SeqCst) {
+        record(setup);
+    }
+}
+
 /// The once-per-file work, done by the `record` call that created the file, in its frame (under
-/// its reentrancy guard, errno save and panic catch) before its own record.
+/// its reentrancy guard, errno save and panic catch) before its own record. Never inlined: it
+/// runs once per file, and the hot wrappers that inline `record` should not carry it.
 #[cold]
+#[inline(never)]
 fn on_create(recorder: &'static Recorder, ring: &RingWriter) {
-    crate::signals::install(recorder);
-    crate::nccl::on_recorder_created(recorder, ring);
-    crate::driver::on_recorder_created(recorder);
+    // Owed first, then look: whichever of this and `register_setup` comes second sees the
+    // other's store, and the swap lets exactly one of them run the setup.
+    SETUP_OWED.store(true, Ordering::SeqCst);
+    let setup = SETUP.load(Ordering::SeqCst);
+    if setup != 0 && SETUP_OWED.swap(false, Ordering::SeqCst) {
+        // SAFETY: SETUP only ever holds 0 or a `Setup` stored by `register_setup`.
+        let setup = unsafe { std::mem::transmute::<usize, Setup>(setup) };
+        setup(recorder, ring);
+    }
 }
 
 /// Whether the calling thread is already inside shim code (a nested hook must only forward).
