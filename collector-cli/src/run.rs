@@ -670,6 +670,69 @@ mod tests {
     }
 
     #[test]
+    fn the_flight_recorder_goes_into_the_dump_directory_unless_the_job_chose() {
+        let dir = Path::new("/d/run1");
+        let get = |env: &[(String, OsString)], k: &str| {
+            env.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        let mut env = Vec::new();
+        let fr = flight_recorder_env(dir, &|_: &str| None, &mut env);
+        assert_eq!(fr.as_deref(), Some(Path::new("/d/run1/fr")));
+        for (name, want) in [
+            ("TORCH_FR_BUFFER_SIZE", "2000"),
+            ("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"),
+            ("TORCH_FR_DUMP_ON_TIMEOUT", "1"),
+            ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
+            ("TORCH_FR_DUMP_TEMP_FILE", "/d/run1/fr/rank_"),
+            ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "/d/run1/fr/rank_"),
+        ] {
+            assert_eq!(get(&env, name).as_deref(), Some(want), "{name}: {env:?}");
+        }
+        // The user turned it off under the old name and chose the file under the new one: none
+        // of either setting's names is set, and no fr/ is needed.
+        let user = |k: &str| match k {
+            "TORCH_NCCL_TRACE_BUFFER_SIZE" => Some(OsString::from("0")),
+            "TORCH_FR_DUMP_TEMP_FILE" => Some(OsString::from("/mine/fr_")),
+            _ => None,
+        };
+        let mut env = Vec::new();
+        assert_eq!(flight_recorder_env(dir, &user, &mut env), None);
+        assert_eq!(get(&env, "TORCH_FR_BUFFER_SIZE"), None);
+        assert_eq!(get(&env, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"), None);
+        assert_eq!(get(&env, "TORCH_FR_DUMP_ON_TIMEOUT").as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn a_stop_by_the_user_is_not_called_a_failure() {
+        use std::os::unix::process::ExitStatusExt;
+        let outcome = |raw: i32, forwarded: Vec<libc::c_int>| Outcome {
+            status: Some(ExitStatus::from_raw(raw)),
+            forwarded,
+            killed: false,
+            elapsed: Duration::from_millis(12_340),
+            stopped_after: Some(Duration::from_millis(12_300)),
+        };
+        let passed_on = outcome(libc::SIGINT, vec![libc::SIGINT]);
+        assert!(passed_on.stopped());
+        assert_eq!(
+            passed_on.how_it_ended(),
+            "stopped by you (SIGINT) after 12.3 s"
+        );
+        assert_eq!(passed_on.code(), 128 + libc::SIGINT);
+        let from_outside = outcome(libc::SIGTERM, vec![]);
+        assert!(from_outside.stopped());
+        assert!(from_outside
+            .how_it_ended()
+            .starts_with("stopped by SIGTERM after 12.3 s"));
+        let failed = outcome(1 << 8, vec![]);
+        assert!(!failed.stopped());
+        assert_eq!(failed.how_it_ended(), "the command failed (exit status: 1)");
+        assert_eq!(failed.code(), 1);
+    }
+
+    #[test]
     fn directories_created_for_a_run_that_never_started_are_removed() {
         let tmp = tempfile::tempdir().unwrap();
         let d = tmp.path().join("a/b/c");

@@ -315,7 +315,8 @@ fn a_real_all_reduce_hung_until_the_rank_was_killed_reaches_the_ranks_end_in_the
         let hung: Vec<&Value> = events
             .iter()
             .filter(|e| {
-                e["args"]["state"] == "in flight at end" && e["name"] == "Coll AllReduce (unfinished)"
+                e["args"]["state"] == "in flight at end"
+                    && e["name"] == "Coll AllReduce (unfinished)"
             })
             .collect();
         assert_eq!(hung.len(), hung_ranks, "{name}: {hung:?}");
@@ -329,10 +330,17 @@ fn a_real_all_reduce_hung_until_the_rank_was_killed_reaches_the_ranks_end_in_the
             // The rank's end marker: at the slice's end.
             let end = events
                 .iter()
-                .find(|m| m["pid"] == e["pid"] && m["s"] == "p" && m["cat"] == "failure"
-                    && m["name"].as_str().unwrap().starts_with("process ended"))
+                .find(|m| {
+                    m["pid"] == e["pid"]
+                        && m["s"] == "p"
+                        && m["cat"] == "failure"
+                        && m["name"].as_str().unwrap().starts_with("process ended")
+                })
                 .unwrap_or_else(|| panic!("{name}: no end marker for {e}"));
-            assert!((f(&e["ts"]) + f(&e["dur"]) - f(&end["ts"])).abs() < 0.002, "{name}: {e} {end}");
+            assert!(
+                (f(&e["ts"]) + f(&e["dur"]) - f(&end["ts"])).abs() < 0.002,
+                "{name}: {e} {end}"
+            );
             // The slice lasts from the call's start to the signal, as the dumps record them.
             let label = events
                 .iter()
@@ -351,7 +359,8 @@ fn a_real_all_reduce_hung_until_the_rank_was_killed_reaches_the_ranks_end_in_the
                     .map(|d| d.path())
                     .find(|p| {
                         let n = p.file_name().unwrap().to_string_lossy().into_owned();
-                        n.starts_with(&format!("vm.{pid}.")) && n.ends_with(&format!(".{kind}.ncclshim"))
+                        n.starts_with(&format!("vm.{pid}."))
+                            && n.ends_with(&format!(".{kind}.ncclshim"))
                     })
                     .unwrap_or_else(|| panic!("{name}: no {kind} dump of pid {pid}"))
             };
@@ -360,10 +369,15 @@ fn a_real_all_reduce_hung_until_the_rank_was_killed_reaches_the_ranks_end_in_the
                 .unwrap_or_else(|| panic!("{name}: pid {pid} recorded a fatal signal"));
             let start_t = dump_lines(&file("prof"))
                 .iter()
-                .find(|r| r["kind"] == "prof_start" && r["call"] == "Coll" && r["args"]["seq"] == 10)
+                .find(|r| {
+                    r["kind"] == "prof_start" && r["call"] == "Coll" && r["args"]["seq"] == 10
+                })
                 .and_then(|r| r["t_enter_ns"].as_u64())
                 .unwrap();
-            assert!(signal_t > start_t + 1_000_000_000, "{name}: it waited seconds");
+            assert!(
+                signal_t > start_t + 1_000_000_000,
+                "{name}: it waited seconds"
+            );
             let dur_ns = f(&e["dur"]) * 1000.0;
             assert!(
                 (dur_ns - (signal_t - start_t) as f64).abs() < 2.0,

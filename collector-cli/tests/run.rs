@@ -116,7 +116,10 @@ fn the_flight_recorder_is_turned_on_unless_the_job_set_it() {
         .arg(&dumps)
         .args(["--", "sh", "-c", &script])
         .env("TORCH_NCCL_TRACE_BUFFER_SIZE", "0");
-    for n in names.iter().filter(|n| **n != "TORCH_NCCL_TRACE_BUFFER_SIZE") {
+    for n in names
+        .iter()
+        .filter(|n| **n != "TORCH_NCCL_TRACE_BUFFER_SIZE")
+    {
         cmd.env_remove(n);
     }
     let out = cmd.output().unwrap();
@@ -151,7 +154,10 @@ fn the_flight_recorder_is_turned_on_unless_the_job_set_it() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/elsewhere/trace_"), "{stdout}");
+    assert!(
+        stdout.contains("TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/elsewhere/trace_"),
+        "{stdout}"
+    );
     assert!(stdout.contains("TORCH_FR_DUMP_TEMP_FILE=unset"), "{stdout}");
     assert!(!stdout.contains("fr=700"), "no fr/ made: {stdout}");
 }
@@ -174,7 +180,10 @@ fn a_successful_job_says_where_its_dumps_are_in_one_line() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let ours: Vec<&str> = stderr.lines().filter(|l| l.starts_with("ncclshim:")).collect();
+    let ours: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("ncclshim:"))
+        .collect();
     assert_eq!(ours.len(), 1, "{stderr}");
     assert!(
         ours[0].contains(&dumps.display().to_string()) && ours[0].contains("dump file"),
@@ -392,7 +401,10 @@ fn ctrl_c_on_a_hung_job_stops_every_rank_then_reports() {
     );
     assert!(stderr.contains("passed SIGINT on to the job"), "{stderr}");
     // Said as the user's own stop, not as a failure.
-    assert!(stderr.contains("stopped by you (SIGINT) after "), "{stderr}");
+    assert!(
+        stderr.contains("stopped by you (SIGINT) after "),
+        "{stderr}"
+    );
     assert!(stderr.contains("what the ranks had done"), "{stderr}");
     assert!(!stderr.contains("the command failed"), "{stderr}");
     assert!(
@@ -407,15 +419,11 @@ fn a_second_ctrl_c_kills_a_job_that_ignores_the_first() {
     // A job that ignores SIGINT (as a rank blocked inside a C call effectively does).
     let mut job = HungJob::start("trap '' INT;");
     job.signal_wrapper(libc::SIGINT);
-    poll(
-        "the first SIGINT to be passed on",
-        HANG_GUARD,
-        || {
-            std::fs::read_to_string(&job.err)
-                .ok()
-                .filter(|e| e.contains("passed SIGINT"))
-        },
-    );
+    poll("the first SIGINT to be passed on", HANG_GUARD, || {
+        std::fs::read_to_string(&job.err)
+            .ok()
+            .filter(|e| e.contains("passed SIGINT"))
+    });
     job.signal_wrapper(libc::SIGINT);
     let (code, stdout, stderr) = job.finish();
     assert_eq!(code, 128 + libc::SIGKILL, "{stderr}");
@@ -431,7 +439,10 @@ fn sigterm_to_the_wrapper_stops_the_job_instead_of_orphaning_it() {
     let (code, stdout, stderr) = job.finish();
     assert_eq!(code, 128 + libc::SIGTERM, "{stderr}");
     assert!(stderr.contains("passed SIGTERM on to the job"), "{stderr}");
-    assert!(stderr.contains("stopped by you (SIGTERM) after "), "{stderr}");
+    assert!(
+        stderr.contains("stopped by you (SIGTERM) after "),
+        "{stderr}"
+    );
     assert!(stdout.contains("ncclshim report: "), "{stdout}\n{stderr}");
     job.assert_job_gone();
 }

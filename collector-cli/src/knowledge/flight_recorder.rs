@@ -58,7 +58,10 @@ mod tests {
         for x in s {
             assert!(x.names.len() >= 2, "{x:?}");
             assert!(x.names[0].starts_with("TORCH_FR_"), "newest first: {x:?}");
-            assert!(x.names[1..].iter().all(|n| n.starts_with("TORCH_NCCL_")), "{x:?}");
+            assert!(
+                x.names[1..].iter().all(|n| n.starts_with("TORCH_NCCL_")),
+                "{x:?}"
+            );
             assert!(x.source.contains("pytorch/pytorch"), "{x:?}");
         }
         assert!(s.iter().any(Setting::names_a_path));

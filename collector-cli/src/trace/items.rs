@@ -370,7 +370,12 @@ pub(super) fn last_sign_of_life(d: &Dump) -> Option<(u64, LifeSign)> {
     let h = &d.header;
     d.records
         .iter()
-        .map(|r| (r.t_exit_ns.unwrap_or(r.t_enter_ns).max(r.t_enter_ns), LifeSign::Record))
+        .map(|r| {
+            (
+                r.t_exit_ns.unwrap_or(r.t_enter_ns).max(r.t_enter_ns),
+                LifeSign::Record,
+            )
+        })
         .chain(h.last_alive_ns.map(|t| (t, LifeSign::Heartbeat)))
         .chain(h.exit.map(|e| (e.t_ns, LifeSign::ExitCall)))
         .chain(h.signal.map(|s| (s.t_ns, LifeSign::Signal)))

@@ -251,7 +251,12 @@ impl EventWriter<'_> {
         let drawn_end = items
             .iter()
             .filter(|i| !i.open_end)
-            .map(|i| (i.ts + i.dur.unwrap_or(0), "the end of the process's other work"))
+            .map(|i| {
+                (
+                    i.ts + i.dur.unwrap_or(0),
+                    "the end of the process's other work",
+                )
+            })
             .chain(life_end.map(|(t, s)| (t, s.describe())))
             .max_by_key(|(t, _)| *t);
         for i in items.iter_mut().filter(|i| i.open_end) {
@@ -291,7 +296,10 @@ impl EventWriter<'_> {
                         args.insert("last_sign_of_life".into(), json!(sign.describe()));
                     }
                 }
-                let comm = item.what.record().and_then(|rec| d.map(|d| d.records[rec].comm));
+                let comm = item
+                    .what
+                    .record()
+                    .and_then(|rec| d.map(|d| d.records[rec].comm));
                 if let Some(group) = comm.and_then(|c| p.process_groups.get(&c)) {
                     args.insert("process_group".into(), json!(group));
                 }
@@ -658,7 +666,10 @@ mod tests {
         };
         let (alive, alive_enter) = hung_rank(10, true);
         let (silent, _) = hung_rank(11, false);
-        let stamp = alive.header.last_alive_ns.expect("the liveness stamp was written");
+        let stamp = alive
+            .header
+            .last_alive_ns
+            .expect("the liveness stamp was written");
         assert!(stamp > alive_enter);
         let dumps = vec![alive, silent];
         let job = JobModel::build(&dumps, |d| d.path.display().to_string());
