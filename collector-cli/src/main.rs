@@ -243,16 +243,22 @@ fn cmd_run(
     };
     let code = outcome.code();
     let exit = ExitCode::from(code.clamp(0, 255) as u8);
-    let how = match outcome.status {
-        Some(s) if !s.success() => format!("the command failed ({s})"),
-        Some(_) => "the command ended".to_owned(),
-        None => "the command did not end after SIGKILL".to_owned(),
-    };
-    // A stopped job is reported whatever its exit code: stopping a hung job is the point.
-    if code == 0 && outcome.forwarded.is_empty() {
+    let how = outcome.how_it_ended();
+    let written = collector_cli::load::find_dumps(&plan.dir).unwrap_or_default();
+    // A job that succeeded: one line, where its dumps are. A stopped job is reported whatever
+    // its exit code: stopping a hung job is the point.
+    if code == 0 && !outcome.stopped() {
+        if written.is_empty() {
+            say!("ncclshim: {how}; no process called NCCL, nothing was recorded");
+        } else {
+            say!(
+                "ncclshim: {how}; {} dump file(s) in {} (`ncclshim report` or `ncclshim trace` on it)",
+                written.len(),
+                plan.dir.display()
+            );
+        }
         return Ok(exit);
     }
-    let written = collector_cli::load::find_dumps(&plan.dir).unwrap_or_default();
     if written.is_empty() {
         let why = match &preload {
             run::Preload::Fails(why) => format!("the recorder was not loaded ({why})"),
@@ -271,7 +277,14 @@ fn cmd_run(
         );
         return Ok(exit);
     }
-    say!("ncclshim: {how}; report of {}:", plan.dir.display());
+    if outcome.stopped() {
+        say!(
+            "ncclshim: {how}; what the ranks had done (report of {}):",
+            plan.dir.display()
+        );
+    } else {
+        say!("ncclshim: {how}; report of {}:", plan.dir.display());
+    }
     match analyze_dir(&plan.dir, None) {
         Ok(report) => print!("{}", report.to_text(use_color(ColorChoice::Auto))),
         Err(e) => say!("ncclshim: no report: {e:#}"),

@@ -19,6 +19,11 @@
 //! - **The job's status is the wrapper's**: its exit code, or 128 + the signal that ended it, as
 //!   a shell does; 127 when the command is not found, 126 when it cannot be executed (then no
 //!   dump directory is left behind).
+//! - **PyTorch's Flight Recorder is turned on** into `<dump dir>/fr/` unless the job set it
+//!   (any of its names: [`crate::knowledge::flight_recorder`]); `fr/` is made 0700 before the
+//!   job starts, since PyTorch does not create the folder of its dump files.
+//! - **No empty directory is left behind**: the directories `run` made (the dump directory, the
+//!   folders above it, `fr/`) are removed after the job when nothing was written into them.
 //!
 //! The signals are blocked in the wrapper and taken synchronously with `sigtimedwait`: no
 //! handler runs, so nothing here has to be async-signal-safe. The child gets the wrapper's
@@ -57,7 +62,13 @@ pub struct RunPlan {
     /// The dump directory (absolute); created by [`execute`] just before the job starts.
     pub dir: PathBuf,
     pub env: Vec<(String, OsString)>,
+    /// The Flight Recorder's folder (`<dir>/fr`) when `run` points PyTorch's dump files there;
+    /// `None` when the job chose where they go.
+    pub fr_dir: Option<PathBuf>,
 }
+
+/// The Flight Recorder's folder inside the dump directory.
+pub const FR_FOLDER: &str = "fr";
 
 /// Directories to search for the recorder libraries, best first ([`crate::libdirs`]).
 pub fn library_dirs() -> Vec<PathBuf> {
@@ -161,12 +172,42 @@ pub fn plan(
             ));
         }
     }
+    let fr_dir = flight_recorder_env(&dir, &current, &mut env);
     Ok(RunPlan {
         shim,
         plugin,
         dir,
         env,
+        fr_dir,
     })
+}
+
+/// Adds the Flight Recorder settings the job did not make to `env`, each under all its names
+/// (PyTorch reads the first one set, so old and new releases both see it). A setting the job
+/// made under any of its names is left entirely alone: setting the newer name beside a user's
+/// older one would overrule the user on a newer PyTorch. Returns the Flight Recorder's folder
+/// when the dump files go there.
+fn flight_recorder_env(
+    dir: &Path,
+    current: &impl Fn(&str) -> Option<OsString>,
+    env: &mut Vec<(String, OsString)>,
+) -> Option<PathBuf> {
+    use crate::knowledge::flight_recorder::{settings, FR_DIR_PLACEHOLDER};
+    let fr_dir = dir.join(FR_FOLDER);
+    let mut uses_fr_dir = false;
+    for s in settings() {
+        if s.names.iter().any(|n| current(n).is_some()) {
+            continue;
+        }
+        let value = s
+            .value
+            .replace(FR_DIR_PLACEHOLDER, &fr_dir.to_string_lossy());
+        uses_fr_dir |= s.names_a_path();
+        for name in &s.names {
+            env.push((name.clone(), OsString::from(&value)));
+        }
+    }
+    uses_fr_dir.then_some(fr_dir)
 }
 
 /// Whether the planned preload loads on this host.
@@ -255,6 +296,52 @@ pub struct Outcome {
     pub forwarded: Vec<libc::c_int>,
     /// Whether the wrapper sent SIGKILL to the job's group.
     pub killed: bool,
+    /// How long the job ran (until its main process ended, or waiting stopped).
+    pub elapsed: Duration,
+    /// When the first signal was passed on, after the start.
+    pub stopped_after: Option<Duration>,
+}
+
+impl Outcome {
+    /// How the job ended, in words, for the line before the report: the user stopping it
+    /// (a signal passed on through the wrapper, or SIGINT / SIGTERM that ended its main
+    /// process from outside) is said so, not called a failure.
+    pub fn how_it_ended(&self) -> String {
+        use std::os::unix::process::ExitStatusExt;
+        let secs = |d: Duration| format!("{:.1} s", d.as_secs_f64());
+        if let Some(&first) = self.forwarded.first() {
+            let after = self.stopped_after.unwrap_or(self.elapsed);
+            let killed = if self.killed {
+                ", then killed (SIGKILL) on the second signal"
+            } else {
+                ""
+            };
+            return format!(
+                "stopped by you ({}) after {}{killed}",
+                signal_name(first),
+                secs(after)
+            );
+        }
+        match self.status {
+            Some(s) if matches!(s.signal(), Some(libc::SIGINT | libc::SIGTERM)) => format!(
+                "stopped by {} after {} (sent to the job directly, not through ncclshim)",
+                signal_name(s.signal().unwrap_or(0)),
+                secs(self.elapsed)
+            ),
+            Some(s) if !s.success() => format!("the command failed ({s})"),
+            Some(_) => "the command ended".to_owned(),
+            None => "the command did not end after SIGKILL".to_owned(),
+        }
+    }
+
+    /// Whether the user stopped the job ([`Outcome::how_it_ended`]).
+    pub fn stopped(&self) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        !self.forwarded.is_empty()
+            || self
+                .status
+                .is_some_and(|s| matches!(s.signal(), Some(libc::SIGINT | libc::SIGTERM)))
+    }
 }
 
 impl Outcome {
@@ -291,13 +378,29 @@ fn remove_created(created: &[PathBuf]) {
     }
 }
 
+/// Makes the Flight Recorder's folder, readable by the user only (PyTorch's dumps hold the
+/// job's Python stacks); returns it when it was made here.
+fn create_private_dir(dir: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.exists() {
+        return None;
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .ok()
+        .map(|()| dir.to_path_buf())
+}
+
 /// Runs `cmd` under `plan` in its own process group and waits for it, passing signals on.
 pub fn execute(plan: &RunPlan, cmd: &[OsString]) -> Result<RunEnd> {
     use std::os::unix::process::CommandExt;
     let Some((prog, args)) = cmd.split_first() else {
         bail!("nothing to run: use `ncclshim run -- COMMAND [ARGS...]`");
     };
-    let created = create_dirs(&plan.dir)?;
+    let mut created = create_dirs(&plan.dir)?;
+    // Deepest last: the Flight Recorder's folder goes before the dump directory at removal.
+    created.extend(plan.fr_dir.as_deref().and_then(create_private_dir));
     let mut c = Command::new(prog);
     c.args(args).process_group(0);
     for (k, v) in &plan.env {
@@ -347,15 +450,21 @@ pub fn execute(plan: &RunPlan, cmd: &[OsString]) -> Result<RunEnd> {
     // The Child is not waited through std: `reap` collects every child (orphans included)
     // with waitpid(-1), which would leave std's own wait without a process.
     drop(child);
-    Ok(RunEnd::Finished(supervise(pid, &blocked)))
+    let outcome = supervise(pid, &blocked);
+    // Nothing called NCCL (or PyTorch wrote no Flight Recorder dump): no empty folder stays.
+    remove_created(&created);
+    Ok(RunEnd::Finished(outcome))
 }
 
 /// Waits for the job whose main process (and process group) is `pid`; see the module docs.
 fn supervise(pid: libc::pid_t, blocked: &BlockedSignals) -> Outcome {
+    let started = Instant::now();
     let mut out = Outcome {
         status: None,
         forwarded: Vec::new(),
         killed: false,
+        elapsed: Duration::ZERO,
+        stopped_after: None,
     };
     // Set once the main process has ended after a passed-on signal: when the rest of the group
     // gets SIGKILL (before `killed`), or when waiting stops (after).
@@ -409,10 +518,12 @@ fn supervise(pid: libc::pid_t, blocked: &BlockedSignals) -> Outcome {
                     killed_at = Some(Instant::now());
                 }
                 out.forwarded.push(sig);
+                out.stopped_after.get_or_insert_with(|| started.elapsed());
             }
             _ => {}
         }
     }
+    out.elapsed = started.elapsed();
     out
 }
 
@@ -556,6 +667,69 @@ mod tests {
             run_dir(Some(Path::new("/x/y")), &base),
             PathBuf::from("/x/y")
         );
+    }
+
+    #[test]
+    fn the_flight_recorder_goes_into_the_dump_directory_unless_the_job_chose() {
+        let dir = Path::new("/d/run1");
+        let get = |env: &[(String, OsString)], k: &str| {
+            env.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        let mut env = Vec::new();
+        let fr = flight_recorder_env(dir, &|_: &str| None, &mut env);
+        assert_eq!(fr.as_deref(), Some(Path::new("/d/run1/fr")));
+        for (name, want) in [
+            ("TORCH_FR_BUFFER_SIZE", "2000"),
+            ("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"),
+            ("TORCH_FR_DUMP_ON_TIMEOUT", "1"),
+            ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
+            ("TORCH_FR_DUMP_TEMP_FILE", "/d/run1/fr/rank_"),
+            ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "/d/run1/fr/rank_"),
+        ] {
+            assert_eq!(get(&env, name).as_deref(), Some(want), "{name}: {env:?}");
+        }
+        // The user turned it off under the old name and chose the file under the new one: none
+        // of either setting's names is set, and no fr/ is needed.
+        let user = |k: &str| match k {
+            "TORCH_NCCL_TRACE_BUFFER_SIZE" => Some(OsString::from("0")),
+            "TORCH_FR_DUMP_TEMP_FILE" => Some(OsString::from("/mine/fr_")),
+            _ => None,
+        };
+        let mut env = Vec::new();
+        assert_eq!(flight_recorder_env(dir, &user, &mut env), None);
+        assert_eq!(get(&env, "TORCH_FR_BUFFER_SIZE"), None);
+        assert_eq!(get(&env, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"), None);
+        assert_eq!(get(&env, "TORCH_FR_DUMP_ON_TIMEOUT").as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn a_stop_by_the_user_is_not_called_a_failure() {
+        use std::os::unix::process::ExitStatusExt;
+        let outcome = |raw: i32, forwarded: Vec<libc::c_int>| Outcome {
+            status: Some(ExitStatus::from_raw(raw)),
+            forwarded,
+            killed: false,
+            elapsed: Duration::from_millis(12_340),
+            stopped_after: Some(Duration::from_millis(12_300)),
+        };
+        let passed_on = outcome(libc::SIGINT, vec![libc::SIGINT]);
+        assert!(passed_on.stopped());
+        assert_eq!(
+            passed_on.how_it_ended(),
+            "stopped by you (SIGINT) after 12.3 s"
+        );
+        assert_eq!(passed_on.code(), 128 + libc::SIGINT);
+        let from_outside = outcome(libc::SIGTERM, vec![]);
+        assert!(from_outside.stopped());
+        assert!(from_outside
+            .how_it_ended()
+            .starts_with("stopped by SIGTERM after 12.3 s"));
+        let failed = outcome(1 << 8, vec![]);
+        assert!(!failed.stopped());
+        assert_eq!(failed.how_it_ended(), "the command failed (exit status: 1)");
+        assert_eq!(failed.code(), 1);
     }
 
     #[test]

@@ -277,6 +277,117 @@ fn the_story_of_a_real_crash() {
     );
 }
 
+/// `ncclshim dump FILE`: its JSON lines (header first, then rings and records).
+fn dump_lines(file: &Path) -> Vec<Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .arg("dump")
+        .arg(file)
+        .output()
+        .expect("the ncclshim binary runs");
+    assert!(out.status.success(), "{}: {out:?}", file.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// `ncclshim trace` on real jobs whose ranks were killed (the launcher's SIGTERM) while waiting
+/// inside all_reduce #11 (seq 10): that call is drawn from its start up to the rank's end, the
+/// fatal signal its dump header records, marked in flight, and the rank's end marker sits at
+/// the same time. Before, it ended at the rank's last record (microseconds after its start).
+#[test]
+fn a_real_all_reduce_hung_until_the_rank_was_killed_reaches_the_ranks_end_in_the_trace() {
+    for (name, hung_ranks) in [("laggard", 2), ("crash-sigkill", 1)] {
+        let (guard, dumps) = unpack("2026-11-27-h100", name);
+        let trace_path = guard.path().join("trace.json");
+        let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+            .arg("trace")
+            .arg(&dumps)
+            .arg("-o")
+            .arg(&trace_path)
+            .output()
+            .expect("the ncclshim binary runs");
+        assert!(out.status.success(), "{name}: {out:?}");
+        let trace: Value =
+            serde_json::from_slice(&std::fs::read(&trace_path).unwrap()).expect("JSON");
+        collector_cli::trace::validate::validate(&trace).unwrap();
+        let events = trace["traceEvents"].as_array().unwrap();
+        let hung: Vec<&Value> = events
+            .iter()
+            .filter(|e| {
+                e["args"]["state"] == "in flight at end"
+                    && e["name"] == "Coll AllReduce (unfinished)"
+            })
+            .collect();
+        assert_eq!(hung.len(), hung_ranks, "{name}: {hung:?}");
+        for e in hung {
+            let f = |v: &Value| v.as_f64().unwrap();
+            assert_eq!(e["args"]["seq"], 10, "{name}: all_reduce #11: {e}");
+            assert_eq!(
+                e["args"]["drawn_to"], "the fatal signal the process received",
+                "{name}: {e}"
+            );
+            // The rank's end marker: at the slice's end.
+            let end = events
+                .iter()
+                .find(|m| {
+                    m["pid"] == e["pid"]
+                        && m["s"] == "p"
+                        && m["cat"] == "failure"
+                        && m["name"].as_str().unwrap().starts_with("process ended")
+                })
+                .unwrap_or_else(|| panic!("{name}: no end marker for {e}"));
+            assert!(
+                (f(&e["ts"]) + f(&e["dur"]) - f(&end["ts"])).abs() < 0.002,
+                "{name}: {e} {end}"
+            );
+            // The slice lasts from the call's start to the signal, as the dumps record them.
+            let label = events
+                .iter()
+                .find(|m| m["pid"] == e["pid"] && m["name"] == "process_name")
+                .and_then(|m| m["args"]["name"].as_str())
+                .unwrap();
+            let pid = label
+                .split("pid ")
+                .nth(1)
+                .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+                .unwrap_or_else(|| panic!("{name}: a pid in {label:?}"));
+            let file = |kind: &str| {
+                std::fs::read_dir(&dumps)
+                    .unwrap()
+                    .flatten()
+                    .map(|d| d.path())
+                    .find(|p| {
+                        let n = p.file_name().unwrap().to_string_lossy().into_owned();
+                        n.starts_with(&format!("vm.{pid}."))
+                            && n.ends_with(&format!(".{kind}.ncclshim"))
+                    })
+                    .unwrap_or_else(|| panic!("{name}: no {kind} dump of pid {pid}"))
+            };
+            let signal_t = dump_lines(&file("shim"))[0]["header"]["signal"]["t_ns"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{name}: pid {pid} recorded a fatal signal"));
+            let start_t = dump_lines(&file("prof"))
+                .iter()
+                .find(|r| {
+                    r["kind"] == "prof_start" && r["call"] == "Coll" && r["args"]["seq"] == 10
+                })
+                .and_then(|r| r["t_enter_ns"].as_u64())
+                .unwrap();
+            assert!(
+                signal_t > start_t + 1_000_000_000,
+                "{name}: it waited seconds"
+            );
+            let dur_ns = f(&e["dur"]) * 1000.0;
+            assert!(
+                (dur_ns - (signal_t - start_t) as f64).abs() < 2.0,
+                "{name}: pid {pid}: {e} lasts {dur_ns} ns, the dumps say {}",
+                signal_t - start_t
+            );
+        }
+    }
+}
+
 /// The GPU suite's table (`tests/gpu/checks.toml`, run on a GPU machine by `tests/gpu/suite.py`)
 /// holds: every job names a scenario `jobs.py` has, checks `suite.py` knows, expectations in the
 /// keys `check` above reads, and finding ids the rules can make. A job added there is checked

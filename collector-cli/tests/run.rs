@@ -2,11 +2,20 @@
 //! PyPI wheel's libnccl, fetched by `scripts/fetch-nccl.sh`), the dump directory set, the
 //! command's exit code passed through, and the report printed when the command fails or is
 //! stopped: Ctrl-C (once and twice) and SIGTERM on a hung two-rank job, whose processes must all
-//! be gone afterwards; a missing command; a preload that cannot load.
+//! be gone afterwards; a missing command; a preload that cannot load; the Flight Recorder
+//! turned on into the dump directory unless the job set it; no empty directory left behind.
+//!
+//! No test here depends on how fast this machine is: the hung job says it is ready through
+//! marker files its ranks write once NCCL was called, and the waits' deadlines only keep a
+//! broken build from hanging the test run (they are minutes, never what a test measures).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// How long a wait may last before the test gives up: a guard against a hang, generous for a
+/// machine loaded by parallel builds, never a measure of speed.
+const HANG_GUARD: Duration = Duration::from_secs(600);
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -73,10 +82,117 @@ fn the_exit_code_of_the_command_is_kept() {
         "absolute preload path: {stdout}"
     );
     assert!(Path::new(stdout.trim()).is_absolute());
-    assert!(dir.path().join("dumps").is_dir());
-    // sh never touched NCCL: no dump was written, and the report says there is nothing to read.
+    // sh never touched NCCL: no dump was written, the report says there is nothing to read, and
+    // the directories `run` made for it (the dump directory and its `fr/`) are gone.
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("wrote no dump"), "{stderr}");
+    assert!(!dir.path().join("dumps").exists(), "{stderr}");
+}
+
+/// The job sees the Flight Recorder turned on into `<dump dir>/fr/` under the new and the old
+/// names; a setting the user made under either name stays as it is, and its other name is not
+/// set beside it. The job succeeds: one line, no report.
+#[test]
+fn the_flight_recorder_is_turned_on_unless_the_job_set_it() {
+    ensure_shim();
+    let dir = tempfile::tempdir().unwrap();
+    let dumps = dir.path().join("dumps");
+    let names = [
+        "TORCH_FR_BUFFER_SIZE",
+        "TORCH_NCCL_TRACE_BUFFER_SIZE",
+        "TORCH_FR_DUMP_ON_TIMEOUT",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT",
+        "TORCH_FR_DUMP_TEMP_FILE",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+    ];
+    // The job prints each variable and whether the Flight Recorder's folder exists (and is
+    // private) while it runs.
+    let script = format!(
+        "for v in {}; do eval \"echo $v=\\${{$v-unset}}\"; done; stat -c 'fr=%a' \"$NCCLSHIM_DIR/fr\"",
+        names.join(" ")
+    );
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ncclshim"));
+    cmd.args(["run", "--dir"])
+        .arg(&dumps)
+        .args(["--", "sh", "-c", &script])
+        .env("TORCH_NCCL_TRACE_BUFFER_SIZE", "0");
+    for n in names
+        .iter()
+        .filter(|n| **n != "TORCH_NCCL_TRACE_BUFFER_SIZE")
+    {
+        cmd.env_remove(n);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let fr = dumps.join("fr");
+    let prefix = format!("{}/rank_", fr.display());
+    for want in [
+        "TORCH_FR_BUFFER_SIZE=unset".to_owned(),
+        "TORCH_NCCL_TRACE_BUFFER_SIZE=0".to_owned(),
+        "TORCH_FR_DUMP_ON_TIMEOUT=1".to_owned(),
+        "TORCH_NCCL_DUMP_ON_TIMEOUT=1".to_owned(),
+        format!("TORCH_FR_DUMP_TEMP_FILE={prefix}"),
+        format!("TORCH_NCCL_DEBUG_INFO_TEMP_FILE={prefix}"),
+        "fr=700".to_owned(),
+    ] {
+        assert!(stdout.lines().any(|l| l == want), "{want}: {stdout}");
+    }
+    // A success says it in one line; nothing was recorded, so nothing is left behind.
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("nothing was recorded"), "{stderr}");
+    assert!(!dumps.exists());
+
+    // A user's own dump file prefix: `run` makes no `fr/` and leaves the name alone.
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .args(["run", "--dir"])
+        .arg(&dumps)
+        .args(["--", "sh", "-c", &script])
+        .env("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "/elsewhere/trace_")
+        .env_remove("TORCH_FR_DUMP_TEMP_FILE")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/elsewhere/trace_"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("TORCH_FR_DUMP_TEMP_FILE=unset"), "{stdout}");
+    assert!(!stdout.contains("fr=700"), "no fr/ made: {stdout}");
+}
+
+/// A job that succeeds after calling NCCL: one line says where its dumps are, and no report.
+#[test]
+fn a_successful_job_says_where_its_dumps_are_in_one_line() {
+    ensure_shim();
+    let dir = tempfile::tempdir().unwrap();
+    let prog = nccl_program(dir.path());
+    let dumps = dir.path().join("dumps");
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .args(["run", "--dir"])
+        .arg(&dumps)
+        .arg("--")
+        .arg(&prog)
+        .arg("version")
+        .env_remove("NCCLSHIM_DIR")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let ours: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("ncclshim:"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{stderr}");
+    assert!(
+        ours[0].contains(&dumps.display().to_string()) && ours[0].contains("dump file"),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ncclshim report: "));
+    assert!(!collector_cli::load::find_dumps(&dumps).unwrap().is_empty());
+    // PyTorch wrote no Flight Recorder dump: its empty folder is gone, the dumps stay.
+    assert!(!dumps.join("fr").exists());
 }
 
 #[test]
@@ -179,9 +295,19 @@ impl HungJob {
         let tmp = tempfile::tempdir().unwrap();
         let prog = nccl_program(tmp.path());
         let dumps = tmp.path().join("dumps");
+        let ready = tmp.path().join("ready");
+        std::fs::create_dir(&ready).unwrap();
         let (out, err) = (tmp.path().join("stdout"), tmp.path().join("stderr"));
-        let rank = format!("({} version; exec sleep 600)", prog.display());
-        let script = format!("{prelude} {rank} & {rank} & wait");
+        // Each rank calls NCCL (the shim writes its dump), then says so with a marker file of
+        // its own, then hangs.
+        let rank = |i: u32| {
+            format!(
+                "({} version && touch {}/rank{i}; exec sleep 600)",
+                prog.display(),
+                ready.display()
+            )
+        };
+        let script = format!("{prelude} {} & {} & wait", rank(0), rank(1));
         let wrapper = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
             .args(["run", "--dir"])
             .arg(&dumps)
@@ -203,21 +329,22 @@ impl HungJob {
             _tmp: tmp,
         };
         // The job's shell is the wrapper's child and leads its own process group.
-        job.job_group = poll("the job's shell", Duration::from_secs(60), || {
+        job.job_group = poll("the job's shell", HANG_GUARD, || {
             processes()
                 .into_iter()
                 .find(|p| p.ppid == wpid && p.pgrp == p.pid)
                 .map(|p| p.pid)
         });
-        // Both ranks have called NCCL (each wrote its dump) and hang in sleep.
-        poll("two hung ranks", Duration::from_secs(60), || {
-            let dumps = collector_cli::load::find_dumps(&job.dumps).unwrap_or_default();
+        // Both ranks have called NCCL (each wrote its dump and its marker) and hang in sleep.
+        poll("two hung ranks", HANG_GUARD, || {
+            let marked = std::fs::read_dir(&ready).map_or(0, |d| d.count());
             let sleeping = group_members(job.job_group)
                 .iter()
                 .filter(|p| p.comm == "sleep")
                 .count();
-            (dumps.len() >= 2 && sleeping == 2).then_some(())
+            (marked == 2 && sleeping == 2).then_some(())
         });
+        assert!(collector_cli::load::find_dumps(&job.dumps).unwrap().len() >= 2);
         job
     }
 
@@ -228,7 +355,7 @@ impl HungJob {
 
     /// Waits (with a generous deadline) for the wrapper to exit; its code, stdout and stderr.
     fn finish(&mut self) -> (i32, String, String) {
-        let status = poll("the wrapper to exit", Duration::from_secs(60), || {
+        let status = poll("the wrapper to exit", HANG_GUARD, || {
             self.wrapper.try_wait().unwrap()
         });
         let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
@@ -273,6 +400,13 @@ fn ctrl_c_on_a_hung_job_stops_every_rank_then_reports() {
         "{stderr}"
     );
     assert!(stderr.contains("passed SIGINT on to the job"), "{stderr}");
+    // Said as the user's own stop, not as a failure.
+    assert!(
+        stderr.contains("stopped by you (SIGINT) after "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("what the ranks had done"), "{stderr}");
+    assert!(!stderr.contains("the command failed"), "{stderr}");
     assert!(
         stdout.contains("ncclshim report: ") && stdout.contains("2 processes"),
         "the report follows: {stdout}\n{stderr}"
@@ -285,15 +419,11 @@ fn a_second_ctrl_c_kills_a_job_that_ignores_the_first() {
     // A job that ignores SIGINT (as a rank blocked inside a C call effectively does).
     let mut job = HungJob::start("trap '' INT;");
     job.signal_wrapper(libc::SIGINT);
-    poll(
-        "the first SIGINT to be passed on",
-        Duration::from_secs(30),
-        || {
-            std::fs::read_to_string(&job.err)
-                .ok()
-                .filter(|e| e.contains("passed SIGINT"))
-        },
-    );
+    poll("the first SIGINT to be passed on", HANG_GUARD, || {
+        std::fs::read_to_string(&job.err)
+            .ok()
+            .filter(|e| e.contains("passed SIGINT"))
+    });
     job.signal_wrapper(libc::SIGINT);
     let (code, stdout, stderr) = job.finish();
     assert_eq!(code, 128 + libc::SIGKILL, "{stderr}");
@@ -309,6 +439,10 @@ fn sigterm_to_the_wrapper_stops_the_job_instead_of_orphaning_it() {
     let (code, stdout, stderr) = job.finish();
     assert_eq!(code, 128 + libc::SIGTERM, "{stderr}");
     assert!(stderr.contains("passed SIGTERM on to the job"), "{stderr}");
+    assert!(
+        stderr.contains("stopped by you (SIGTERM) after "),
+        "{stderr}"
+    );
     assert!(stdout.contains("ncclshim report: "), "{stdout}\n{stderr}");
     job.assert_job_gone();
 }

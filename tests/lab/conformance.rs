@@ -1,6 +1,7 @@
 //! Every lab report also keeps the documented JSON contract (`docs/schema/report.schema.json`),
 //! and every lab job's trace is valid for Perfetto's JSON importer (the rules checked by
-//! `collector_cli::trace::validate`): the scenario lab is the widest set of real captures the
+//! `collector_cli::trace::validate`) and draws every call in flight at the end with a length
+//! (killed and hung ranks: `in_flight_slices_have_length`): the scenario lab is the widest set of real captures the
 //! tests have, so the schema and trace tests run over it too.
 
 use serde_json::Value;
@@ -41,6 +42,9 @@ pub fn violations(root: &Path, cli: &Path, dumps: &Path, report: &Value) -> Vec<
                     if let Err(es) = collector_cli::trace::validate::validate(&v) {
                         out.extend(es.into_iter().take(5).map(|e| format!("trace: {e}")));
                     }
+                    // A hang is drawn as a hang: no in-flight slice of length 0.
+                    let empty = collector_cli::trace::validate::in_flight_slices_have_length(&v);
+                    out.extend(empty.into_iter().take(5).map(|e| format!("trace: {e}")));
                 }
                 Err(e) => out.push(format!("trace: not JSON: {e}")),
             }

@@ -51,6 +51,22 @@ pub(super) enum What {
     ProcessEnded,
 }
 
+impl What {
+    /// The record an item draws (the start record of a GPU span), if any.
+    pub(super) fn record(self) -> Option<usize> {
+        match self {
+            What::Call { rec }
+            | What::Failure { rec }
+            | What::FatalSignal { rec }
+            | What::Event { rec }
+            | What::Kernel { rec, .. }
+            | What::Profiler { rec, .. } => Some(rec),
+            What::GpuOp { start, .. } => Some(start),
+            What::ProcessEnded => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub(super) enum KernelTiming {
     /// GPU %globaltimer start and stop.
@@ -318,12 +334,52 @@ pub(super) fn dump_items(
     }
 }
 
-/// The latest record time of `d` (entry or exit) or its clean exit, on the record clock.
-pub(super) fn last_sign_of_life(d: &Dump) -> Option<u64> {
+/// What a process's last sign of life was: the trace draws work in flight at the end up to it
+/// and says which it was (`drawn_to`), so a reader knows how far the slice's end can be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum LifeSign {
+    /// Its latest record (a call's entry or exit, an event).
+    Record,
+    /// The shim's liveness stamp (`last_alive`), written while the process was still polling
+    /// NCCL without leaving a record (a hung job's async-error polls).
+    Heartbeat,
+    /// It called `exit` / `_exit` (the time of the call).
+    ExitCall,
+    /// The fatal signal the shim's handler caught (a SIGTERM of the launcher, a crash).
+    Signal,
+    /// Its clean exit.
+    CleanExit,
+}
+
+impl LifeSign {
+    pub(super) fn describe(self) -> &'static str {
+        match self {
+            LifeSign::Record => "the process's last record",
+            LifeSign::Heartbeat => "the process's last liveness stamp",
+            LifeSign::ExitCall => "the process's exit call",
+            LifeSign::Signal => "the fatal signal the process received",
+            LifeSign::CleanExit => "the process's clean exit",
+        }
+    }
+}
+
+/// The last sign of life of `d` on the record clock: its latest record time (entry or exit),
+/// its liveness stamp, the fatal signal its handler caught, its exit call or its clean exit,
+/// whichever is latest (at a tie, the one that says most of how the process ended).
+pub(super) fn last_sign_of_life(d: &Dump) -> Option<(u64, LifeSign)> {
+    let h = &d.header;
     d.records
         .iter()
-        .map(|r| r.t_exit_ns.unwrap_or(r.t_enter_ns).max(r.t_enter_ns))
-        .chain(d.header.exit_monotonic_ns)
+        .map(|r| {
+            (
+                r.t_exit_ns.unwrap_or(r.t_enter_ns).max(r.t_enter_ns),
+                LifeSign::Record,
+            )
+        })
+        .chain(h.last_alive_ns.map(|t| (t, LifeSign::Heartbeat)))
+        .chain(h.exit.map(|e| (e.t_ns, LifeSign::ExitCall)))
+        .chain(h.signal.map(|s| (s.t_ns, LifeSign::Signal)))
+        .chain(h.exit_monotonic_ns.map(|t| (t, LifeSign::CleanExit)))
         .max()
 }
 

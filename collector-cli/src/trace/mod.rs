@@ -22,7 +22,7 @@ pub mod validate;
 
 use crate::model::JobModel;
 use crate::names::rc_name;
-use items::{Item, What};
+use items::{Item, LifeSign, What};
 use ncclshim_format::profnames::{self, NameTable};
 use ncclshim_format::reader::{Dump, Record};
 use ncclshim_format::schema::slot_flags;
@@ -31,6 +31,13 @@ use serde_json::{json, Map, Value};
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
+
+/// How long a slice still in flight at the end is drawn when nothing of its process came after
+/// its start (a rank killed the moment it entered a call): never a 0-length slice, which a
+/// viewer shows as nothing at all. Marked so in its `drawn_to` argument.
+const NO_LATER_SIGN_NS: i128 = 1_000;
+/// The `state` argument of every slice still in flight at the end of its dump.
+pub const IN_FLIGHT_STATE: &str = "in flight at end";
 
 /// Profiler state carrying a KernelCh's GPU stop time (`ncclProfilerKernelChStop`).
 const KERNEL_CH_STOP: u64 = 22;
@@ -121,6 +128,18 @@ struct TraceProcess {
     clock_offset: i128,
     died: bool,
     signals: Vec<(u64, u64)>,
+    /// Names of the process's communicators as its framework knows them (PyTorch's process
+    /// group name and description), by the communicator value its records carry (`comm`):
+    /// drawn as each slice's `process_group` argument. The hook for the Flight Recorder join
+    /// ([`process_group_names`]).
+    process_groups: HashMap<u64, String>,
+}
+
+/// The framework's names of the communicators of process `p`, by the `comm` value of its
+/// records. Empty until the Flight Recorder join (issue 25) puts process-group names into the
+/// model; this is where it connects to the trace.
+fn process_group_names(_p: &crate::model::ProcessModel) -> HashMap<u64, String> {
+    HashMap::new()
 }
 
 fn trace_processes(job: &JobModel) -> Vec<TraceProcess> {
@@ -133,6 +152,7 @@ fn trace_processes(job: &JobModel) -> Vec<TraceProcess> {
             clock_offset: p.clock_offset,
             died: p.died(),
             signals: p.signals.clone(),
+            process_groups: process_group_names(p),
         })
         .collect()
 }
@@ -156,7 +176,7 @@ impl DumpExtent {
         });
         Self {
             earliest,
-            last: items::last_sign_of_life(d),
+            last: items::last_sign_of_life(d).map(|(t, _)| t),
         }
     }
 }
@@ -202,18 +222,18 @@ impl EventWriter<'_> {
         let pid = p.pid;
         let mut names: HashMap<Group, String> = HashMap::new();
         let mut items: Vec<Item> = Vec::new();
-        let mut life_end: Option<i128> = None;
+        let mut life_end: Option<(i128, LifeSign)> = None;
         for (i, d) in dumps.iter().enumerate() {
             let d = d.borrow();
             let at = |mono: u64| i128::from(mono) + p.clock_offset;
             items::dump_items(d, i, &at, &mut names, &mut |item| items.push(item));
-            if let Some(t) = items::last_sign_of_life(d).map(at) {
-                life_end = Some(life_end.map_or(t, |e| e.max(t)));
+            if let Some(sign) = items::last_sign_of_life(d).map(|(t, s)| (at(t), s)) {
+                life_end = Some(life_end.map_or(sign, |e| e.max(sign)));
             }
         }
         // A process that neither exited cleanly nor is still running ended at its last sign
         // of life.
-        if let Some(t) = life_end.filter(|_| p.died) {
+        if let Some((t, _)) = life_end.filter(|_| p.died) {
             items.push(Item {
                 dump: 0,
                 group: Group::Thread { writer: 0, tid: 0 },
@@ -224,17 +244,28 @@ impl EventWriter<'_> {
                 open_end: false,
             });
         }
-        // Unfinished work lasts at least until the last sign of life of its process, and as
-        // long as anything else drawn for it (GPU spans are placed by their GPU-measured
-        // durations).
-        let shown_end = items
+        // Unfinished work lasts at least until the last sign of life of its process (its
+        // liveness stamp, fatal signal or exit call, which come after its last record when it
+        // hung), and as long as anything else drawn for it (GPU spans are placed by their
+        // GPU-measured durations).
+        let drawn_end = items
             .iter()
             .filter(|i| !i.open_end)
-            .map(|i| i.ts + i.dur.unwrap_or(0))
-            .chain(life_end)
-            .max();
+            .map(|i| {
+                (
+                    i.ts + i.dur.unwrap_or(0),
+                    "the end of the process's other work",
+                )
+            })
+            .chain(life_end.map(|(t, s)| (t, s.describe())))
+            .max_by_key(|(t, _)| *t);
         for i in items.iter_mut().filter(|i| i.open_end) {
-            i.dur = Some(shown_end.unwrap_or(i.ts).max(i.ts) - i.ts);
+            let end = drawn_end.map_or(i.ts, |(t, _)| t);
+            i.dur = Some(if end > i.ts {
+                end - i.ts
+            } else {
+                NO_LATER_SIGN_NS
+            });
         }
         self.event(&json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": p.label}}))?;
         self.event(&json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}))?;
@@ -251,6 +282,28 @@ impl EventWriter<'_> {
                 _ => Some(dumps[item.dump].borrow()),
             };
             let mut e = items::render(item.what, d, &p.signals);
+            if let Some(Value::Object(args)) = e.get_mut("args") {
+                if item.open_end {
+                    args.insert("state".into(), json!(IN_FLIGHT_STATE));
+                    let reaches = drawn_end.filter(|(t, _)| *t > item.ts);
+                    args.insert(
+                        "drawn_to".into(),
+                        json!(reaches.map_or("no later sign of life: drawn 1 µs long", |(_, w)| w)),
+                    );
+                }
+                if let What::ProcessEnded = item.what {
+                    if let Some((_, sign)) = life_end {
+                        args.insert("last_sign_of_life".into(), json!(sign.describe()));
+                    }
+                }
+                let comm = item
+                    .what
+                    .record()
+                    .and_then(|rec| d.map(|d| d.records[rec].comm));
+                if let Some(group) = comm.and_then(|c| p.process_groups.get(&c)) {
+                    args.insert("process_group".into(), json!(group));
+                }
+            }
             match item.dur {
                 Some(dur) => {
                     e.insert("ph".into(), json!("X"));
@@ -569,6 +622,79 @@ mod tests {
             assert!(e["ts"].as_f64().unwrap() >= 0.0);
         }
         validate::validate(&trace).unwrap();
+    }
+
+    /// A rank hung in a call: the call is drawn up to the rank's liveness stamp (a sign of life
+    /// that left no record), marked in flight; a rank with no sign of life after entering its
+    /// call still gets a visible slice, said to be of unknown length.
+    #[test]
+    fn a_call_in_flight_reaches_the_last_sign_of_life_and_is_never_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let hung_rank = |pid: u32, heartbeat: bool| {
+            let mut c = RecorderConfig::defaults(WriterKind::Synthetic, dir.path().to_path_buf());
+            c.rings = 2;
+            c.slots_per_ring = 64;
+            c.arena_bytes = 4096;
+            let id = ProcessIdentity {
+                pid,
+                ppid: 1,
+                start_ticks: 7,
+                boot_id: "boot".into(),
+                hostname: "h".into(),
+                clocksource: "tsc".into(),
+                run: Default::default(),
+            };
+            let rec = Recorder::create_with_identity(&c.normalized(), &id).unwrap();
+            let ring = rec.claim_ring();
+            let mut created = Entry::new(RecordKind::CommInfo, CallId::CommCreated);
+            created.args[..3].copy_from_slice(&[0xabc, 2, u64::from(pid % 2)]);
+            ring.instant(&created);
+            let _in_flight = ring.begin(&Entry::new(RecordKind::Call, CallId::NcclAllReduce));
+            if heartbeat {
+                // Ordering only: the stamp must come after the call's entry on the clock.
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                rec.note_alive();
+            }
+            let d = read_dump(rec.path()).unwrap();
+            let t_enter = d
+                .records
+                .iter()
+                .find(|r| r.call() == Some(CallId::NcclAllReduce))
+                .map(|r| r.t_enter_ns)
+                .unwrap();
+            (d, t_enter)
+        };
+        let (alive, alive_enter) = hung_rank(10, true);
+        let (silent, _) = hung_rank(11, false);
+        let stamp = alive
+            .header
+            .last_alive_ns
+            .expect("the liveness stamp was written");
+        assert!(stamp > alive_enter);
+        let dumps = vec![alive, silent];
+        let job = JobModel::build(&dumps, |d| d.path.display().to_string());
+        let trace = build_trace(&dumps, &job);
+        validate::validate(&trace).unwrap();
+        let events = trace["traceEvents"].as_array().unwrap();
+        let hung: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["args"]["state"] == IN_FLIGHT_STATE)
+            .collect();
+        assert_eq!(hung.len(), 2, "{hung:?}");
+        let of_pid = |pid: u64| *hung.iter().find(|e| e["pid"] == pid).unwrap();
+        let (a, s) = (of_pid(1), of_pid(2));
+        assert_eq!(a["name"], "ncclAllReduce (unfinished)");
+        let dur_ns = (a["dur"].as_f64().unwrap() * 1000.0).round() as u64;
+        assert_eq!(dur_ns, stamp - alive_enter, "{a}");
+        assert_eq!(a["args"]["drawn_to"], "the process's last liveness stamp");
+        assert_eq!(s["dur"], json!(NO_LATER_SIGN_NS as f64 / 1000.0), "{s}");
+        assert!(
+            s["args"]["drawn_to"]
+                .as_str()
+                .unwrap()
+                .starts_with("no later sign of life"),
+            "{s}"
+        );
     }
 
     /// The default plugin shape: Coll records open until their kernel ends, one GPU-done record

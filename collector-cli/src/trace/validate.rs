@@ -89,6 +89,22 @@ struct Validator {
     async_open: BTreeMap<(String, String, String), Vec<i128>>,
 }
 
+/// ncclshim's own rule beside the importer's: a slice still in flight at the end of its dump
+/// (`args.state` = [`super::IN_FLIGHT_STATE`]) is never 0-length, which a viewer would show as
+/// nothing where the hang is. Every such slice that breaks it, by event index.
+pub fn in_flight_slices_have_length(trace: &Value) -> Vec<String> {
+    let Some(events) = trace["traceEvents"].as_array() else {
+        return Vec::new();
+    };
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e["ph"] == "X" && e["args"]["state"] == super::IN_FLIGHT_STATE)
+        .filter(|(_, e)| e["dur"].as_f64().is_none_or(|d| d <= 0.0))
+        .map(|(i, e)| format!("event {i}: in flight at the end but 0-length: {e}"))
+        .collect()
+}
+
 fn ns(x: f64) -> i128 {
     (x * 1000.0).round() as i128
 }
