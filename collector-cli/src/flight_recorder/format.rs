@@ -200,10 +200,7 @@ mod tests {
 
     #[test]
     fn ranks_text_and_list() {
-        assert_eq!(
-            Ranks::Text("[0, 1, 2]".into()).list(),
-            Some(vec![0, 1, 2])
-        );
+        assert_eq!(Ranks::Text("[0, 1, 2]".into()).list(), Some(vec![0, 1, 2]));
         assert_eq!(Ranks::Text("[]".into()).list(), Some(vec![]));
         assert_eq!(Ranks::Text("all".into()).list(), None);
         assert_eq!(Ranks::List(vec![3, 4]).list(), Some(vec![3, 4]));
@@ -233,8 +230,14 @@ mod tests {
         };
         let e = FrEntry {
             frames: vec![
-                f("/v/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py", 3068),
-                f("/v/lib/python3.12/site-packages/torch/distributed/c10d_logger.py", 83),
+                f(
+                    "/v/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py",
+                    3068,
+                ),
+                f(
+                    "/v/lib/python3.12/site-packages/torch/distributed/c10d_logger.py",
+                    83,
+                ),
                 f("/opt/gpu-kit/mr.py", 50),
             ],
             ..Default::default()

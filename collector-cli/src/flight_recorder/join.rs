@@ -26,10 +26,12 @@ pub fn call_id(op: &str) -> Option<CallId> {
         "all_reduce" | "allreduce" | "allreduce_coalesced" | "barrier" => CallId::NcclAllReduce,
         "broadcast" | "_broadcast_oop" => CallId::NcclBroadcast,
         "reduce" | "_reduce_oop" => CallId::NcclReduce,
-        "all_gather" | "_allgather_base" | "allgather_into_tensor_coalesced"
-        | "all_gather_into_tensor_coalesced" | "_all_gather_base" | "allgather" => {
-            CallId::NcclAllGather
-        }
+        "all_gather"
+        | "_allgather_base"
+        | "allgather_into_tensor_coalesced"
+        | "all_gather_into_tensor_coalesced"
+        | "_all_gather_base"
+        | "allgather" => CallId::NcclAllGather,
         "reduce_scatter" | "_reduce_scatter_base" | "reduce_scatter_tensor_coalesced" => {
             CallId::NcclReduceScatter
         }
@@ -147,7 +149,11 @@ pub fn comms_of_groups(parts: &[ProcessModel], fr: &FlightRecorder) -> BTreeMap<
 }
 
 /// Process models for the ranks that have a Flight Recorder dump but no shim dump.
-pub fn stand_ins(job_ranks: &BTreeSet<u32>, fr: &FlightRecorder, comm_of: &BTreeMap<String, u64>) -> Vec<ProcessModel> {
+pub fn stand_ins(
+    job_ranks: &BTreeSet<u32>,
+    fr: &FlightRecorder,
+    comm_of: &BTreeMap<String, u64>,
+) -> Vec<ProcessModel> {
     let fired = watchdog_fired(fr);
     fr.dumps
         .iter()
@@ -192,7 +198,10 @@ fn stand_in(d: &RankDump, comm_of: &BTreeMap<String, u64>, fired: Option<u64>) -
         let Some(pos) = g.ranks.iter().position(|r| *r == d.rank) else {
             continue;
         };
-        let hash = comm_of.get(&g.name).copied().unwrap_or_else(|| group_hash(g));
+        let hash = comm_of
+            .get(&g.name)
+            .copied()
+            .unwrap_or_else(|| group_hash(g));
         let ptr = 0x0f00_0000 + i as u64;
         ptr_of.insert(g.name.as_str(), (ptr, hash));
         p.memberships.push(Membership {
@@ -222,7 +231,11 @@ fn stand_in(d: &RankDump, comm_of: &BTreeMap<String, u64>, fired: Option<u64>) -
             .then(|| e.time_discovered_completed_ns.unwrap_or(0).max(0) as u64)
             .map(|t| t.max(t_enter));
         let p2p = matches!(id, CallId::NcclSend | CallId::NcclRecv);
-        let seq = if p2p { e.p2p_seq_id } else { e.collective_seq_id };
+        let seq = if p2p {
+            e.p2p_seq_id
+        } else {
+            e.collective_seq_id
+        };
         // Sequence numbers start at 1 in PyTorch and at 0 in the shim's records.
         let seq = seq.saturating_sub(1).max(0) as u64;
         let peer = e
@@ -283,7 +296,10 @@ fn stand_in(d: &RankDump, comm_of: &BTreeMap<String, u64>, fired: Option<u64>) -
         let mine: Vec<&OpCall> = p
             .ops
             .iter()
-            .filter(|o| o.comm_hash == Some(m.comm_hash) && !matches!(o.call, CallId::NcclSend | CallId::NcclRecv))
+            .filter(|o| {
+                o.comm_hash == Some(m.comm_hash)
+                    && !matches!(o.call, CallId::NcclSend | CallId::NcclRecv)
+            })
             .collect();
         let last = mine.last().map(|o| &p.calls[o.call_index]);
         p.progress.push(CommProgress {
@@ -327,7 +343,15 @@ fn ranks_text(ranks: &[u32]) -> String {
 }
 
 /// What fr_trace compares between ranks at one sequence number: type, sizes, dtypes.
-fn signature(e: &FrEntry) -> (String, Vec<Vec<i64>>, Vec<String>, Vec<Vec<i64>>, Vec<String>) {
+fn signature(
+    e: &FrEntry,
+) -> (
+    String,
+    Vec<Vec<i64>>,
+    Vec<String>,
+    Vec<Vec<i64>>,
+    Vec<String>,
+) {
     (
         e.op_name().to_owned(),
         e.input_sizes.clone(),
@@ -383,7 +407,10 @@ pub fn evidence(fr: &FlightRecorder, comm_of: &BTreeMap<String, u64>) -> Vec<Evi
             }
             let mut latest: Option<&FrEntry> = None;
             for e in mine {
-                by_seq.entry(e.collective_seq_id).or_default().push((d.rank, e));
+                by_seq
+                    .entry(e.collective_seq_id)
+                    .or_default()
+                    .push((d.rank, e));
                 if latest.is_none_or(|l| e.collective_seq_id >= l.collective_seq_id) {
                     latest = Some(e);
                 }
@@ -410,7 +437,10 @@ pub fn evidence(fr: &FlightRecorder, comm_of: &BTreeMap<String, u64>) -> Vec<Evi
                         format!(" at {site}")
                     };
                     if state == "completed" {
-                        format!("{} last issued {op} #{seq} (completed){at}", ranks_text(ranks))
+                        format!(
+                            "{} last issued {op} #{seq} (completed){at}",
+                            ranks_text(ranks)
+                        )
                     } else {
                         format!("{} wait in {op} #{seq} ({state}){at}", ranks_text(ranks))
                     }

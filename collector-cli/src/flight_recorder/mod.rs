@@ -252,8 +252,7 @@ pub fn find_by_prefix(prefix: &Path) -> Vec<(PathBuf, u32)> {
             let name = e.file_name().to_string_lossy().into_owned();
             let rest = name.strip_prefix(stem.as_str())?;
             let rank = trailing_rank(rest)?;
-            (rest.len() == rank.to_string().len() || stem.is_empty())
-                .then(|| (e.path(), rank))
+            (rest.len() == rank.to_string().len() || stem.is_empty()).then(|| (e.path(), rank))
         })
         .collect();
     out.sort();
@@ -262,14 +261,18 @@ pub fn find_by_prefix(prefix: &Path) -> Vec<(PathBuf, u32)> {
 
 /// Reads one dump; the error is one line.
 pub fn read_dump(p: &Path, rank: u32, shown: String) -> Result<RankDump, String> {
-    let bytes = std::fs::read(p).map_err(|e| format!("cannot read this Flight Recorder dump: {e}"))?;
+    let bytes =
+        std::fs::read(p).map_err(|e| format!("cannot read this Flight Recorder dump: {e}"))?;
     parse(&bytes, rank, shown)
 }
 
 /// Parses a dump's bytes.
 pub fn parse(bytes: &[u8], rank: u32, shown: String) -> Result<RankDump, String> {
     if bytes.is_empty() {
-        return Err("empty Flight Recorder dump (its rank was stopped while writing it, or never wrote it)".into());
+        return Err(
+            "empty Flight Recorder dump (its rank was stopped while writing it, or never wrote it)"
+                .into(),
+        );
     }
     let value = pickle::parse(bytes).map_err(|e| match e {
         pickle::PickleError::Truncated { .. } => format!(
@@ -460,12 +463,7 @@ pub fn annotate(report: &mut crate::report::Report, joined: Joined) {
 /// The report's "Flight Recorder" section.
 pub fn render_text(s: &Summary, bold: &dyn Fn(&str) -> String) -> String {
     let safe = crate::terminal::escape_controls;
-    let list = |r: &[u32]| {
-        r.iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let list = |r: &[u32]| r.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
     let mut o = bold("PyTorch Flight Recorder");
     o.push('\n');
     let mut line = format!("  dumps from ranks {}", list(&s.ranks_with_dump));
@@ -473,7 +471,10 @@ pub fn render_text(s: &Summary, bold: &dyn Fn(&str) -> String) -> String {
         line = "  no readable dump".to_owned();
     }
     if !s.ranks_without_dump.is_empty() {
-        line.push_str(&format!("; none from ranks {}", list(&s.ranks_without_dump)));
+        line.push_str(&format!(
+            "; none from ranks {}",
+            list(&s.ranks_without_dump)
+        ));
     }
     if !s.ranks_without_ncclshim.is_empty() {
         line.push_str(&format!(

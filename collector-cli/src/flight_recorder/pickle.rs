@@ -39,7 +39,9 @@ struct Machine<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PickleError {
     /// The bytes end before the pickle does (a dump cut short while being written).
-    Truncated { at: usize },
+    Truncated {
+        at: usize,
+    },
     Invalid(String),
 }
 
@@ -418,7 +420,10 @@ mod tests {
             parse(b"\x80\x02}q\x00X\x05\x00\x00"),
             Err(PickleError::Truncated { .. })
         ));
-        assert!(matches!(parse(b"\x80\x02\xff"), Err(PickleError::Invalid(_))));
+        assert!(matches!(
+            parse(b"\x80\x02\xff"),
+            Err(PickleError::Invalid(_))
+        ));
         assert!(matches!(
             parse(b"\x80\x02cos\nsystem\n"),
             Err(PickleError::Invalid(_))
