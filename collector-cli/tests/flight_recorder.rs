@@ -97,11 +97,12 @@ fn finding_ids(v: &Value) -> Vec<String> {
         .collect()
 }
 
-fn ranks(v: &Value) -> Vec<u64> {
+fn ranks(v: &Value) -> Vec<u32> {
     v.as_array()
         .into_iter()
         .flatten()
         .filter_map(Value::as_u64)
+        .filter_map(|r| u32::try_from(r).ok())
         .collect()
 }
 
