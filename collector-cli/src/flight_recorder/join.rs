@@ -342,16 +342,18 @@ fn ranks_text(ranks: &[u32]) -> String {
     }
 }
 
-/// What fr_trace compares between ranks at one sequence number: type, sizes, dtypes.
-fn signature(
-    e: &FrEntry,
-) -> (
+/// What fr_trace compares between ranks at one sequence number: type, input sizes, input
+/// dtypes, output sizes, output dtypes.
+type Signature = (
     String,
     Vec<Vec<i64>>,
     Vec<String>,
     Vec<Vec<i64>>,
     Vec<String>,
-) {
+);
+
+/// [`Signature`] of one entry.
+fn signature(e: &FrEntry) -> Signature {
     (
         e.op_name().to_owned(),
         e.input_sizes.clone(),

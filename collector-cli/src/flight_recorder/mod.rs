@@ -120,7 +120,7 @@ impl FlightRecorder {
             .collect();
         all.sort_unstable();
         all.dedup();
-        all.retain(|r| have.binary_search(r).is_ok() == false);
+        all.retain(|r| have.binary_search(r).is_err());
         all
     }
 }

@@ -157,7 +157,7 @@ impl<'a> Machine<'a> {
     }
 
     fn set_items(&mut self, dict: usize, items: Vec<usize>) -> Result<()> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return invalid("the pickle sets a key without a value");
         }
         match &mut self.arena[dict] {
