@@ -5,6 +5,7 @@
 
 pub mod doctor;
 pub mod dumpjson;
+pub mod flight_recorder;
 pub mod heap;
 pub mod knowledge;
 pub mod libdirs;
@@ -164,17 +165,42 @@ pub fn analyze_run(
     options: &rules::Options,
     story_in_words: bool,
 ) -> anyhow::Result<report::Report> {
+    analyze_run_with(
+        dir,
+        progress,
+        run,
+        options,
+        story_in_words,
+        &flight_recorder::Source::InJobDir,
+    )
+}
+
+/// As [`analyze_run`], reading PyTorch Flight Recorder dumps from `fr` (found in the job
+/// directory, named by a path prefix, or not at all) and joining them with the shim's.
+pub fn analyze_run_with(
+    dir: &Path,
+    progress: Option<&indicatif::ProgressBar>,
+    run: Option<&str>,
+    options: &rules::Options,
+    story_in_words: bool,
+    fr: &flight_recorder::Source,
+) -> anyhow::Result<report::Report> {
     let (mut runs, problems) = read_runs(dir, progress)?;
     let chosen = runs::choose(&runs, run).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
     runs[chosen].summary.reported = true;
     let summaries: Vec<runs::RunSummary> = runs.iter().map(|r| r.summary.clone()).collect();
-    let parts = std::mem::take(&mut runs[chosen].parts);
+    let mut parts = std::mem::take(&mut runs[chosen].parts);
+    // Ranks with only a Flight Recorder dump join the model as stand-in processes.
+    let joined = flight_recorder::prepare(dir, fr, &mut parts);
     let job = model::JobModel::from_processes(parts);
     let story = story::Story::build(&job);
     let findings = rules::diagnose_story(&job, &story, options);
     let mut report = report::Report::build(&job, findings, problems);
     if story_in_words {
         report.story = story::render::lines(&job, &story);
+    }
+    if let Some(j) = joined {
+        flight_recorder::annotate(&mut report, j);
     }
     if summaries.len() > 1 || run.is_some() {
         report.run_note = runs::note(&summaries);

@@ -59,6 +59,11 @@ enum Command {
         /// process ended, where each rank was, who waited for whom, the failure graph.
         #[arg(long, conflicts_with = "json")]
         story: bool,
+        /// PyTorch Flight Recorder dumps to join with the shim's: the prefix their ranks are
+        /// appended to (what `TORCH_FR_DUMP_TEMP_FILE` was, `/tmp/fr/rank_`) or their directory.
+        /// Default: those found in DIR (files named `<prefix><rank>`, up to 4 levels deep).
+        #[arg(long, value_name = "PATH_PREFIX")]
+        flight_recorder: Option<PathBuf>,
     },
     /// Write a Perfetto / Chrome trace (one process per rank, clocks aligned across hosts).
     Trace {
@@ -129,6 +134,7 @@ fn main() -> ExitCode {
             run,
             list_runs,
             story,
+            flight_recorder,
         } => {
             let options = collector_cli::rules::Options {
                 stall_after_ns: u64::try_from(stall_after.as_nanos()).unwrap_or(u64::MAX),
@@ -137,7 +143,11 @@ fn main() -> ExitCode {
             if list_runs {
                 cmd_list_runs(&dir, json)
             } else {
-                cmd_report(&dir, json, color, story, run.as_deref(), &options)
+                let fr = match flight_recorder {
+                    Some(p) => collector_cli::flight_recorder::Source::Prefix(p),
+                    None => collector_cli::flight_recorder::Source::InJobDir,
+                };
+                cmd_report(&dir, json, color, story, run.as_deref(), &options, &fr)
             }
         }
         Command::Trace { dir, output } => cmd_trace(&dir, &output),
@@ -365,8 +375,19 @@ fn cmd_report(
     story: bool,
     run: Option<&str>,
     options: &collector_cli::rules::Options,
+    fr: &collector_cli::flight_recorder::Source,
 ) -> anyhow::Result<ExitCode> {
-    let files = collector_cli::list_job_dir(dir)?;
+    let files = match collector_cli::list_job_dir(dir) {
+        Ok(files) => files,
+        // A directory of PyTorch Flight Recorder dumps alone is still a job to report on.
+        Err(e)
+            if e.kind == collector_cli::ToolErrorKind::NoDumps
+                && collector_cli::flight_recorder::any_in(dir, fr) =>
+        {
+            Vec::new()
+        }
+        Err(e) => return Err(e.into()),
+    };
     let progress = (!json && std::io::stderr().is_terminal() && files.len() >= PROGRESS_MIN_FILES)
         .then(|| {
             let pb = indicatif::ProgressBar::new(files.len() as u64);
@@ -378,7 +399,8 @@ fn cmd_report(
             );
             pb
         });
-    let report = collector_cli::analyze_run(dir, progress.as_ref(), run, options, story && !json)?;
+    let report =
+        collector_cli::analyze_run_with(dir, progress.as_ref(), run, options, story && !json, fr)?;
     if let Some(pb) = progress {
         pb.finish_and_clear();
     }

@@ -55,6 +55,9 @@ pub struct CommSummary {
     /// What the profiler's running aggregates say about the traffic (absent without them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traffic: Option<CommTraffic>,
+    /// PyTorch's name for it (`0:default_pg`), from the Flight Recorder dumps joined with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_group: Option<String>,
 }
 
 /// A communicator's operations, bytes and bandwidth over the ranks whose profiler kept running
@@ -188,6 +191,9 @@ pub struct Report {
     /// "this directory holds N runs: ...; reporting on run X; use --run ID to choose".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_note: Option<String>,
+    /// What the PyTorch Flight Recorder dumps beside the shim's said (absent when there were none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flight_recorder: Option<crate::flight_recorder::Summary>,
     /// The job's story in words (`report --story`; `story::render`): text only, not part of
     /// the JSON contract.
     #[serde(skip)]
@@ -453,6 +459,7 @@ impl Report {
                     Vec::new()
                 },
                 traffic: traffic(job, c.comm_hash),
+                process_group: None,
             })
             .collect();
         let dumps = job.processes.iter().map(|p| p.files.len()).sum();
@@ -491,6 +498,7 @@ impl Report {
             evidence_gaps,
             runs: Vec::new(),
             run_note: None,
+            flight_recorder: None,
             story: Vec::new(),
         }
     }
@@ -610,6 +618,9 @@ impl Report {
             }
             o.push('\n');
         }
+        if let Some(fr) = &self.flight_recorder {
+            o.push_str(&crate::flight_recorder::render_text(fr, &bold));
+        }
         if self.problem_findings().next().is_none() {
             let verdict =
                 match (self.evidence_gaps.is_empty(), self.problems.is_empty()) {
@@ -659,8 +670,12 @@ impl Report {
             o.push('\n');
             for c in &j.communicators {
                 let mut line = format!(
-                    "  {}: {}",
+                    "  {}{}: {}",
                     c.comm_hash,
+                    c.process_group
+                        .as_ref()
+                        .map(|g| format!(" ({})", safe(g)))
+                        .unwrap_or_default(),
                     count(c.nranks as usize, "rank", "ranks")
                 );
                 if c.ranks_missing.is_empty() {

@@ -1,0 +1,556 @@
+//! Joining Flight Recorder dumps with the shim's processes, per rank, process group and
+//! sequence number.
+//!
+//! - A rank with both: its process groups are matched to its communicators (same size, same
+//!   place of the rank in it; among equals, the one whose operation count matches the group's
+//!   last sequence number), which names each communicator by its PyTorch group (`0:default_pg`).
+//! - A rank with only a Flight Recorder dump: its collectives become a [`ProcessModel`] of their
+//!   own (one membership per group, one call per entry, in flight unless completed), so the
+//!   same story and rules (desync C19, hang, missing rank) judge it like a shim's. PyTorch does
+//!   not record the reduction op or root: those compare equal across such ranks.
+//! - In every case the evidence quotes each rank's last collective per group with the user's
+//!   Python line, and the first sequence number where ranks disagree (type, sizes, dtypes).
+
+use super::format::FrEntry;
+use super::{FlightRecorder, ProcessGroup, RankDump};
+use crate::model::{CallEvent, CommProgress, Membership, OpCall, ProcessModel};
+use crate::rules::{Evidence, EvidenceKind};
+use ncclshim_format::{args, ArgView, CallId};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// NCCL's function for a PyTorch collective name (`fr_trace`'s `COLLECTIVES` and `P2P`
+/// names; `barrier` is an all-reduce of one element in ProcessGroupNCCL).
+pub fn call_id(op: &str) -> Option<CallId> {
+    Some(match op {
+        "all_reduce" | "allreduce" | "allreduce_coalesced" | "barrier" => CallId::NcclAllReduce,
+        "broadcast" | "_broadcast_oop" => CallId::NcclBroadcast,
+        "reduce" | "_reduce_oop" => CallId::NcclReduce,
+        "all_gather"
+        | "_allgather_base"
+        | "allgather_into_tensor_coalesced"
+        | "all_gather_into_tensor_coalesced"
+        | "_all_gather_base"
+        | "allgather" => CallId::NcclAllGather,
+        "reduce_scatter" | "_reduce_scatter_base" | "reduce_scatter_tensor_coalesced" => {
+            CallId::NcclReduceScatter
+        }
+        "all_to_all" | "alltoall" | "alltoall_base" | "all_to_all_single" => CallId::NcclAlltoAll,
+        "gather" => CallId::NcclGather,
+        "scatter" => CallId::NcclScatter,
+        "send" => CallId::NcclSend,
+        "recv" => CallId::NcclRecv,
+        _ => return None,
+    })
+}
+
+/// `ncclDataType_t` for a PyTorch dtype name as the Flight Recorder writes it (`c10::ScalarType`
+/// names, NCCL's `nccl.h` numbering). Unknown names get a stable number of their own, so two
+/// ranks that disagree still compare different.
+pub fn nccl_datatype(name: &str) -> u64 {
+    match name {
+        "Char" => 0,
+        "Byte" | "Bool" => 1,
+        "Int" => 2,
+        "UInt32" => 3,
+        "Long" => 4,
+        "UInt64" => 5,
+        "Half" => 6,
+        "Float" => 7,
+        "Double" => 8,
+        "BFloat16" => 9,
+        "Float8_e4m3fn" | "Float8_e4m3fnuz" => 10,
+        "Float8_e5m2" | "Float8_e5m2fnuz" => 11,
+        other => 1000 + fnv1a(other.as_bytes()) % 1000,
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The communicator hash given to a process group no shim dump names: stable per group name,
+/// never 0.
+pub fn group_hash(g: &ProcessGroup) -> u64 {
+    fnv1a(format!("flight-recorder process group {}", g.name).as_bytes()) | 1
+}
+
+/// An NCCL version code from "2.28.9" (what `nccl_version_string` prints back).
+fn nccl_version_code(v: &str) -> Option<u64> {
+    let mut it = v.split('.').map(|p| p.trim().parse::<u64>().ok());
+    let (a, b, c) = (it.next()??, it.next()??, it.next().flatten().unwrap_or(0));
+    Some(a * 10000 + b * 100 + c)
+}
+
+/// Collectives (not p2p) of one group in a rank's dump, in sequence order.
+fn collectives<'a>(d: &'a RankDump, g: &'a ProcessGroup) -> impl Iterator<Item = &'a FrEntry> {
+    d.entries
+        .iter()
+        .filter(move |e| !e.is_p2p && d.group_of(e).is_some_and(|x| x.name == g.name))
+}
+
+/// Every process group named by any dump, once (by name), with the ranks that dumped.
+fn groups(fr: &FlightRecorder) -> BTreeMap<String, ProcessGroup> {
+    let mut out = BTreeMap::new();
+    for d in &fr.dumps {
+        for g in &d.groups {
+            out.entry(g.name.clone()).or_insert_with(|| g.clone());
+        }
+    }
+    out
+}
+
+/// Process group name → communicator hash, from ranks that have both dumps (`parts`: the
+/// per-file process models before they are joined into a job).
+pub fn comms_of_groups(parts: &[ProcessModel], fr: &FlightRecorder) -> BTreeMap<String, u64> {
+    let mut votes: BTreeMap<String, BTreeMap<u64, usize>> = BTreeMap::new();
+    for p in parts.iter().filter(|p| p.has_shim) {
+        let Some(rank) = p.world_rank() else { continue };
+        let Some(d) = fr.dumps.iter().find(|d| d.rank == rank) else {
+            continue;
+        };
+        for g in &d.groups {
+            let Some(pos) = g.ranks.iter().position(|r| *r == rank) else {
+                continue;
+            };
+            let last_seq = collectives(d, g)
+                .map(|e| e.collective_seq_id)
+                .max()
+                .unwrap_or(0)
+                .max(0) as u64;
+            let best = p
+                .memberships
+                .iter()
+                .filter(|m| m.nranks as usize == g.ranks.len() && m.rank as usize == pos)
+                .min_by_key(|m| {
+                    let issued = p
+                        .progress
+                        .iter()
+                        .find(|c| c.comm_hash == m.comm_hash)
+                        .map(|c| c.issued)
+                        .unwrap_or(0);
+                    issued.abs_diff(last_seq)
+                });
+            if let Some(m) = best {
+                *votes
+                    .entry(g.name.clone())
+                    .or_default()
+                    .entry(m.comm_hash)
+                    .or_default() += 1;
+            }
+        }
+    }
+    votes
+        .into_iter()
+        .filter_map(|(g, v)| Some((g, v.into_iter().max_by_key(|(_, n)| *n)?.0)))
+        .collect()
+}
+
+/// Process models for the ranks that have a Flight Recorder dump but no shim dump.
+pub fn stand_ins(
+    job_ranks: &BTreeSet<u32>,
+    fr: &FlightRecorder,
+    comm_of: &BTreeMap<String, u64>,
+) -> Vec<ProcessModel> {
+    let fired = watchdog_fired(fr);
+    fr.dumps
+        .iter()
+        .filter(|d| !job_ranks.contains(&d.rank))
+        .map(|d| stand_in(d, comm_of, fired))
+        .collect()
+}
+
+/// When a watchdog timed out: the latest (creation + timeout) of an operation that never
+/// completed, over every dump. PyTorch writes the dumps then (the rank that timed out, and the
+/// others on its signal), so every rank that wrote one was alive at that instant.
+fn watchdog_fired(fr: &FlightRecorder) -> Option<u64> {
+    fr.dumps
+        .iter()
+        .flat_map(|d| d.entries.iter())
+        .filter(|e| !e.completed())
+        .filter_map(|e| {
+            let t = e.time_created_ns?.max(0) as u64;
+            Some(t.saturating_add(e.timeout_ms?.max(0) as u64 * 1_000_000))
+        })
+        .max()
+}
+
+/// One rank's Flight Recorder entries as a process model.
+fn stand_in(d: &RankDump, comm_of: &BTreeMap<String, u64>, fired: Option<u64>) -> ProcessModel {
+    let mut p = ProcessModel {
+        host: d.file.clone(),
+        pid: 0,
+        // The key of a process is (host, boot id, pid, start): the file keeps ranks apart.
+        start_ticks: u64::from(d.rank) + 1,
+        files: vec![d.file.clone()],
+        nccl_version: nccl_version_code(&d.nccl_version),
+        ..ProcessModel::default()
+    };
+    p.notes.push(format!(
+        "rank {} is known from its PyTorch Flight Recorder dump only (no ncclshim dump)",
+        d.rank
+    ));
+    // Each group gets a communicator pointer of its own (1, 2, ...), which `finish` resolves.
+    let mut ptr_of: HashMap<&str, (u64, u64)> = HashMap::new();
+    for (i, g) in d.groups.iter().enumerate() {
+        let Some(pos) = g.ranks.iter().position(|r| *r == d.rank) else {
+            continue;
+        };
+        let hash = comm_of
+            .get(&g.name)
+            .copied()
+            .unwrap_or_else(|| group_hash(g));
+        let ptr = 0x0f00_0000 + i as u64;
+        ptr_of.insert(g.name.as_str(), (ptr, hash));
+        p.memberships.push(Membership {
+            comm_hash: hash,
+            nranks: g.ranks.len() as u32,
+            rank: pos as u32,
+            comm_ptr: ptr,
+            established: true,
+            nccl_version: p.nccl_version,
+            ..Membership::default()
+        });
+    }
+    let mut first_t = u64::MAX;
+    // `op_seq`: NCCL's own number, per communicator and function (what its profiler counts).
+    let mut per_function: HashMap<(u64, CallId), u64> = HashMap::new();
+    for e in &d.entries {
+        let Some(g) = d.group_of(e) else { continue };
+        let Some(&(ptr, hash)) = ptr_of.get(g.name.as_str()) else {
+            continue;
+        };
+        let Some(id) = call_id(e.op_name()) else {
+            continue;
+        };
+        let t_enter = e.time_created_ns.unwrap_or(0).max(0) as u64;
+        let t_exit = e
+            .completed()
+            .then(|| e.time_discovered_completed_ns.unwrap_or(0).max(0) as u64)
+            .map(|t| t.max(t_enter));
+        let p2p = matches!(id, CallId::NcclSend | CallId::NcclRecv);
+        let seq = if p2p {
+            e.p2p_seq_id
+        } else {
+            e.collective_seq_id
+        };
+        // Sequence numbers start at 1 in PyTorch and at 0 in the shim's records.
+        let seq = seq.saturating_sub(1).max(0) as u64;
+        let peer = e
+            .p2p_peers()
+            .map(|(from, to)| if id == CallId::NcclSend { to } else { from })
+            .and_then(|global| g.ranks.iter().position(|r| *r == global))
+            .unwrap_or(0) as u64;
+        let op_seq = {
+            let n = per_function.entry((hash, id)).or_default();
+            *n += 1;
+            *n - 1
+        };
+        let datatype = e.input_dtypes.first().map_or(7, |t| nccl_datatype(t));
+        let count = e.input_count();
+        let a = args::Collective {
+            count,
+            datatype,
+            op: 0,
+            root: peer,
+            sendbuff: 0,
+            recvbuff: 0,
+            stream: 0,
+            seq,
+            op_seq,
+        }
+        .to_args();
+        first_t = first_t.min(t_enter);
+        p.last_t = p.last_t.max(t_exit.unwrap_or(t_enter));
+        p.calls.push(CallEvent {
+            call: Some(id),
+            name: Cow::Borrowed(id.name()),
+            rc: 0,
+            is_cuda: false,
+            t_enter,
+            t_exit,
+            comm: ptr,
+            args: a,
+            error_text: None,
+            tid: 0,
+            nested: false,
+        });
+        p.ops.push(OpCall {
+            comm_hash: Some(hash),
+            seq,
+            call: id,
+            count,
+            datatype,
+            op: 0,
+            root_or_peer: peer,
+            call_index: p.calls.len() - 1,
+        });
+    }
+    p.first_t = if first_t == u64::MAX { 0 } else { first_t };
+    // Its dump is a sign of life at the watchdog's timeout: how it ended after is not recorded
+    // (neither alive nor a clean exit; the story calls it vanished after that instant).
+    p.last_alive = fired.filter(|t| *t >= p.last_t);
+    for m in &p.memberships {
+        let mine: Vec<&OpCall> = p
+            .ops
+            .iter()
+            .filter(|o| {
+                o.comm_hash == Some(m.comm_hash)
+                    && !matches!(o.call, CallId::NcclSend | CallId::NcclRecv)
+            })
+            .collect();
+        let last = mine.last().map(|o| &p.calls[o.call_index]);
+        p.progress.push(CommProgress {
+            comm_hash: m.comm_hash,
+            comm_ptr: m.comm_ptr,
+            nranks: m.nranks as i32,
+            rank: m.rank as i32,
+            issued: mine.last().map_or(0, |o| o.seq + 1),
+            completed: mine
+                .iter()
+                .filter(|o| !p.calls[o.call_index].in_flight())
+                .map(|o| o.seq + 1)
+                .max()
+                .unwrap_or(0),
+            last_call: last.and_then(|c| c.call),
+            last_count: mine.last().map_or(0, |o| o.count),
+            last_t: last.map(|c| c.t_enter),
+            state: "live",
+            parent_hash: 0,
+        });
+    }
+    p
+}
+
+/// `ranks 0–1`, `rank 2`, `ranks 0, 3, 5`.
+fn ranks_text(ranks: &[u32]) -> String {
+    match ranks {
+        [r] => format!("rank {r}"),
+        _ => {
+            let contiguous = ranks.windows(2).all(|w| w[1] == w[0] + 1);
+            if contiguous && ranks.len() > 2 {
+                format!("ranks {}-{}", ranks[0], ranks[ranks.len() - 1])
+            } else if contiguous && ranks.len() == 2 {
+                format!("ranks {}-{}", ranks[0], ranks[1])
+            } else {
+                let shown: Vec<String> = ranks.iter().map(u32::to_string).collect();
+                format!("ranks {}", shown.join(", "))
+            }
+        }
+    }
+}
+
+/// What fr_trace compares between ranks at one sequence number: type, input sizes, input
+/// dtypes, output sizes, output dtypes.
+type Signature = (
+    String,
+    Vec<Vec<i64>>,
+    Vec<String>,
+    Vec<Vec<i64>>,
+    Vec<String>,
+);
+
+/// [`Signature`] of one entry.
+fn signature(e: &FrEntry) -> Signature {
+    (
+        e.op_name().to_owned(),
+        e.input_sizes.clone(),
+        e.input_dtypes.clone(),
+        e.output_sizes.clone(),
+        e.output_dtypes.clone(),
+    )
+}
+
+fn describe_entry(e: &FrEntry) -> String {
+    let mut s = format!(
+        "{} #{} {:?} {}",
+        e.op_name(),
+        e.collective_seq_id,
+        e.input_sizes,
+        e.input_dtypes.join(",")
+    );
+    if let Some(site) = e.site() {
+        s.push_str(&format!(" at {site}"));
+    }
+    s
+}
+
+/// One line per process group with something to say: where each rank's last collective was
+/// (with the user's line), the first sequence number where ranks disagree, ranks without a
+/// dump. A group whose ranks all completed the same last collective says nothing.
+pub fn evidence(fr: &FlightRecorder, comm_of: &BTreeMap<String, u64>) -> Vec<Evidence> {
+    let mut out = Vec::new();
+    for g in groups(fr).values() {
+        let comm = comm_of.get(&g.name).copied();
+        let label = match comm {
+            Some(h) => format!("process group {} (communicator {h:#018x})", g.label()),
+            None => format!("process group {}", g.label()),
+        };
+        let members: Vec<&RankDump> = fr
+            .dumps
+            .iter()
+            .filter(|d| g.ranks.contains(&d.rank) && d.groups.iter().any(|x| x.name == g.name))
+            .collect();
+        let missing: Vec<u32> = g
+            .ranks
+            .iter()
+            .copied()
+            .filter(|r| !members.iter().any(|d| d.rank == *r))
+            .collect();
+        // (last seq, op, state, site) → ranks.
+        let mut last: BTreeMap<(i64, String, String, String), Vec<u32>> = BTreeMap::new();
+        let mut by_seq: BTreeMap<i64, Vec<(u32, &FrEntry)>> = BTreeMap::new();
+        for d in &members {
+            let mut mine = collectives(d, g).peekable();
+            if mine.peek().is_none() {
+                continue;
+            }
+            let mut latest: Option<&FrEntry> = None;
+            for e in mine {
+                by_seq
+                    .entry(e.collective_seq_id)
+                    .or_default()
+                    .push((d.rank, e));
+                if latest.is_none_or(|l| e.collective_seq_id >= l.collective_seq_id) {
+                    latest = Some(e);
+                }
+            }
+            if let Some(e) = latest {
+                last.entry((
+                    e.collective_seq_id,
+                    e.op_name().to_owned(),
+                    e.state.clone(),
+                    e.site().unwrap_or_default(),
+                ))
+                .or_default()
+                .push(d.rank);
+            }
+        }
+        let all_done = last.len() == 1 && last.keys().all(|k| k.2 == "completed");
+        if !all_done && !last.is_empty() {
+            let parts: Vec<String> = last
+                .iter()
+                .map(|((seq, op, state, site), ranks)| {
+                    let at = if site.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" at {site}")
+                    };
+                    if state == "completed" {
+                        format!(
+                            "{} last issued {op} #{seq} (completed){at}",
+                            ranks_text(ranks)
+                        )
+                    } else {
+                        format!("{} wait in {op} #{seq} ({state}){at}", ranks_text(ranks))
+                    }
+                })
+                .collect();
+            let ranks: Vec<u32> = members.iter().map(|d| d.rank).collect();
+            let hung: Vec<serde_json::Value> = last
+                .iter()
+                .map(|((seq, op, state, site), ranks)| {
+                    serde_json::json!({"ranks": ranks, "seq": seq, "op": op, "state": state, "site": site})
+                })
+                .collect();
+            out.push(
+                Evidence::new(
+                    EvidenceKind::Progress,
+                    format!("Flight Recorder, {label}: {}", parts.join("; ")),
+                )
+                .value("source", "flight_recorder")
+                .value("process_group", g.label())
+                .value("last_collectives", hung)
+                .value("ranks_with_dump", &ranks),
+            );
+        }
+        // The first sequence number where ranks disagree, with the odd rank named when the
+        // others agree (fr_trace's "culprit").
+        for (seq, at) in &by_seq {
+            let mut kinds: BTreeMap<_, Vec<(u32, &FrEntry)>> = BTreeMap::new();
+            for (r, e) in at {
+                kinds.entry(signature(e)).or_default().push((*r, e));
+            }
+            if kinds.len() < 2 {
+                continue;
+            }
+            let mut groups: Vec<&Vec<(u32, &FrEntry)>> = kinds.values().collect();
+            groups.sort_by_key(|v| std::cmp::Reverse(v.len()));
+            let parts: Vec<String> = groups
+                .iter()
+                .map(|v| {
+                    let rs: Vec<u32> = v.iter().map(|(r, _)| *r).collect();
+                    format!("{} issued {}", ranks_text(&rs), describe_entry(v[0].1))
+                })
+                .collect();
+            let culprit: Vec<u32> = if groups.len() == 2 && groups[0].len() > groups[1].len() {
+                groups[1].iter().map(|(r, _)| *r).collect()
+            } else {
+                Vec::new()
+            };
+            let what = {
+                let (a, b) = (signature(groups[0][0].1), signature(groups[1][0].1));
+                if a.0 != b.0 {
+                    "collective type"
+                } else if a.1 != b.1 || a.3 != b.3 {
+                    "sizes"
+                } else {
+                    "dtypes"
+                }
+            };
+            out.push(
+                Evidence::new(
+                    EvidenceKind::Progress,
+                    format!(
+                        "Flight Recorder, {label}: ranks disagree on the {what} of collective #{seq}: {}",
+                        parts.join("; ")
+                    ),
+                )
+                .value("source", "flight_recorder")
+                .value("process_group", g.label())
+                .value("seq", seq)
+                .value("mismatch", what)
+                .value("culprit_ranks", &culprit),
+            );
+            break;
+        }
+        if !missing.is_empty() && !members.is_empty() {
+            out.push(
+                Evidence::new(
+                    EvidenceKind::Gap,
+                    format!(
+                        "Flight Recorder, {label}: no dump from {} (a rank killed, crashed or exited before its watchdog wrote one)",
+                        ranks_text(&missing)
+                    ),
+                )
+                .value("gap", "flight_recorder_dump_missing")
+                .value("process_group", g.label())
+                .value("ranks_missing", &missing),
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_and_types() {
+        assert_eq!(nccl_version_code("2.28.9"), Some(22809));
+        assert_eq!(call_id("all_reduce"), Some(CallId::NcclAllReduce));
+        assert_eq!(call_id("coalesced"), None);
+        assert_ne!(nccl_datatype("Float"), nccl_datatype("Half"));
+        assert_ne!(nccl_datatype("Foo"), nccl_datatype("Bar"));
+    }
+
+    #[test]
+    fn rank_ranges() {
+        assert_eq!(ranks_text(&[2]), "rank 2");
+        assert_eq!(ranks_text(&[0, 1]), "ranks 0-1");
+        assert_eq!(ranks_text(&[0, 2]), "ranks 0, 2");
+    }
+}

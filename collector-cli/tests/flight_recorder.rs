@@ -1,0 +1,462 @@
+//! PyTorch Flight Recorder dumps read beside the shim's, through the real `ncclshim report`:
+//! - the small pickles of `tests/fixtures/flight-recorder/` (written by Python's own `pickle`
+//!   by its `make.py`), one folder per format shape plus damaged ones;
+//! - the Flight Recorder dumps inside the real GPU captures, compared with what PyTorch's own
+//!   analyzer (`fr_trace`) printed on them (`tests/fixtures/real-gpu/2026-11-27/fr_trace.txt`):
+//!   ncclshim must name everything `fr_trace` names, with the user's Python line;
+//! - a directory holding only the Flight Recorder dumps of those captures (ranks without the
+//!   shim): the same verdicts through the same story.
+
+mod support;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/flight-recorder")
+}
+
+fn real_gpu() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/real-gpu/2026-11-27")
+}
+
+/// `ncclshim report --json [EXTRA] DIR`: (exit status, report, stderr).
+fn report(dir: &Path, extra: &[&str]) -> (i32, Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .arg("report")
+        .arg("--json")
+        .args(extra)
+        .arg(dir)
+        .output()
+        .expect("the ncclshim binary runs");
+    let code = out
+        .status
+        .code()
+        .unwrap_or_else(|| panic!("ncclshim report died: {:?}", out.status));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let v: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("report --json is not JSON ({e}):\n{stdout}\n{stderr}"));
+    support::schema::check_report(&v);
+    (code, v, stderr)
+}
+
+fn text_report(dir: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .args(["report", "--color", "never"])
+        .arg(dir)
+        .output()
+        .expect("the ncclshim binary runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every evidence text of the primary findings, and of the Flight Recorder summary.
+fn evidence_text(v: &Value) -> String {
+    let mut parts = Vec::new();
+    for f in v["findings"].as_array().into_iter().flatten() {
+        if f["severity"] == "primary" {
+            parts.push(f["title"].as_str().unwrap_or_default().to_owned());
+            for e in f["evidence"].as_array().into_iter().flatten() {
+                parts.push(e["text"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+    }
+    parts.join("\n")
+}
+
+fn primary_ranks(v: &Value) -> Vec<Vec<u64>> {
+    v["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["severity"] == "primary")
+        .map(|f| {
+            f["ranks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_u64)
+                .collect()
+        })
+        .collect()
+}
+
+fn finding_ids(v: &Value) -> Vec<String> {
+    v["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            format!(
+                "{} {}",
+                f["id"].as_str().unwrap_or_default(),
+                f["title"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+fn ranks(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_u64)
+        .filter_map(|r| u32::try_from(r).ok())
+        .collect()
+}
+
+/// Unpacks a real capture; returns the guard and the case folder (dumps/, logs/,
+/// flight-recorder/).
+fn unpack(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let archive = real_gpu().join(format!("{name}.tar.gz"));
+    let file =
+        std::fs::File::open(&archive).unwrap_or_else(|e| panic!("{}: {e}", archive.display()));
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    tar::Archive::new(flate2::read::GzDecoder::new(file))
+        .unpack(dir.path())
+        .unwrap_or_else(|e| panic!("{}: {e}", archive.display()));
+    let case = dir.path().join(name);
+    assert!(
+        case.join("flight-recorder").is_dir(),
+        "{name} holds no flight-recorder/"
+    );
+    (dir, case)
+}
+
+/// What `fr_trace` printed for one case: the block after its `$ python -m ...fr_trace NAME/...`
+/// line.
+fn fr_trace_says(name: &str) -> String {
+    let text = std::fs::read_to_string(real_gpu().join("fr_trace.txt")).expect("fr_trace.txt");
+    let start = text
+        .find(&format!(" {name}/flight-recorder"))
+        .unwrap_or_else(|| panic!("fr_trace.txt has no run on {name}"));
+    let rest = &text[start..];
+    let end = rest[1..].find("\n$ ").map_or(rest.len(), |e| e + 1);
+    rest[..end].to_owned()
+}
+
+/// The ranks in `{1, 2}` after `label` in fr_trace's output.
+fn fr_trace_set(block: &str, label: &str) -> Vec<u64> {
+    let Some(at) = block.find(label) else {
+        return Vec::new();
+    };
+    let rest = &block[at + label.len()..];
+    let open = rest.find('{').expect("a set follows");
+    let close = rest.find('}').expect("a set ends");
+    rest[open + 1..close]
+        .split(',')
+        .filter_map(|r| r.trim().parse().ok())
+        .collect()
+}
+
+// ---- the small pickles of every format shape -------------------------------------------------
+
+#[test]
+fn every_format_version_is_read_and_judged() {
+    // (folder, version written, ranks, what the Flight Recorder evidence must say)
+    let cases = [
+        ("v2.2", "2.2", vec![0, 1], "ranks disagree on the sizes of collective #3"),
+        ("v2.4", "2.4", vec![0, 1], "ranks disagree on the dtypes of collective #2"),
+        (
+            "v2.10",
+            "2.10",
+            vec![0, 1, 2],
+            "rank 2 last issued all_reduce #3 (completed) at train.py:50; ranks 0-1 wait in all_reduce #4 (scheduled) at train.py:50",
+        ),
+    ];
+    for (folder, version, want_ranks, says) in cases {
+        let dir = fixtures().join(folder);
+        for r in &want_ranks {
+            let p = dir.join(format!("rank_{r}"));
+            let d = collector_cli::flight_recorder::read_dump(&p, *r, folder.into())
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            assert_eq!(d.version, version, "{folder}");
+            assert!(!d.entries.is_empty(), "{folder}: entries read");
+            assert_eq!(d.groups[0].label(), "0:default_pg", "{folder}");
+        }
+        let (code, v, stderr) = report(&dir, &[]);
+        assert_eq!(code, 1, "{folder}: a problem is found\n{v:#}\n{stderr}");
+        let fr = &v["flight_recorder"];
+        assert_eq!(ranks(&fr["ranks_with_dump"]), want_ranks, "{folder}");
+        assert_eq!(ranks(&fr["ranks_without_ncclshim"]), want_ranks, "{folder}");
+        let all: Vec<&str> = fr["evidence"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["text"].as_str())
+            .collect();
+        assert!(
+            all.iter().any(|t| t.contains(says)),
+            "{folder}: the Flight Recorder evidence says {says:?}:\n{all:#?}"
+        );
+        assert!(
+            v["job"]["communicators"][0]["process_group"] == "0:default_pg",
+            "{folder}: the communicator is named by its process group\n{v:#}"
+        );
+    }
+}
+
+#[test]
+fn size_and_dtype_mismatches_reach_the_desync_rule() {
+    // The stand-in ranks go through the same model and rules as the shim's: C19 names rank 1.
+    for folder in ["v2.2", "v2.4"] {
+        let (_, v, _) = report(&fixtures().join(folder), &[]);
+        let c19: Vec<&Value> = v["findings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|f| f["catalog"] == "C19")
+            .collect();
+        assert!(
+            c19.iter().any(|f| ranks(&f["ranks"]) == vec![1]),
+            "{folder}: C19 names rank 1: {:#?}",
+            finding_ids(&v)
+        );
+    }
+}
+
+#[test]
+fn an_unknown_version_is_one_note_and_read_best_effort() {
+    let (_, v, _) = report(&fixtures().join("unknown-version"), &[]);
+    let notes: Vec<&str> = v["flight_recorder"]["notes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].contains("\"3.0\""), "{notes:?}");
+    assert_eq!(ranks(&v["flight_recorder"]["ranks_with_dump"]), vec![0]);
+}
+
+#[test]
+fn corrupt_truncated_and_empty_dumps_are_one_line_each_and_never_stop_the_report() {
+    let dir = fixtures().join("bad");
+    let (code, v, _) = report(&dir, &[]);
+    assert_eq!(code, 1, "the readable rank is still judged: {v:#}");
+    let problems = v["problems"].as_array().expect("problems");
+    let lines: Vec<(String, String)> = problems
+        .iter()
+        .map(|p| {
+            (
+                p["file"].as_str().unwrap_or_default().to_owned(),
+                p["error"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    for (file, why) in &lines {
+        assert!(!why.contains('\n'), "{file}: one line: {why}");
+    }
+    assert!(
+        lines[0].1.contains("not a readable Flight Recorder dump"),
+        "{lines:#?}"
+    );
+    assert!(lines[1].1.contains("truncated"), "{lines:#?}");
+    assert!(lines[2].1.contains("empty"), "{lines:#?}");
+    assert_eq!(ranks(&v["flight_recorder"]["ranks_with_dump"]), vec![3]);
+    assert_eq!(
+        ranks(&v["flight_recorder"]["ranks_without_dump"]),
+        vec![0, 1, 2]
+    );
+    // The library never panics on any prefix of a real dump either.
+    let whole = std::fs::read(fixtures().join("v2.10/rank_0")).expect("fixture");
+    for n in 0..whole.len() {
+        let r = collector_cli::flight_recorder::parse(&whole[..n], 0, "x".into());
+        assert!(
+            r.is_err(),
+            "a dump cut at {n} of {} bytes is refused",
+            whole.len()
+        );
+    }
+}
+
+#[test]
+fn the_prefix_option_reads_dumps_outside_the_job_directory() {
+    let (_g, case) = unpack("mr-hang");
+    let (_, v, _) = report(
+        &case.join("dumps"),
+        &[
+            "--flight-recorder",
+            case.join("flight-recorder/rank_").to_str().expect("utf-8"),
+        ],
+    );
+    assert_eq!(
+        ranks(&v["flight_recorder"]["ranks_with_dump"]),
+        vec![0, 1, 2]
+    );
+    assert!(evidence_text(&v).contains("mr.py:50"), "{v:#}");
+    // Without it, the dumps directory alone has no Flight Recorder dump.
+    let (_, v, _) = report(&case.join("dumps"), &[]);
+    assert!(v.get("flight_recorder").is_none(), "{v:#}");
+}
+
+// ---- the real captures, against fr_trace ------------------------------------------------------
+
+#[test]
+fn mr_hang_names_the_missing_rank_fr_trace_names_with_the_python_line() {
+    let said = fr_trace_says("mr-hang");
+    let missing = fr_trace_set(&said, "missing ranks:");
+    assert_eq!(missing, vec![2], "fr_trace.txt: {said}");
+    assert!(said.contains("sequence number: 11") && said.contains("mr.py:50"));
+    let (_g, case) = unpack("mr-hang");
+    let (code, v, _) = report(&case, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        primary_ranks(&v),
+        vec![missing.clone()],
+        "{:#?}",
+        finding_ids(&v)
+    );
+    let ev = evidence_text(&v);
+    for want in [
+        "rank 2 last issued all_reduce #10 (completed)",
+        "ranks 0-1 wait in all_reduce #11 (scheduled) at mr.py:50",
+        "0:default_pg",
+    ] {
+        assert!(
+            ev.contains(want),
+            "the primary finding's evidence says {want:?}:\n{ev}"
+        );
+    }
+    assert!(
+        text_report(&case).contains("(0:default_pg)"),
+        "communicators named"
+    );
+}
+
+#[test]
+fn mr_op_mismatch_names_the_culprit_fr_trace_names_with_both_lines() {
+    let said = fr_trace_says("mr-op-mismatch");
+    assert!(said.contains("Culprit rank 1"), "{said}");
+    assert!(said.contains("'all_reduce' does not match found collective type: 'broadcast'"));
+    let (_g, case) = unpack("mr-op-mismatch");
+    let (_, v, _) = report(&case, &[]);
+    assert_eq!(primary_ranks(&v)[0], vec![1], "{:#?}", finding_ids(&v));
+    let ev = evidence_text(&v);
+    for want in [
+        "ranks disagree on the collective type of collective #6",
+        "rank 0 issued all_reduce #6 [[1024]] Float at mr.py:85",
+        "rank 1 issued broadcast #6 [[1024]] Float at mr.py:87",
+    ] {
+        assert!(
+            ev.contains(want),
+            "the primary finding's evidence says {want:?}:\n{ev}"
+        );
+    }
+}
+
+#[test]
+fn mr_crash_does_better_than_fr_trace_where_a_dump_is_missing() {
+    let said = fr_trace_says("mr-crash");
+    assert!(said.contains("missed FR dumps from ranks ({1})"), "{said}");
+    let (_g, case) = unpack("mr-crash");
+    let (_, v, _) = report(&case, &[]);
+    // fr_trace cannot decide; ncclshim names the rank from the shim's dump of it, and says
+    // which rank has no Flight Recorder dump.
+    assert_eq!(ranks(&v["flight_recorder"]["ranks_without_dump"]), vec![1]);
+    assert_eq!(primary_ranks(&v)[0], vec![1], "{:#?}", finding_ids(&v));
+    assert!(evidence_text(&v).contains("rank 0 wait in all_reduce #11 (scheduled) at mr.py:61"));
+}
+
+// ---- Flight Recorder dumps only ----------------------------------------------------------------
+
+/// A job directory holding only the case's flight-recorder/ folder (times kept: `tar` keeps
+/// them, and nothing here depends on them).
+fn fr_only(name: &str) -> (tempfile::TempDir, tempfile::TempDir, PathBuf) {
+    let (g, case) = unpack(name);
+    let only = tempfile::tempdir().expect("a temporary directory");
+    let to = only.path().join("flight-recorder");
+    std::fs::create_dir(&to).expect("mkdir");
+    for e in std::fs::read_dir(case.join("flight-recorder")).expect("list") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), to.join(e.file_name())).expect("copy");
+    }
+    let dir = only.path().to_path_buf();
+    (g, only, dir)
+}
+
+#[test]
+fn flight_recorder_only_mr_hang_still_names_rank_2() {
+    let (_g, _o, dir) = fr_only("mr-hang");
+    let (code, v, _) = report(&dir, &[]);
+    assert_eq!(code, 1, "{v:#}");
+    assert_eq!(primary_ranks(&v), vec![vec![2]], "{:#?}", finding_ids(&v));
+    assert_eq!(
+        ranks(&v["flight_recorder"]["ranks_without_ncclshim"]),
+        vec![0, 1, 2]
+    );
+    assert!(evidence_text(&v).contains("at mr.py:50"));
+}
+
+#[test]
+fn flight_recorder_only_mr_op_mismatch_still_names_rank_1() {
+    let (_g, _o, dir) = fr_only("mr-op-mismatch");
+    let (code, v, _) = report(&dir, &[]);
+    assert_eq!(code, 1, "{v:#}");
+    let primary = v["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|f| f["severity"] == "primary")
+        .expect("a primary finding");
+    assert_eq!(primary["catalog"], "C19", "{:#?}", finding_ids(&v));
+    assert_eq!(ranks(&primary["ranks"]), vec![1]);
+    assert!(evidence_text(&v).contains("broadcast #6 [[1024]] Float at mr.py:87"));
+}
+
+#[test]
+fn flight_recorder_only_mr_crash_names_the_rank_without_a_dump() {
+    let (_g, _o, dir) = fr_only("mr-crash");
+    let (_, v, _) = report(&dir, &[]);
+    assert_eq!(primary_ranks(&v), vec![vec![1]], "{:#?}", finding_ids(&v));
+    assert_eq!(ranks(&v["flight_recorder"]["ranks_without_dump"]), vec![1]);
+}
+
+// ---- cost ------------------------------------------------------------------------------------
+
+/// The cost of reading Flight Recorder dumps (BENCHMARKS.md): `FR_BENCH_DUMP=<a dump>
+/// FR_BENCH_RANKS=<n> cargo test --release --test flight_recorder -- --ignored --nocapture
+/// reading_cost`: reads the dump once, then `n` copies of it as one job (parallel read and the
+/// per-group evidence), and prints the times. Measures; asserts nothing about time.
+#[test]
+#[ignore = "a measurement: run by hand with FR_BENCH_DUMP"]
+fn reading_cost() {
+    let Ok(dump) = std::env::var("FR_BENCH_DUMP") else {
+        eprintln!("FR_BENCH_DUMP not set: nothing measured");
+        return;
+    };
+    let ranks: u32 = std::env::var("FR_BENCH_RANKS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(256);
+    let bytes = std::fs::read(&dump).expect("FR_BENCH_DUMP is readable");
+    let t = std::time::Instant::now();
+    let one = collector_cli::flight_recorder::parse(&bytes, 0, dump.clone()).expect("readable");
+    eprintln!(
+        "one dump ({} bytes, {} entries): {:.2} ms",
+        bytes.len(),
+        one.entries.len(),
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    for r in 0..ranks {
+        std::fs::write(dir.path().join(format!("rank_{r}")), &bytes).expect("write");
+    }
+    let t = std::time::Instant::now();
+    let fr = collector_cli::flight_recorder::load(
+        dir.path(),
+        &collector_cli::flight_recorder::Source::InJobDir,
+    );
+    let read = t.elapsed();
+    let ev = collector_cli::flight_recorder::join::evidence(&fr, &Default::default());
+    eprintln!(
+        "{ranks} dumps: found and read in {:.0} ms, evidence in {:.0} ms ({} lines, {} threads)",
+        read.as_secs_f64() * 1e3,
+        (t.elapsed() - read).as_secs_f64() * 1e3,
+        ev.len(),
+        rayon::current_num_threads()
+    );
+    assert_eq!(fr.dumps.len(), ranks as usize);
+}
