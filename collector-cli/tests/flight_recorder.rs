@@ -357,7 +357,7 @@ fn mr_crash_does_better_than_fr_trace_where_a_dump_is_missing() {
     // which rank has no Flight Recorder dump.
     assert_eq!(ranks(&v["flight_recorder"]["ranks_without_dump"]), vec![1]);
     assert_eq!(primary_ranks(&v)[0], vec![1], "{:#?}", finding_ids(&v));
-    assert!(evidence_text(&v).contains("rank 0 wait in all_reduce #11 (scheduled) at mr.py:61"));
+    assert!(evidence_text(&v).contains("rank 0 waits in all_reduce #11 (scheduled) at mr.py:61"));
 }
 
 // ---- Flight Recorder dumps only ----------------------------------------------------------------

@@ -444,7 +444,8 @@ pub fn evidence(fr: &FlightRecorder, comm_of: &BTreeMap<String, u64>) -> Vec<Evi
                             ranks_text(ranks)
                         )
                     } else {
-                        format!("{} wait in {op} #{seq} ({state}){at}", ranks_text(ranks))
+                        let wait = if ranks.len() == 1 { "waits" } else { "wait" };
+                        format!("{} {wait} in {op} #{seq} ({state}){at}", ranks_text(ranks))
                     }
                 })
                 .collect();

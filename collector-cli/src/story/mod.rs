@@ -317,7 +317,9 @@ impl Story {
                 }
             }
         }
-        nodes.sort_by_key(|n| (n.t, n.process, precedence(n.kind)));
+        // At one instant: what explains before what it explains, whichever process it is on (a
+        // mismatch on rank 1 before rank 0 stuck inside the collective it could not match).
+        nodes.sort_by_key(|n| (n.t, precedence(n.kind), n.process));
         self.nodes = nodes;
     }
 
