@@ -535,10 +535,15 @@ impl Report {
         } else {
             format!("{}, ", count(j.ranks as usize, "rank", "ranks"))
         };
+        // Processes known only from Flight Recorder dumps name no host.
+        let hosts = if j.hosts.is_empty() {
+            "(hosts not recorded)".to_owned()
+        } else {
+            format!("on {}", count(j.hosts.len(), "host", "hosts"))
+        };
         o.push_str(&bold(&format!(
-            "ncclshim report: {ranks}{} on {}, {}{}",
+            "ncclshim report: {ranks}{} {hosts}, {}{}",
             count(j.processes, "process", "processes"),
-            count(j.hosts.len(), "host", "hosts"),
             count(j.dumps, "dump", "dumps"),
             if j.synthetic {
                 " [SYNTHETIC dumps, not a real capture]"
@@ -710,10 +715,22 @@ impl Report {
                         },
                         human_bytes(t.bytes_max)
                     ));
-                    if let Some(b) = &t.busbw_gbps {
+                    // A bandwidth of 0 means no kernel time was measured: say nothing.
+                    if let Some(b) = t.busbw_gbps.as_ref().filter(|b| b.max > 0.0) {
+                        // Small test jobs move a few KiB per operation, and a hang stretches an
+                        // operation to seconds: in GB/s those read 0.00. One unit for the line,
+                        // the largest in which its fastest rank is at least 1.
+                        let (scale, unit) = [(1.0, "GB/s"), (1e3, "MB/s"), (1e6, "KB/s")]
+                            .into_iter()
+                            .find(|(scale, _)| b.max * scale >= 1.0)
+                            .unwrap_or((1e9, "B/s"));
                         line.push_str(&format!(
-                            ", busbw {:.2} GB/s median ({:.2} on rank {}, {:.2} on rank {})",
-                            b.median, b.min, b.min_rank, b.max, b.max_rank
+                            ", busbw {:.2} {unit} median ({:.2} on rank {}, {:.2} on rank {})",
+                            b.median * scale,
+                            b.min * scale,
+                            b.min_rank,
+                            b.max * scale,
+                            b.max_rank
                         ));
                     }
                 }

@@ -185,6 +185,7 @@ fn stand_in(d: &RankDump, comm_of: &BTreeMap<String, u64>, fired: Option<u64>) -
         // The key of a process is (host, boot id, pid, start): the file keeps ranks apart.
         start_ticks: u64::from(d.rank) + 1,
         files: vec![d.file.clone()],
+        flight_recorder_only: true,
         nccl_version: nccl_version_code(&d.nccl_version),
         ..ProcessModel::default()
     };

@@ -218,6 +218,9 @@ pub struct ProcessModel {
     pub start_ticks: u64,
     pub files: Vec<String>,
     pub synthetic: bool,
+    /// Known only from a PyTorch Flight Recorder dump (no ncclshim dump): its host is unknown
+    /// (`host` holds the dump's path, which keeps the ranks apart).
+    pub flight_recorder_only: bool,
     pub has_shim: bool,
     pub has_prof: bool,
     pub clean_exit: bool,
@@ -1381,8 +1384,14 @@ impl JobModel {
         }
     }
 
+    /// The hosts the processes ran on, as recorded (processes known only from a Flight
+    /// Recorder dump name none).
     pub fn hosts(&self) -> BTreeSet<&str> {
-        self.processes.iter().map(|p| p.host.as_str()).collect()
+        self.processes
+            .iter()
+            .filter(|p| !p.flight_recorder_only)
+            .map(|p| p.host.as_str())
+            .collect()
     }
 
     pub fn synthetic(&self) -> bool {
