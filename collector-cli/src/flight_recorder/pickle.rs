@@ -196,8 +196,8 @@ impl<'a> Machine<'a> {
     }
 
     fn new_node(&mut self, n: Node<'a>) -> NodeId {
-        // At most one node per input byte (and the input is far below 4 G nodes when it is
-        // in memory whole... but a u32 index is checked anyway).
+        // At most one node per input byte, and `parse` refuses inputs of 4 GB or more: the
+        // index fits a u32.
         let id = self.out.nodes.len() as NodeId;
         self.out.nodes.push(n);
         id
