@@ -1,19 +1,18 @@
-//! The fields of a PyTorch Flight Recorder dump, as typed serde structs over its pickle.
+//! The fields of a PyTorch Flight Recorder dump, as typed structs ([`super::decode`] builds them
+//! from the pickle).
 //!
 //! Source: PyTorch's writer (`torch/csrc/distributed/c10d/FlightRecorder.cpp`, formerly
 //! `TraceUtils.h` / `NCCLUtils`) and its analyzer (`torch/distributed/flight_recorder/components/
 //! loader.py`, `types.py`). The dump is a dict: `version` ("2.2" ... "2.10" over PyTorch 2.4 to
 //! 2.15), `pg_config` ({pg id: {name, desc, ranks}}), `pg_status`, `comm_lib_version`,
-//! `nccl_comm_state` and `entries`. Every field is `#[serde(default)]`: older versions lack some
+//! `nccl_comm_state` and `entries`. Every field has a default: older versions lack some
 //! (`frames` when stacks were off, `process_group`, `p2p_seq_id` before 2.5, `collective_seq_id`
 //! was `seq_id`), and a field that is absent must never make the whole dump unreadable.
 
-use serde::Deserialize;
 use std::collections::BTreeMap;
 
 /// The dump as a whole.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, Default)]
 pub struct FrFile {
     /// "2.10"; written as a string by every version seen (a number is accepted too).
     pub version: Lenient,
@@ -27,8 +26,7 @@ pub struct FrFile {
 }
 
 /// A process group as `pg_config` describes it.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, Default)]
 pub struct PgConfig {
     /// PyTorch's name for it ("0", or a user's `group_name`).
     pub name: Lenient,
@@ -39,8 +37,7 @@ pub struct PgConfig {
 }
 
 /// `pg_status` of one process group (2.6 and later).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, Default)]
 pub struct PgStatus {
     pub last_enqueued_collective: i64,
     pub last_started_collective: i64,
@@ -48,15 +45,13 @@ pub struct PgStatus {
 }
 
 /// One collective or point-to-point operation of the ring.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, Default)]
 pub struct FrEntry {
     pub record_id: i64,
     pub pg_id: i64,
     /// (name, description) of its process group.
     pub process_group: Vec<String>,
     /// The process group's collective sequence number (1 for the first); `seq_id` before 2.2.
-    #[serde(alias = "seq_id")]
     pub collective_seq_id: i64,
     pub p2p_seq_id: i64,
     pub op_id: i64,
@@ -79,8 +74,7 @@ pub struct FrEntry {
 }
 
 /// One Python frame.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-#[serde(default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Frame {
     pub name: String,
     pub filename: String,
@@ -88,8 +82,7 @@ pub struct Frame {
 }
 
 /// A scalar written as a string by some versions and a number by others.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(untagged)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub enum Lenient {
     Text(String),
     Int(i64),
@@ -110,8 +103,7 @@ impl Lenient {
 }
 
 /// Member ranks of a process group.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(untagged)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub enum Ranks {
     /// "[0, 1, 2]", as `pg_config` stores them.
     Text(String),

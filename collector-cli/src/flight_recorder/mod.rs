@@ -10,6 +10,7 @@
 //! directory tree whose name is a common prefix followed by the rank (`rank_0`,
 //! `nccl_trace_rank_3`); the rank comes from the name only, the dump does not hold it.
 
+pub mod decode;
 pub mod format;
 pub mod join;
 pub mod pickle;
@@ -274,16 +275,16 @@ pub fn parse(bytes: &[u8], rank: u32, shown: String) -> Result<RankDump, String>
                 .into(),
         );
     }
-    let value = pickle::parse(bytes).map_err(|e| match e {
+    let pickle = pickle::parse(bytes).map_err(|e| match e {
         pickle::PickleError::Truncated { .. } => format!(
             "truncated Flight Recorder dump ({} bytes; its writer was stopped while writing it): {e}",
             bytes.len()
         ),
         pickle::PickleError::Invalid(why) => format!("not a readable Flight Recorder dump: {why}"),
     })?;
-    let f: FrFile = serde_pickle::from_value(value).map_err(|e| {
-        format!("a Flight Recorder dump with fields this ncclshim cannot read: {e}")
-    })?;
+    let f: FrFile = decode::Decoder::new(&pickle, bytes.len())
+        .file()
+        .map_err(|e| format!("a Flight Recorder dump this ncclshim cannot read: {e}"))?;
     let groups = f
         .pg_config
         .iter()

@@ -1,38 +1,83 @@
 //! A small pickle reader for the data-only pickles PyTorch's Flight Recorder writes (dicts,
-//! lists, tuples, strings, numbers; protocols 2 to 5), producing a `serde_pickle::Value` that
-//! `serde_pickle::from_value` turns into the typed structs of [`super::format`].
+//! lists, tuples, strings, numbers; protocols 2 to 5), into an arena of nodes that borrow the
+//! input: a string is a slice of the pickle's bytes, never copied here, and a memoized object
+//! (a string or a frame dict referred back to with `BINGET`) is one node shared by index, as
+//! Python's own unpickler shares one object. [`super::decode`] builds the typed structs of
+//! [`super::format`] straight from these nodes.
 //!
-//! Why not `serde_pickle::from_slice`: PyTorch's C++ pickler memoizes every string and frame
-//! dict and refers back to them (`BINGET`) from later entries; serde-pickle 1.2 counts memo
-//! references per value, and a memoized dict that itself holds references is cloned without
-//! counting those, so it then refuses the real dumps with "recursive structure found" (or
-//! drops the values, with `replace_recursive_structures`). Here every object lives once in an
-//! arena and the memo holds its index, as Python's own unpickler does; the value tree is built
-//! at the end. Class instances (`GLOBAL`, `REDUCE`) are refused: a Flight Recorder dump holds
-//! none, and a reader of data must never run code.
+//! Why not `serde_pickle`: PyTorch's C++ pickler memoizes every string and frame dict and
+//! refers back to them from later entries; serde-pickle 1.2 refuses such shared dicts
+//! ("recursive structure found"), and its `Value` tree (every string cloned, a `BTreeMap` per
+//! dict) made a 2,000-entry dump cost about 100 ms (BENCHMARKS.md). Class instances (`GLOBAL`,
+//! `REDUCE`, ...) are refused: a Flight Recorder dump holds none, and a reader of data must
+//! never run code.
+//!
+//! Bounded on hostile input: every length is checked against the bytes left before anything
+//! is allocated for it, the stack and arena grow at most one element per input byte, and memo
+//! ids beyond the input's length (no honest pickler gets there) go to a map instead of a
+//! vector indexed by them.
 
-use serde_pickle::{HashableValue, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-/// An object under construction.
-enum Node {
-    Scalar(Value),
-    List(Vec<usize>),
-    Tuple(Vec<usize>),
-    Dict(Vec<(usize, usize)>),
+/// Index of a node in [`Pickle::nodes`].
+pub type NodeId = u32;
+
+/// One object of the pickle.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Node<'a> {
+    /// A text or bytes object: its bytes in the input (UTF-8 is checked by the reader of it).
+    Str(&'a [u8]),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    None,
+    /// Index into [`Pickle::seqs`].
+    List(u32),
+    /// Index into [`Pickle::seqs`].
+    Tuple(u32),
+    /// Index into [`Pickle::dicts`].
+    Dict(u32),
 }
 
-/// Nesting beyond this is refused (no Flight Recorder dump nests more than a few levels; a
-/// cycle would otherwise never end).
-const MAX_DEPTH: usize = 64;
+/// A pickle, read: its objects and the one it returns.
+#[derive(Debug, Default)]
+pub struct Pickle<'a> {
+    pub nodes: Vec<Node<'a>>,
+    /// Items of lists and tuples.
+    pub seqs: Vec<Vec<NodeId>>,
+    /// (key, value) pairs of dicts, in the order the pickle set them.
+    pub dicts: Vec<Vec<(NodeId, NodeId)>>,
+    pub root: NodeId,
+}
 
-struct Machine<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-    arena: Vec<Node>,
-    stack: Vec<usize>,
-    marks: Vec<usize>,
-    memo: HashMap<u32, usize>,
+impl<'a> Pickle<'a> {
+    pub fn node(&self, id: NodeId) -> Node<'a> {
+        self.nodes[id as usize]
+    }
+
+    /// The items of a list or tuple (none for anything else).
+    pub fn items(&self, id: NodeId) -> &[NodeId] {
+        match self.node(id) {
+            Node::List(s) | Node::Tuple(s) => &self.seqs[s as usize],
+            _ => &[],
+        }
+    }
+
+    /// The (key, value) pairs of a dict (none for anything else).
+    pub fn pairs(&self, id: NodeId) -> &[(NodeId, NodeId)] {
+        match self.node(id) {
+            Node::Dict(d) => &self.dicts[d as usize],
+            _ => &[],
+        }
+    }
+
+    /// The bytes of a string node.
+    pub fn bytes(&self, id: NodeId) -> Option<&'a [u8]> {
+        match self.node(id) {
+            Node::Str(s) => Some(s),
+            _ => None,
+        }
+    }
 }
 
 /// Why a pickle could not be read, in one line.
@@ -60,23 +105,75 @@ fn invalid<T>(s: impl Into<String>) -> Result<T> {
     Err(PickleError::Invalid(s.into()))
 }
 
-impl<'a> Machine<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self.pos.checked_add(n).filter(|e| *e <= self.bytes.len());
-        match end {
-            Some(end) => {
-                let s = &self.bytes[self.pos..end];
-                self.pos = end;
-                Ok(s)
+/// The memo: a vector indexed by id for the dense ids picklers write (0, 1, 2...), a map for
+/// ids a vector that size would be too big for.
+#[derive(Default)]
+struct Memo {
+    dense: Vec<Option<NodeId>>,
+    sparse: HashMap<u32, NodeId>,
+    /// Distinct ids stored (`MEMOIZE` stores at this id, as Python's `len(memo)`).
+    len: u32,
+}
+
+impl Memo {
+    fn put(&mut self, id: u32, node: NodeId, input_len: usize) {
+        let i = id as usize;
+        let fresh = if i < input_len {
+            if self.dense.len() <= i {
+                self.dense.resize(i + 1, None);
             }
-            None => Err(PickleError::Truncated {
-                at: self.bytes.len(),
-            }),
+            self.dense[i].replace(node).is_none()
+        } else {
+            self.sparse.insert(id, node).is_none()
+        };
+        if fresh {
+            self.len = self.len.saturating_add(1);
         }
     }
 
+    fn get(&self, id: u32) -> Option<NodeId> {
+        match self.dense.get(id as usize) {
+            Some(n) => *n,
+            None => self.sparse.get(&id).copied(),
+        }
+    }
+}
+
+struct Machine<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    out: Pickle<'a>,
+    stack: Vec<NodeId>,
+    marks: Vec<usize>,
+    memo: Memo,
+}
+
+impl<'a> Machine<'a> {
+    fn truncated<T>(&self) -> Result<T> {
+        Err(PickleError::Truncated {
+            at: self.bytes.len(),
+        })
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        // `n` is checked against what is left before it is used: a hostile length never
+        // allocates or reads past the end.
+        if n > self.bytes.len() - self.pos {
+            return self.truncated();
+        }
+        let s = &self.bytes[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
     fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
+        match self.bytes.get(self.pos) {
+            Some(b) => {
+                self.pos += 1;
+                Ok(*b)
+            }
+            None => self.truncated(),
+        }
     }
 
     fn le<const N: usize>(&mut self) -> Result<[u8; N]> {
@@ -85,45 +182,72 @@ impl<'a> Machine<'a> {
         Ok(a)
     }
 
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.le()?))
+    }
+
     fn line(&mut self) -> Result<&'a str> {
         let rest = &self.bytes[self.pos..];
         let Some(n) = rest.iter().position(|b| *b == b'\n') else {
-            return Err(PickleError::Truncated {
-                at: self.bytes.len(),
-            });
+            return self.truncated();
         };
         self.pos += n + 1;
         std::str::from_utf8(&rest[..n]).or_else(|_| invalid("a text argument is not UTF-8"))
     }
 
+    fn new_node(&mut self, n: Node<'a>) -> NodeId {
+        // At most one node per input byte, and `parse` refuses inputs of 4 GB or more: the
+        // index fits a u32.
+        let id = self.out.nodes.len() as NodeId;
+        self.out.nodes.push(n);
+        id
+    }
+
+    fn push(&mut self, n: Node<'a>) {
+        let id = self.new_node(n);
+        self.stack.push(id);
+    }
+
+    fn push_seq(&mut self, items: Vec<NodeId>, tuple: bool) {
+        let s = self.out.seqs.len() as u32;
+        self.out.seqs.push(items);
+        self.push(if tuple { Node::Tuple(s) } else { Node::List(s) });
+    }
+
+    fn push_dict(&mut self) {
+        let d = self.out.dicts.len() as u32;
+        self.out.dicts.push(Vec::new());
+        self.push(Node::Dict(d));
+    }
+
     fn text(&mut self, n: usize) -> Result<()> {
         let b = self.take(n)?;
-        let s = String::from_utf8_lossy(b).into_owned();
-        self.push(Node::Scalar(Value::String(s)));
+        self.push(Node::Str(b));
         Ok(())
     }
 
-    fn push(&mut self, n: Node) {
-        self.arena.push(n);
-        self.stack.push(self.arena.len() - 1);
-    }
-
-    fn pop(&mut self) -> Result<usize> {
+    fn pop(&mut self) -> Result<NodeId> {
         let floor = self.marks.last().copied().unwrap_or(0);
         if self.stack.len() <= floor {
             return invalid("the pickle pops more than it pushed");
         }
-        Ok(self.stack.pop().expect("checked above"))
+        match self.stack.pop() {
+            Some(t) => Ok(t),
+            None => invalid("the pickle pops more than it pushed"),
+        }
     }
 
-    fn pop_mark(&mut self) -> Result<Vec<usize>> {
+    /// The items above the last mark, removed from the stack (the stack's tail: no copy of
+    /// what lies below).
+    fn pop_mark(&mut self) -> Result<std::vec::Drain<'_, NodeId>> {
         let Some(m) = self.marks.pop() else {
             return invalid("the pickle closes a mark it never opened");
         };
-        Ok(self.stack.split_off(m.min(self.stack.len())))
+        let m = m.min(self.stack.len());
+        Ok(self.stack.drain(m..))
     }
 
-    fn top(&self) -> Result<usize> {
+    fn top(&self) -> Result<NodeId> {
         match self.stack.last() {
             Some(t) => Ok(*t),
             None => invalid("the pickle refers to an empty stack"),
@@ -131,8 +255,8 @@ impl<'a> Machine<'a> {
     }
 
     fn get(&mut self, id: u32) -> Result<()> {
-        match self.memo.get(&id) {
-            Some(&i) => {
+        match self.memo.get(id) {
+            Some(i) => {
                 self.stack.push(i);
                 Ok(())
             }
@@ -142,34 +266,56 @@ impl<'a> Machine<'a> {
 
     fn put(&mut self, id: u32) -> Result<()> {
         let t = self.top()?;
-        self.memo.insert(id, t);
+        self.memo.put(id, t, self.bytes.len());
         Ok(())
     }
 
-    fn extend_list(&mut self, list: usize, items: Vec<usize>) -> Result<()> {
-        match &mut self.arena[list] {
-            Node::List(v) => {
-                v.extend(items);
-                Ok(())
-            }
+    fn list_of(&self, list: NodeId) -> Result<usize> {
+        match self.out.nodes[list as usize] {
+            Node::List(s) => Ok(s as usize),
             _ => invalid("the pickle appends to something that is not a list"),
         }
     }
 
-    fn set_items(&mut self, dict: usize, items: Vec<usize>) -> Result<()> {
-        if !items.len().is_multiple_of(2) {
-            return invalid("the pickle sets a key without a value");
-        }
-        match &mut self.arena[dict] {
-            Node::Dict(v) => {
-                v.extend(items.chunks(2).map(|kv| (kv[0], kv[1])));
-                Ok(())
-            }
+    fn dict_of(&self, dict: NodeId) -> Result<usize> {
+        match self.out.nodes[dict as usize] {
+            Node::Dict(d) => Ok(d as usize),
             _ => invalid("the pickle sets items on something that is not a dict"),
         }
     }
 
-    fn run(&mut self) -> Result<usize> {
+    /// `APPENDS` / `SETITEMS`: the items above the last mark go into the container below it.
+    fn extend_below_mark(&mut self, dict: bool) -> Result<()> {
+        let Some(&m) = self.marks.last() else {
+            return invalid("the pickle closes a mark it never opened");
+        };
+        let m = m.min(self.stack.len());
+        let Some(&target) = m.checked_sub(1).and_then(|i| self.stack.get(i)) else {
+            return invalid("the pickle refers to an empty stack");
+        };
+        if dict {
+            let d = self.dict_of(target)?;
+            if !(self.stack.len() - m).is_multiple_of(2) {
+                return invalid("the pickle sets a key without a value");
+            }
+            let items = self.pop_mark()?;
+            let mut pairs = Vec::new();
+            let mut it = items;
+            while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                pairs.push((k, v));
+            }
+            drop(it);
+            self.out.dicts[d].extend(pairs);
+        } else {
+            let s = self.list_of(target)?;
+            let items = self.pop_mark()?;
+            let items: Vec<NodeId> = items.collect();
+            self.out.seqs[s].extend(items);
+        }
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<NodeId> {
         loop {
             let at = self.pos;
             let op = self.u8()?;
@@ -195,55 +341,54 @@ impl<'a> Machine<'a> {
                     let t = self.top()?;
                     self.stack.push(t);
                 }
-                b'}' => self.push(Node::Dict(Vec::new())),
-                b']' => self.push(Node::List(Vec::new())),
-                b')' => self.push(Node::Tuple(Vec::new())),
+                b'}' => self.push_dict(),
+                b']' => self.push_seq(Vec::new(), false),
+                b')' => self.push_seq(Vec::new(), true),
                 b'd' => {
-                    let items = self.pop_mark()?;
-                    self.push(Node::Dict(Vec::new()));
-                    let d = self.top()?;
-                    self.set_items(d, items)?;
+                    // DICT: the items above the mark become a new dict.
+                    if let Some(&m) = self.marks.last() {
+                        if !(self.stack.len() - m.min(self.stack.len())).is_multiple_of(2) {
+                            return invalid("the pickle sets a key without a value");
+                        }
+                    }
+                    let mut pairs = Vec::new();
+                    let mut it = self.pop_mark()?;
+                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                        pairs.push((k, v));
+                    }
+                    drop(it);
+                    let d = self.out.dicts.len() as u32;
+                    self.out.dicts.push(pairs);
+                    self.push(Node::Dict(d));
                 }
-                b'l' => {
-                    let items = self.pop_mark()?;
-                    self.push(Node::List(items));
-                }
-                b't' => {
-                    let items = self.pop_mark()?;
-                    self.push(Node::Tuple(items));
+                b'l' | b't' => {
+                    let items: Vec<NodeId> = self.pop_mark()?.collect();
+                    self.push_seq(items, op == b't');
                 }
                 0x85..=0x87 => {
                     let n = usize::from(op - 0x84);
-                    let mut items = Vec::with_capacity(n);
-                    for _ in 0..n {
-                        items.push(self.pop()?);
+                    let floor = self.marks.last().copied().unwrap_or(0);
+                    if self.stack.len() < floor + n {
+                        return invalid("the pickle pops more than it pushed");
                     }
-                    items.reverse();
-                    self.push(Node::Tuple(items));
+                    let items = self.stack.split_off(self.stack.len() - n);
+                    self.push_seq(items, true);
                 }
                 b's' => {
                     let v = self.pop()?;
                     let k = self.pop()?;
-                    let d = self.top()?;
-                    self.set_items(d, vec![k, v])?;
+                    let d = self.dict_of(self.top()?)?;
+                    self.out.dicts[d].push((k, v));
                 }
-                b'u' => {
-                    let items = self.pop_mark()?;
-                    let d = self.top()?;
-                    self.set_items(d, items)?;
-                }
+                b'u' => self.extend_below_mark(true)?,
                 b'a' => {
                     let v = self.pop()?;
-                    let l = self.top()?;
-                    self.extend_list(l, vec![v])?;
+                    let s = self.list_of(self.top()?)?;
+                    self.out.seqs[s].push(v);
                 }
-                b'e' => {
-                    let items = self.pop_mark()?;
-                    let l = self.top()?;
-                    self.extend_list(l, items)?;
-                }
-                b'X' => {
-                    let n = u32::from_le_bytes(self.le()?) as usize;
+                b'e' => self.extend_below_mark(false)?,
+                b'X' | b'T' | b'B' => {
+                    let n = self.u32()? as usize;
                     self.text(n)?;
                 }
                 0x8c | b'U' | b'C' => {
@@ -251,31 +396,27 @@ impl<'a> Machine<'a> {
                     self.text(n)?;
                 }
                 0x8d | 0x8e => {
-                    let n = usize::try_from(u64::from_le_bytes(self.le()?))
-                        .or_else(|_| invalid("a string longer than memory"))?;
-                    self.text(n)?;
-                }
-                b'T' | b'B' => {
-                    let n = u32::from_le_bytes(self.le()?) as usize;
+                    // A length beyond what is left is a cut-off pickle, whatever its size.
+                    let n = usize::try_from(u64::from_le_bytes(self.le()?)).unwrap_or(usize::MAX);
                     self.text(n)?;
                 }
                 b'J' => {
                     let v = i32::from_le_bytes(self.le()?);
-                    self.push(Node::Scalar(Value::I64(i64::from(v))));
+                    self.push(Node::Int(i64::from(v)));
                 }
                 b'K' => {
                     let v = self.u8()?;
-                    self.push(Node::Scalar(Value::I64(i64::from(v))));
+                    self.push(Node::Int(i64::from(v)));
                 }
                 b'M' => {
                     let v = u16::from_le_bytes(self.le()?);
-                    self.push(Node::Scalar(Value::I64(i64::from(v))));
+                    self.push(Node::Int(i64::from(v)));
                 }
                 0x8a | 0x8b => {
                     let n = if op == 0x8a {
                         usize::from(self.u8()?)
                     } else {
-                        u32::from_le_bytes(self.le()?) as usize
+                        self.u32()? as usize
                     };
                     let b = self.take(n)?;
                     if n > 8 {
@@ -291,34 +432,34 @@ impl<'a> Machine<'a> {
                         v &= !(0xff << (8 * i));
                         v |= i64::from(*x) << (8 * i);
                     }
-                    self.push(Node::Scalar(Value::I64(v)));
+                    self.push(Node::Int(v));
                 }
                 b'I' | b'L' => {
                     let l = self.line()?.trim_end_matches('L');
                     let v = match l {
-                        "01" => Value::Bool(true),
-                        "00" => Value::Bool(false),
-                        _ => Value::I64(l.parse().or_else(|_| invalid("an unreadable integer"))?),
+                        "01" => Node::Bool(true),
+                        "00" => Node::Bool(false),
+                        _ => Node::Int(l.parse().or_else(|_| invalid("an unreadable integer"))?),
                     };
-                    self.push(Node::Scalar(v));
+                    self.push(v);
                 }
                 b'G' => {
                     let v = f64::from_be_bytes(self.le()?);
-                    self.push(Node::Scalar(Value::F64(v)));
+                    self.push(Node::Float(v));
                 }
                 b'F' => {
                     let v = self.line()?.parse().or_else(|_| invalid("an unreadable float"))?;
-                    self.push(Node::Scalar(Value::F64(v)));
+                    self.push(Node::Float(v));
                 }
-                b'N' => self.push(Node::Scalar(Value::None)),
-                0x88 => self.push(Node::Scalar(Value::Bool(true))),
-                0x89 => self.push(Node::Scalar(Value::Bool(false))),
+                b'N' => self.push(Node::None),
+                0x88 => self.push(Node::Bool(true)),
+                0x89 => self.push(Node::Bool(false)),
                 b'q' => {
                     let id = u32::from(self.u8()?);
                     self.put(id)?;
                 }
                 b'r' => {
-                    let id = u32::from_le_bytes(self.le()?);
+                    let id = self.u32()?;
                     self.put(id)?;
                 }
                 b'p' => {
@@ -326,7 +467,7 @@ impl<'a> Machine<'a> {
                     self.put(id)?;
                 }
                 0x94 => {
-                    let id = self.memo.len() as u32;
+                    let id = self.memo.len;
                     self.put(id)?;
                 }
                 b'h' => {
@@ -334,7 +475,7 @@ impl<'a> Machine<'a> {
                     self.get(id)?;
                 }
                 b'j' => {
-                    let id = u32::from_le_bytes(self.le()?);
+                    let id = self.u32()?;
                     self.get(id)?;
                 }
                 b'g' => {
@@ -355,50 +496,24 @@ impl<'a> Machine<'a> {
             }
         }
     }
-
-    fn value(&self, i: usize, depth: usize) -> Result<Value> {
-        if depth > MAX_DEPTH {
-            return invalid("the pickle nests too deep (or refers to itself)");
-        }
-        Ok(match &self.arena[i] {
-            Node::Scalar(v) => v.clone(),
-            Node::List(v) => Value::List(
-                v.iter()
-                    .map(|c| self.value(*c, depth + 1))
-                    .collect::<Result<_>>()?,
-            ),
-            Node::Tuple(v) => Value::Tuple(
-                v.iter()
-                    .map(|c| self.value(*c, depth + 1))
-                    .collect::<Result<_>>()?,
-            ),
-            Node::Dict(kv) => {
-                let mut m: BTreeMap<HashableValue, Value> = BTreeMap::new();
-                for (k, v) in kv {
-                    let key = self
-                        .value(*k, depth + 1)?
-                        .into_hashable()
-                        .or_else(|_| invalid("a dict key that cannot be a key"))?;
-                    m.insert(key, self.value(*v, depth + 1)?);
-                }
-                Value::Dict(m)
-            }
-        })
-    }
 }
 
 /// Reads one pickle.
-pub fn parse(bytes: &[u8]) -> Result<Value> {
+pub fn parse(bytes: &[u8]) -> Result<Pickle<'_>> {
+    if u32::try_from(bytes.len()).is_err() {
+        // Node ids are u32 and each byte makes at most one node.
+        return invalid("a pickle of 4 GB or more");
+    }
     let mut m = Machine {
         bytes,
         pos: 0,
-        arena: Vec::new(),
+        out: Pickle::default(),
         stack: Vec::new(),
         marks: Vec::new(),
-        memo: HashMap::new(),
+        memo: Memo::default(),
     };
-    let root = m.run()?;
-    m.value(root, 0)
+    m.out.root = m.run()?;
+    Ok(m.out)
 }
 
 #[cfg(test)]
@@ -406,12 +521,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shared_memo_entries_are_read_whole() {
+    fn shared_memo_entries_are_one_node() {
         // {"a": [d, d]} with d = {"k": 1} memoized once and referred back to (protocol 2).
         let p = b"\x80\x02}q\x00X\x01\x00\x00\x00aq\x01]q\x02(}q\x03X\x01\x00\x00\x00kq\x04K\x01sh\x03es.";
         let v = parse(p).unwrap();
-        let s = format!("{v:?}");
-        assert_eq!(s.matches("I64(1)").count(), 2, "{s}");
+        let (k, list) = v.pairs(v.root)[0];
+        assert_eq!(v.bytes(k), Some(&b"a"[..]));
+        let items = v.items(list);
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0], items[1], "one object, referred to twice");
+        let (k, one) = v.pairs(items[1])[0];
+        assert_eq!((v.bytes(k), v.node(one)), (Some(&b"k"[..]), Node::Int(1)));
     }
 
     #[test]
@@ -428,11 +548,42 @@ mod tests {
             parse(b"\x80\x02cos\nsystem\n"),
             Err(PickleError::Invalid(_))
         ));
+        // A hostile length (2^64 - 1 bytes of string) is a cut-off pickle, not an allocation.
+        assert!(matches!(
+            parse(b"\x80\x04\x8e\xff\xff\xff\xff\xff\xff\xff\xff"),
+            Err(PickleError::Truncated { .. })
+        ));
+        // A hostile memo id (4 G) is stored without a 4 G vector.
+        let v = parse(b"\x80\x02K\x07r\xff\xff\xff\xff0j\xff\xff\xff\xff.").unwrap();
+        assert_eq!(v.node(v.root), Node::Int(7));
     }
 
     #[test]
     fn negative_long1() {
         let v = parse(b"\x80\x02\x8a\x01\xff.").unwrap();
-        assert_eq!(v, Value::I64(-1));
+        assert_eq!(v.node(v.root), Node::Int(-1));
+    }
+
+    #[test]
+    fn random_bytes_never_panic() {
+        // A small xorshift over pickle-like bytes (opcodes this reader knows, mixed with
+        // noise): any outcome but a panic is fine.
+        let ops = b"\x80\x02}]()dltsuaeXK\x8aqhjr\x94\x85\x86\x87.N\x88\x89J0120";
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            let mut p = vec![0x80, 2];
+            let len = (x % 64) as usize;
+            for _ in 0..len {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                p.push(if x.is_multiple_of(3) {
+                    (x >> 8) as u8
+                } else {
+                    ops[(x >> 8) as usize % ops.len()]
+                });
+            }
+            let _ = parse(&p);
+        }
     }
 }
