@@ -161,9 +161,7 @@ pub fn load_models(
         .map(|p| {
             let r = read_dump(p)
                 .map(|d| {
-                    let mut m = ProcessModel::from_dump(&d, display_path(dir, p));
-                    m.compact(KEEP_OPERATIONS);
-                    m
+                    ProcessModel::from_dump_compacted(&d, display_path(dir, p), KEEP_OPERATIONS)
                 })
                 .map_err(|e| problem(dir, p, e));
             if let Some(pb) = progress {

@@ -408,6 +408,17 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
 }
 
+/// A field of one slot (`o` is a constant offset inside it, so the check folds away).
+#[inline(always)]
+fn slot_u64(s: &[u8; SLOT_SIZE], o: usize) -> u64 {
+    u64::from_le_bytes(s[o..o + 8].try_into().expect("8 bytes inside the slot"))
+}
+
+#[inline(always)]
+fn slot_u32(s: &[u8; SLOT_SIZE], o: usize) -> u32 {
+    u32::from_le_bytes(s[o..o + 4].try_into().expect("4 bytes inside the slot"))
+}
+
 fn i32_at(b: &[u8], o: usize) -> i32 {
     u32_at(b, o) as i32
 }
@@ -935,16 +946,22 @@ fn read_ring<S: Source + ?Sized>(
         // In slot order a wrapped ring is two runs of rising numbers (the newest lap, then the
         // rest of the previous one). Reading from the slot with the lowest number reads them in
         // order, so they need no sort (sorting moved every 128-byte record around).
-        let start = (0..used)
-            .filter_map(|idx| {
-                let commit = u64_at(buf, idx * SLOT_SIZE);
+        // Whole slots as arrays: every field below is at a fixed offset inside one, so the
+        // decoding carries no bounds checks (per slot of every dump of a job, they were most of
+        // its instructions).
+        let (slots, _) = buf.as_chunks::<SLOT_SIZE>();
+        let start = slots
+            .iter()
+            .enumerate()
+            .filter_map(|(idx, s)| {
+                let commit = slot_u64(s, 0);
                 (commit & 1 == 1).then_some((commit >> 1, idx))
             })
             .min()
             .map_or(0, |(_, idx)| idx);
         for idx in (start..used).chain(0..start) {
-            let s = &buf[idx * SLOT_SIZE..][..SLOT_SIZE];
-            let commit = u64_at(s, 0);
+            let s = &slots[idx];
+            let commit = slot_u64(s, 0);
             if commit == 0 {
                 continue;
             }
@@ -965,20 +982,21 @@ fn read_ring<S: Source + ?Sized>(
                 });
                 continue;
             }
-            let t_exit = u64_at(s, 16);
+            let t_exit = slot_u64(s, 16);
+            let tb = &g.time_base;
             dump.records.push(Record {
                 ring,
                 seq,
-                tid: u32_at(s, 36),
-                kind_raw: u16_at(s, 24),
-                call_raw: u16_at(s, 26),
-                t_enter_ns: g.time_base.to_monotonic_ns(u64_at(s, 8)),
-                t_exit_ns: (t_exit != IN_FLIGHT).then(|| g.time_base.to_monotonic_ns(t_exit)),
-                rc: i32_at(s, 28),
-                flags: u32_at(s, 32),
-                comm: u64_at(s, 40),
-                blob: u64_at(s, 48),
-                args: std::array::from_fn(|i| u64_at(s, 56 + 8 * i)),
+                tid: slot_u32(s, 36),
+                kind_raw: u16::from_le_bytes([s[24], s[25]]),
+                call_raw: u16::from_le_bytes([s[26], s[27]]),
+                t_enter_ns: tb.to_monotonic_ns(slot_u64(s, 8)),
+                t_exit_ns: (t_exit != IN_FLIGHT).then(|| tb.to_monotonic_ns(t_exit)),
+                rc: slot_u32(s, 28) as i32,
+                flags: slot_u32(s, 32),
+                comm: slot_u64(s, 40),
+                blob: slot_u64(s, 48),
+                args: std::array::from_fn(|i| slot_u64(s, 56 + 8 * i)),
             });
         }
         if scratch.capacity() <= SCRATCH_KEPT_MAX {

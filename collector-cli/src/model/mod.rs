@@ -94,6 +94,17 @@ impl CallEvent {
             }
     }
 
+    /// What [`ProcessModel::compact`] may drop from a long history: a completed, successful
+    /// collective made by the application (point-to-point calls stay: pairing sends with
+    /// receives needs all of them).
+    pub fn prunable(&self) -> bool {
+        self.call.is_some_and(|id| {
+            id.is_nccl_operation() && !matches!(id, CallId::NcclSend | CallId::NcclRecv)
+        }) && !self.in_flight()
+            && !self.reports_error()
+            && !self.nested
+    }
+
     /// A failed call, or an `ncclCommGetAsyncError` that reported an error: everything that
     /// carries NCCL's failure text (an asynchronous CUDA error reaches the job only this way).
     pub fn reports_error(&self) -> bool {
@@ -482,6 +493,19 @@ impl ProcessModel {
     /// The part of a process one dump file tells (the shim's or the profiler's); merge the
     /// parts of one process with [`ProcessModel::absorb`], then call [`JobModel::from_processes`].
     pub fn from_dump(d: &Dump, shown_path: String) -> Self {
+        Self::from_dump_keeping(d, shown_path, usize::MAX)
+    }
+
+    /// [`Self::from_dump`] followed by [`Self::compact`]`(keep)`, with the same result, but
+    /// the calls `compact` would drop are never built: of a long history (thousands of
+    /// collectives per thread, per dump of a 16k-rank job) only the last `keep` become events.
+    pub fn from_dump_compacted(d: &Dump, shown_path: String, keep: usize) -> Self {
+        let mut p = Self::from_dump_keeping(d, shown_path, keep);
+        p.compact(keep);
+        p
+    }
+
+    fn from_dump_keeping(d: &Dump, shown_path: String, keep: usize) -> Self {
         let h = &d.header;
         let mut p = ProcessModel {
             host: h.hostname.clone(),
@@ -492,7 +516,7 @@ impl ProcessModel {
             clock_uncertainty: h.clock.uncertainty_ns,
             ..ProcessModel::default()
         };
-        p.add_dump(d, shown_path);
+        p.add_dump(d, shown_path, keep);
         p
     }
 
@@ -507,13 +531,7 @@ impl ProcessModel {
         let mut seen_per_tid: FxHashMap<u32, usize> = FxHashMap::default();
         let mut keep_call = vec![true; self.calls.len()];
         for (i, c) in self.calls.iter().enumerate().rev() {
-            // Point-to-point calls stay: pairing sends with receives needs all of them.
-            let prunable = c.call.is_some_and(|id| {
-                id.is_nccl_operation() && !matches!(id, CallId::NcclSend | CallId::NcclRecv)
-            }) && !c.in_flight()
-                && !c.reports_error()
-                && !c.nested;
-            if prunable {
+            if c.prunable() {
                 let n = seen_per_tid.entry(c.tid).or_default();
                 *n += 1;
                 keep_call[i] = *n <= keep;
@@ -699,7 +717,9 @@ impl ProcessModel {
         }
     }
 
-    fn add_dump(&mut self, d: &Dump, shown_path: String) {
+    /// Adds one dump's facts; of the calls [`CallEvent::prunable`], only the last `keep` per
+    /// thread are built (the others are only counted in `pruned`).
+    fn add_dump(&mut self, d: &Dump, shown_path: String, keep: usize) {
         if !d.warnings.is_empty() {
             let ws = d.warnings.iter().map(|w| w.message.clone()).collect();
             self.damaged.push((shown_path.clone(), ws));
@@ -832,6 +852,7 @@ impl ProcessModel {
         let mut kernel_parent: FxHashMap<u64, usize> = FxHashMap::default();
         let mut prof_comms: Vec<(u64, u64)> = Vec::new(); // (ctx comm field, comm_hash)
         let records = d.records_by_time();
+        let skip_call = calls_beyond_keep(&records, keep);
         // Room for every call and profiler event up front: growing these
         // vectors one push at a time copied them about a dozen times per dump (`compact`
         // gives the room back).
@@ -839,8 +860,10 @@ impl ProcessModel {
             .iter()
             .filter(|r| r.kind() == Some(RecordKind::Call))
             .count();
-        self.calls.reserve(calls);
+        let skipped = skip_call.iter().filter(|s| **s).count();
+        self.calls.reserve(calls - skipped);
         self.prof_ops.reserve(records.len() - calls);
+        self.pruned += skipped as u64;
         // ProfInit first, so events can be attributed to a communicator.
         for r in &records {
             if let Some(init) = r.view::<args::ProfInit>() {
@@ -869,7 +892,7 @@ impl ProcessModel {
             (prof_comms.len() == 1).then(|| prof_comms[0].1)
         };
 
-        for r in records {
+        for (j, r) in records.into_iter().enumerate() {
             let t = to_wall(d, r.t_enter_ns);
             if self.first_t == 0 || t < self.first_t {
                 self.first_t = t;
@@ -879,25 +902,10 @@ impl ProcessModel {
             let Some(kind) = r.kind() else { continue };
             let call = r.call();
             match kind {
+                RecordKind::Call if skip_call[j] => {}
                 RecordKind::Call => {
-                    let is_cuda =
-                        r.flags & slot_flags::RC_IS_CUDA != 0 || call.is_some_and(CallId::is_cuda);
-                    let ev = CallEvent {
-                        call,
-                        name: match call {
-                            Some(c) => Cow::Borrowed(c.name()),
-                            None => Cow::Owned(r.call_name()),
-                        },
-                        rc: r.rc,
-                        is_cuda,
-                        t_enter: t,
-                        t_exit,
-                        comm: r.comm,
-                        args: r.args,
-                        error_text: text_of(r),
-                        tid: r.tid,
-                        nested: r.flags & slot_flags::NESTED != 0,
-                    };
+                    let mut ev = call_event(r, t, t_exit);
+                    ev.error_text = text_of(r);
                     self.add_call(ev);
                 }
                 RecordKind::CommInfo | RecordKind::Event | RecordKind::Snapshot => match call {
@@ -1470,6 +1478,50 @@ impl JobModel {
 /// A profiler start record the plugin completed in place (its exit time is the event's stop).
 /// Start records without the flag (older plugins, other generators) are instants whose exit
 /// time says nothing; their stop is a separate `ProfStop` record.
+/// A call record as an event (without its error text, which [`ProcessModel::add_dump`] adds).
+fn call_event(r: &Record, t_enter: u64, t_exit: Option<u64>) -> CallEvent {
+    let call = r.call();
+    CallEvent {
+        call,
+        name: match call {
+            Some(c) => Cow::Borrowed(c.name()),
+            None => Cow::Owned(r.call_name()),
+        },
+        rc: r.rc,
+        is_cuda: r.flags & slot_flags::RC_IS_CUDA != 0 || call.is_some_and(CallId::is_cuda),
+        t_enter,
+        t_exit,
+        comm: r.comm,
+        args: r.args,
+        error_text: None,
+        tid: r.tid,
+        nested: r.flags & slot_flags::NESTED != 0,
+    }
+}
+
+/// Per record (in `records`' order): a call that [`ProcessModel::compact`]`(keep)` would drop,
+/// i.e. a [`CallEvent::prunable`] one older than its thread's last `keep` such calls. Walked
+/// from the newest, as `compact` walks the built calls, so both choose the same calls.
+fn calls_beyond_keep(records: &[&Record], keep: usize) -> Vec<bool> {
+    let mut skip = vec![false; records.len()];
+    if keep == usize::MAX {
+        return skip;
+    }
+    let mut seen_per_tid: FxHashMap<u32, usize> = FxHashMap::default();
+    for (j, r) in records.iter().enumerate().rev() {
+        if r.kind() != Some(RecordKind::Call) {
+            continue;
+        }
+        // Times do not decide whether a call may go; whether it has an exit does.
+        if call_event(r, 0, r.t_exit_ns.map(|_| 0)).prunable() {
+            let n = seen_per_tid.entry(r.tid).or_default();
+            *n += 1;
+            skip[j] = *n > keep;
+        }
+    }
+    skip
+}
+
 fn completed_in_place(r: &Record) -> bool {
     r.flags & slot_flags::COMPLETES_IN_PLACE != 0 && r.t_exit_ns.is_some()
 }

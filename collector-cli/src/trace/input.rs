@@ -76,8 +76,8 @@ pub fn trace_files(dir: &Path, files: &[PathBuf], output: &Path) -> anyhow::Resu
             let bytes = std::fs::metadata(p).map_or(0, |m| m.len());
             budget.take(bytes);
             let r = read_dump(p).map(|d| {
-                let mut model = ProcessModel::from_dump(&d, display_path(dir, p));
-                model.compact(KEEP_OPERATIONS);
+                let model =
+                    ProcessModel::from_dump_compacted(&d, display_path(dir, p), KEEP_OPERATIONS);
                 FirstRead {
                     path: p.clone(),
                     extent: DumpExtent::of(&d),

@@ -57,16 +57,36 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
     };
     // entry id → hits, in file order.
     let mut hits: BTreeMap<usize, Vec<Hit>> = BTreeMap::new();
+    // The entries that describe a version, worked out once per version of the job: a job has
+    // one or two, and parsing every entry's bounds for each of 16k processes was most of this
+    // rule's time.
+    let mut entries_of: BTreeMap<NcclVersion, Vec<usize>> = BTreeMap::new();
+    // Looked up per process: a hang finding can name every process of the job.
+    let stuck_processes: BTreeSet<usize> = found
+        .iter()
+        .filter(|f| f.id.starts_with("stuck"))
+        .flat_map(|f| f.process_ids.iter().copied())
+        .collect();
     for (p, pm) in job.processes.iter().enumerate() {
         let Some(v) = pm.nccl_version.and_then(NcclVersion::from_code) else {
             continue;
         };
+        let entries = entries_of.entry(v).or_insert_with(|| {
+            bugs::changes()
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| !c.informational && c.applies_to(v))
+                .map(|(i, _)| i)
+                .collect()
+        });
+        if entries.is_empty() {
+            continue;
+        }
         let features = features(pm, v, &job_features);
-        let stuck = found
-            .iter()
-            .any(|f| f.id.starts_with("stuck") && f.process_ids.contains(&p));
-        for (i, c) in bugs::changes().iter().enumerate() {
-            if c.informational || !c.applies_to(v) || !conditions_hold(c, pm, &features) {
+        let stuck = stuck_processes.contains(&p);
+        for &i in entries.iter() {
+            let c = &bugs::changes()[i];
+            if !conditions_hold(c, pm, &features) {
                 continue;
             }
             if let Some(h) = symptoms_match(c, pm, p, stuck) {
