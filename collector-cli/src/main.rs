@@ -337,7 +337,7 @@ fn cmd_list_runs(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> 
     let (runs, _) = collector_cli::read_runs(dir, None)?;
     let runs: Vec<_> = runs.into_iter().map(|r| r.summary).collect();
     let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = std::io::BufWriter::new(stdout.lock());
     if json {
         serde_json::to_writer_pretty(&mut out, &runs)?;
         writeln!(out)?;
@@ -365,6 +365,7 @@ fn cmd_list_runs(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> 
             )?;
         }
     }
+    out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -421,8 +422,10 @@ fn cmd_report(
         e.problems = report.problems;
         return Err(e.into());
     }
+    // Buffered: stdout is line-buffered, and a pretty-printed report of a 16k-rank job is half a
+    // million lines (as many `write` calls).
     let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = std::io::BufWriter::new(stdout.lock());
     if json {
         serde_json::to_writer_pretty(&mut out, &report)?;
         writeln!(out)?;
@@ -436,6 +439,7 @@ fn cmd_report(
             }
         }
     }
+    out.flush()?;
     Ok(ExitCode::from(report.exit_code() as u8))
 }
 
