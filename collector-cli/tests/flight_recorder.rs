@@ -412,9 +412,11 @@ fn reading_cost() {
         std::fs::write(dir.path().join(format!("rank_{r}")), &bytes).expect("write");
     }
     let t = std::time::Instant::now();
+    let listing = collector_cli::load::list_dumps(dir.path()).expect("the directory lists");
     let fr = collector_cli::flight_recorder::load(
         dir.path(),
         &collector_cli::flight_recorder::Source::InJobDir,
+        &listing,
     );
     let read = t.elapsed();
     let ev = collector_cli::flight_recorder::join::evidence(&fr, &Default::default());
