@@ -7,6 +7,7 @@ pub mod doctor;
 pub mod dumpjson;
 pub mod flight_recorder;
 pub mod heap;
+pub mod job_dir;
 pub mod knowledge;
 pub mod libdirs;
 pub mod load;
@@ -88,8 +89,9 @@ impl ToolError {
     }
 }
 
-/// The dump files of a job directory, or why there are none to read.
-pub fn list_job_dir(dir: &Path) -> Result<Vec<std::path::PathBuf>, ToolError> {
+/// The job directory walked once ([`load::list_dumps`]), or why it cannot be: it is not a
+/// directory, or it cannot be listed. Whether it holds dumps is [`require_dumps`]'s question.
+pub fn open_job_dir(dir: &Path) -> Result<load::Listing, ToolError> {
     if !dir.is_dir() {
         let what = if dir.exists() {
             "not a directory"
@@ -102,15 +104,18 @@ pub fn list_job_dir(dir: &Path) -> Result<Vec<std::path::PathBuf>, ToolError> {
             format!("{}: {what}", dir.display()),
         ));
     }
-    let listing = load::list_dumps(dir).map_err(|e| {
+    load::list_dumps(dir).map_err(|e| {
         ToolError::new(
             ToolErrorKind::CannotList,
             dir,
             format!("{}: cannot list: {e}", dir.display()),
         )
-    })?;
-    let files = listing.files;
-    if files.is_empty() && !listing.problems.is_empty() {
+    })
+}
+
+/// Why a listing of `dir` has no dump to read, if it has none.
+pub fn require_dumps(dir: &Path, listing: &load::Listing) -> Result<(), ToolError> {
+    if listing.files.is_empty() && !listing.problems.is_empty() {
         // Only unusable entries (a FIFO named like a dump, an unreadable subdirectory): say
         // which, in one line.
         let p = &listing.problems[0];
@@ -128,10 +133,10 @@ pub fn list_job_dir(dir: &Path) -> Result<Vec<std::path::PathBuf>, ToolError> {
                 p.error
             ),
         );
-        e.problems = listing.problems;
+        e.problems = listing.problems.clone();
         return Err(e);
     }
-    if files.is_empty() {
+    if listing.files.is_empty() {
         return Err(ToolError::new(
             ToolErrorKind::NoDumps,
             dir,
@@ -141,7 +146,14 @@ pub fn list_job_dir(dir: &Path) -> Result<Vec<std::path::PathBuf>, ToolError> {
             ),
         ));
     }
-    Ok(files)
+    Ok(())
+}
+
+/// The job directory walked once, holding dump files, or why there are none to read.
+pub fn list_job_dir(dir: &Path) -> Result<load::Listing, ToolError> {
+    let listing = open_job_dir(dir)?;
+    require_dumps(dir, &listing)?;
+    Ok(listing)
 }
 
 /// Reads every dump under `dir` and returns the report (problems included). `progress` is
@@ -165,8 +177,11 @@ pub fn analyze_run(
     options: &rules::Options,
     story_in_words: bool,
 ) -> anyhow::Result<report::Report> {
+    let listing = load::list_dumps(dir)
+        .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", dir.display()))?;
     analyze_run_with(
         dir,
+        &listing,
         progress,
         run,
         options,
@@ -177,21 +192,23 @@ pub fn analyze_run(
 
 /// As [`analyze_run`], reading PyTorch Flight Recorder dumps from `fr` (found in the job
 /// directory, named by a path prefix, or not at all) and joining them with the shim's.
+/// `listing` is the job directory's, walked once ([`load::list_dumps`]) for every reader.
 pub fn analyze_run_with(
     dir: &Path,
+    listing: &load::Listing,
     progress: Option<&indicatif::ProgressBar>,
     run: Option<&str>,
     options: &rules::Options,
     story_in_words: bool,
     fr: &flight_recorder::Source,
 ) -> anyhow::Result<report::Report> {
-    let (mut runs, problems) = read_runs(dir, progress)?;
+    let (mut runs, problems) = read_runs(dir, listing, progress);
     let chosen = runs::choose(&runs, run).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
     runs[chosen].summary.reported = true;
     let summaries: Vec<runs::RunSummary> = runs.iter().map(|r| r.summary.clone()).collect();
     let mut parts = std::mem::take(&mut runs[chosen].parts);
     // Ranks with only a Flight Recorder dump join the model as stand-in processes.
-    let joined = flight_recorder::prepare(dir, fr, &mut parts);
+    let joined = flight_recorder::prepare(dir, fr, listing, &mut parts);
     let job = model::JobModel::from_processes(parts);
     let story = story::Story::build(&job);
     let findings = rules::diagnose_story(&job, &story, options);
@@ -209,19 +226,19 @@ pub fn analyze_run_with(
     Ok(report)
 }
 
-/// The runs of a directory, oldest first, and the files that could not be read.
+/// The runs of a directory (its dumps as `listing` found them), oldest first, and the files
+/// that could not be read.
 pub fn read_runs(
     dir: &Path,
+    listing: &load::Listing,
     progress: Option<&indicatif::ProgressBar>,
-) -> anyhow::Result<(Vec<runs::RunParts>, Vec<load::Problem>)> {
-    let listing = load::list_dumps(dir)
-        .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", dir.display()))?;
-    let files = listing.files;
+) -> (Vec<runs::RunParts>, Vec<load::Problem>) {
+    let files = &listing.files;
     if let Some(pb) = progress {
         pb.set_length(files.len() as u64);
     }
-    let (parts, mut problems) = load::load_models(dir, &files, progress);
-    problems.extend(listing.problems);
+    let (parts, mut problems) = load::load_models(dir, files, progress);
+    problems.extend(listing.problems.iter().cloned());
     let mut runs = runs::split(parts);
     if runs.is_empty() {
         // Nothing readable: an empty run, so the report still lists the problems.
@@ -238,7 +255,7 @@ pub fn read_runs(
             parts: Vec::new(),
         });
     }
-    Ok((runs, problems))
+    (runs, problems)
 }
 
 /// The analysis part of [`analyze_dir`], for callers that read the dumps themselves.

@@ -20,123 +20,9 @@ pub struct Loaded {
     pub problems: Vec<Problem>,
 }
 
-fn is_dump_name(p: &Path) -> bool {
-    // `<host>.<pid>.<start>.<tag>.ncclshim`, or `... .ncclshim.N` when O_EXCL had to pick another name.
-    p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-        n.ends_with(".ncclshim")
-            || n.rsplit_once(".ncclshim.")
-                .is_some_and(|(_, s)| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-    })
-}
-
-/// The dump files of a directory, and what could not be looked at.
-#[derive(Debug, Default)]
-pub struct Listing {
-    /// Regular files with a dump's name, each file once, sorted.
-    pub files: Vec<PathBuf>,
-    /// Entries that could not be listed or are not regular files (a FIFO named like a dump
-    /// would block a reader forever; an unreadable subdirectory would hide dumps silently).
-    pub problems: Vec<Problem>,
-}
-
-/// Dump files in `dir` and its direct subdirectories (one per host is a common layout), sorted.
-pub fn find_dumps(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    list_dumps(dir).map(|l| l.files)
-}
-
-/// As [`find_dumps`], with the entries that could not be used as problems. A file reached
-/// twice (a symbolic link back into the directory, a loop) is listed once, by its shortest
-/// path: files are the same when their device and inode are.
-pub fn list_dumps(dir: &Path) -> std::io::Result<Listing> {
-    use std::os::unix::fs::MetadataExt;
-    let mut candidates: Vec<(PathBuf, std::fs::Metadata)> = Vec::new();
-    let mut problems = Vec::new();
-    let mut problem = |p: &Path, error: String| {
-        problems.push(Problem {
-            file: display_path(dir, p),
-            error,
-        })
-    };
-    for entry in std::fs::read_dir(dir)? {
-        let path = match entry {
-            Ok(e) => e.path(),
-            Err(e) => {
-                problem(dir, format!("cannot list: {e}"));
-                continue;
-            }
-        };
-        // Follows links: a link to a dump (or to a host's subdirectory) is read.
-        let meta = match std::fs::metadata(&path) {
-            Ok(m) => m,
-            Err(e) => {
-                problem(&path, format!("cannot look at it: {e}"));
-                continue;
-            }
-        };
-        if meta.is_dir() {
-            let sub = match std::fs::read_dir(&path) {
-                Ok(sub) => sub,
-                Err(e) => {
-                    problem(&path, format!("cannot list this subdirectory: {e}"));
-                    continue;
-                }
-            };
-            for e in sub {
-                let p = match e {
-                    Ok(e) => e.path(),
-                    Err(e) => {
-                        problem(&path, format!("cannot list this subdirectory: {e}"));
-                        break;
-                    }
-                };
-                if is_dump_name(&p) {
-                    match std::fs::metadata(&p) {
-                        Ok(m) => candidates.push((p, m)),
-                        Err(e) => problem(&p, format!("cannot look at it: {e}")),
-                    }
-                }
-            }
-        } else if is_dump_name(&path) {
-            candidates.push((path, meta));
-        }
-    }
-    let mut files = Vec::new();
-    for (p, m) in candidates {
-        if m.is_file() {
-            files.push((p, m));
-        } else {
-            problem(
-                &p,
-                format!("not a regular file ({}); not read", file_type_name(&m)),
-            );
-        }
-    }
-    // Shortest path first, so a file reached through a link loop keeps its direct name.
-    files.sort_by_cached_key(|(p, _)| (p.components().count(), p.clone()));
-    let mut seen = std::collections::HashSet::new();
-    files.retain(|(_, m)| seen.insert((m.dev(), m.ino())));
-    let mut files: Vec<PathBuf> = files.into_iter().map(|(p, _)| p).collect();
-    files.sort();
-    problems.sort_by(|a, b| a.file.cmp(&b.file));
-    Ok(Listing { files, problems })
-}
-
-/// What kind of non-regular file `m` is, for a problem line.
-fn file_type_name(m: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = m.file_type();
-    if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else if t.is_dir() {
-        "a directory"
-    } else {
-        "not a file"
-    }
-}
+// The walk of the job directory has its own module; its listing is named from here too, where
+// the readers of what it lists are.
+pub use crate::job_dir::{find_dumps, list_dumps, Listing};
 
 /// The path as shown in reports: relative to the job directory when inside it.
 pub fn display_path(dir: &Path, p: &Path) -> String {
@@ -214,17 +100,4 @@ pub fn load_files(
         }
     }
     Loaded { dumps, problems }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dump_names() {
-        assert!(is_dump_name(Path::new("/d/h.1.2.shim.ncclshim")));
-        assert!(is_dump_name(Path::new("/d/h.1.2.shim.ncclshim.3")));
-        assert!(!is_dump_name(Path::new("/d/h.1.2.shim.ncclshim.bak")));
-        assert!(!is_dump_name(Path::new("/d/notes.txt")));
-    }
 }

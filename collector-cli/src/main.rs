@@ -333,8 +333,8 @@ fn cmd_dump(file: &std::path::Path) -> anyhow::Result<ExitCode> {
 const PROGRESS_MIN_FILES: usize = 64;
 
 fn cmd_list_runs(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
-    collector_cli::list_job_dir(dir)?;
-    let (runs, _) = collector_cli::read_runs(dir, None)?;
+    let listing = collector_cli::list_job_dir(dir)?;
+    let (runs, _) = collector_cli::read_runs(dir, &listing, None);
     let runs: Vec<_> = runs.into_iter().map(|r| r.summary).collect();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -378,17 +378,17 @@ fn cmd_report(
     options: &collector_cli::rules::Options,
     fr: &collector_cli::flight_recorder::Source,
 ) -> anyhow::Result<ExitCode> {
-    let files = match collector_cli::list_job_dir(dir) {
-        Ok(files) => files,
+    // The one walk of the directory: its dumps, the Flight Recorder's candidates, the problems.
+    let listing = collector_cli::open_job_dir(dir)?;
+    match collector_cli::require_dumps(dir, &listing) {
+        Ok(()) => {}
         // A directory of PyTorch Flight Recorder dumps alone is still a job to report on.
         Err(e)
             if e.kind == collector_cli::ToolErrorKind::NoDumps
-                && collector_cli::flight_recorder::any_in(dir, fr) =>
-        {
-            Vec::new()
-        }
+                && collector_cli::flight_recorder::any_in(fr, &listing) => {}
         Err(e) => return Err(e.into()),
-    };
+    }
+    let files = &listing.files;
     let progress = (!json && std::io::stderr().is_terminal() && files.len() >= PROGRESS_MIN_FILES)
         .then(|| {
             let pb = indicatif::ProgressBar::new(files.len() as u64);
@@ -400,8 +400,15 @@ fn cmd_report(
             );
             pb
         });
-    let report =
-        collector_cli::analyze_run_with(dir, progress.as_ref(), run, options, story && !json, fr)?;
+    let report = collector_cli::analyze_run_with(
+        dir,
+        &listing,
+        progress.as_ref(),
+        run,
+        options,
+        story && !json,
+        fr,
+    )?;
     if let Some(pb) = progress {
         pb.finish_and_clear();
     }

@@ -11,44 +11,18 @@ mod support;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use support::cli::report_json;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/flight-recorder")
 }
 
 fn real_gpu() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/real-gpu/2026-11-27")
-}
-
-/// `ncclshim report --json [EXTRA] DIR`: (exit status, report, stderr).
-fn report(dir: &Path, extra: &[&str]) -> (i32, Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
-        .arg("report")
-        .arg("--json")
-        .args(extra)
-        .arg(dir)
-        .output()
-        .expect("the ncclshim binary runs");
-    let code = out
-        .status
-        .code()
-        .unwrap_or_else(|| panic!("ncclshim report died: {:?}", out.status));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let v: Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("report --json is not JSON ({e}):\n{stdout}\n{stderr}"));
-    support::schema::check_report(&v);
-    (code, v, stderr)
+    support::captures::real_gpu_root().join("2026-11-27")
 }
 
 fn text_report(dir: &Path) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
-        .args(["report", "--color", "never"])
-        .arg(dir)
-        .output()
-        .expect("the ncclshim binary runs");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    support::cli::report(dir, &["--color", "never"]).1
 }
 
 /// Every evidence text of the primary findings, and of the Flight Recorder summary.
@@ -109,14 +83,7 @@ fn ranks(v: &Value) -> Vec<u32> {
 /// Unpacks a real capture; returns the guard and the case folder (dumps/, logs/,
 /// flight-recorder/).
 fn unpack(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let archive = real_gpu().join(format!("{name}.tar.gz"));
-    let file =
-        std::fs::File::open(&archive).unwrap_or_else(|e| panic!("{}: {e}", archive.display()));
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    tar::Archive::new(flate2::read::GzDecoder::new(file))
-        .unpack(dir.path())
-        .unwrap_or_else(|e| panic!("{}: {e}", archive.display()));
-    let case = dir.path().join(name);
+    let (dir, case) = support::captures::unpack_case(&real_gpu(), name);
     assert!(
         case.join("flight-recorder").is_dir(),
         "{name} holds no flight-recorder/"
@@ -175,7 +142,7 @@ fn every_format_version_is_read_and_judged() {
             assert!(!d.entries.is_empty(), "{folder}: entries read");
             assert_eq!(d.groups[0].label(), "0:default_pg", "{folder}");
         }
-        let (code, v, stderr) = report(&dir, &[]);
+        let (code, v, stderr) = report_json(&dir, &[]);
         assert_eq!(code, 1, "{folder}: a problem is found\n{v:#}\n{stderr}");
         let fr = &v["flight_recorder"];
         assert_eq!(ranks(&fr["ranks_with_dump"]), want_ranks, "{folder}");
@@ -201,7 +168,7 @@ fn every_format_version_is_read_and_judged() {
 fn size_and_dtype_mismatches_reach_the_desync_rule() {
     // The stand-in ranks go through the same model and rules as the shim's: C19 names rank 1.
     for folder in ["v2.2", "v2.4"] {
-        let (_, v, _) = report(&fixtures().join(folder), &[]);
+        let (_, v, _) = report_json(&fixtures().join(folder), &[]);
         let c19: Vec<&Value> = v["findings"]
             .as_array()
             .into_iter()
@@ -218,7 +185,7 @@ fn size_and_dtype_mismatches_reach_the_desync_rule() {
 
 #[test]
 fn an_unknown_version_is_one_note_and_read_best_effort() {
-    let (_, v, _) = report(&fixtures().join("unknown-version"), &[]);
+    let (_, v, _) = report_json(&fixtures().join("unknown-version"), &[]);
     let notes: Vec<&str> = v["flight_recorder"]["notes"]
         .as_array()
         .into_iter()
@@ -233,7 +200,7 @@ fn an_unknown_version_is_one_note_and_read_best_effort() {
 #[test]
 fn corrupt_truncated_and_empty_dumps_are_one_line_each_and_never_stop_the_report() {
     let dir = fixtures().join("bad");
-    let (code, v, _) = report(&dir, &[]);
+    let (code, v, _) = report_json(&dir, &[]);
     assert_eq!(code, 1, "the readable rank is still judged: {v:#}");
     let problems = v["problems"].as_array().expect("problems");
     let lines: Vec<(String, String)> = problems
@@ -275,7 +242,7 @@ fn corrupt_truncated_and_empty_dumps_are_one_line_each_and_never_stop_the_report
 #[test]
 fn the_prefix_option_reads_dumps_outside_the_job_directory() {
     let (_g, case) = unpack("mr-hang");
-    let (_, v, _) = report(
+    let (_, v, _) = report_json(
         &case.join("dumps"),
         &[
             "--flight-recorder",
@@ -288,7 +255,7 @@ fn the_prefix_option_reads_dumps_outside_the_job_directory() {
     );
     assert!(evidence_text(&v).contains("mr.py:50"), "{v:#}");
     // Without it, the dumps directory alone has no Flight Recorder dump.
-    let (_, v, _) = report(&case.join("dumps"), &[]);
+    let (_, v, _) = report_json(&case.join("dumps"), &[]);
     assert!(v.get("flight_recorder").is_none(), "{v:#}");
 }
 
@@ -301,7 +268,7 @@ fn mr_hang_names_the_missing_rank_fr_trace_names_with_the_python_line() {
     assert_eq!(missing, vec![2], "fr_trace.txt: {said}");
     assert!(said.contains("sequence number: 11") && said.contains("mr.py:50"));
     let (_g, case) = unpack("mr-hang");
-    let (code, v, _) = report(&case, &[]);
+    let (code, v, _) = report_json(&case, &[]);
     assert_eq!(code, 1);
     assert_eq!(
         primary_ranks(&v),
@@ -332,7 +299,7 @@ fn mr_op_mismatch_names_the_culprit_fr_trace_names_with_both_lines() {
     assert!(said.contains("Culprit rank 1"), "{said}");
     assert!(said.contains("'all_reduce' does not match found collective type: 'broadcast'"));
     let (_g, case) = unpack("mr-op-mismatch");
-    let (_, v, _) = report(&case, &[]);
+    let (_, v, _) = report_json(&case, &[]);
     assert_eq!(primary_ranks(&v)[0], vec![1], "{:#?}", finding_ids(&v));
     let ev = evidence_text(&v);
     for want in [
@@ -352,7 +319,7 @@ fn mr_crash_does_better_than_fr_trace_where_a_dump_is_missing() {
     let said = fr_trace_says("mr-crash");
     assert!(said.contains("missed FR dumps from ranks ({1})"), "{said}");
     let (_g, case) = unpack("mr-crash");
-    let (_, v, _) = report(&case, &[]);
+    let (_, v, _) = report_json(&case, &[]);
     // fr_trace cannot decide; ncclshim names the rank from the shim's dump of it, and says
     // which rank has no Flight Recorder dump.
     assert_eq!(ranks(&v["flight_recorder"]["ranks_without_dump"]), vec![1]);
@@ -380,7 +347,7 @@ fn fr_only(name: &str) -> (tempfile::TempDir, tempfile::TempDir, PathBuf) {
 #[test]
 fn flight_recorder_only_mr_hang_still_names_rank_2() {
     let (_g, _o, dir) = fr_only("mr-hang");
-    let (code, v, _) = report(&dir, &[]);
+    let (code, v, _) = report_json(&dir, &[]);
     assert_eq!(code, 1, "{v:#}");
     assert_eq!(primary_ranks(&v), vec![vec![2]], "{:#?}", finding_ids(&v));
     assert_eq!(
@@ -393,7 +360,7 @@ fn flight_recorder_only_mr_hang_still_names_rank_2() {
 #[test]
 fn flight_recorder_only_mr_op_mismatch_still_names_rank_1() {
     let (_g, _o, dir) = fr_only("mr-op-mismatch");
-    let (code, v, _) = report(&dir, &[]);
+    let (code, v, _) = report_json(&dir, &[]);
     assert_eq!(code, 1, "{v:#}");
     let primary = v["findings"]
         .as_array()
@@ -409,7 +376,7 @@ fn flight_recorder_only_mr_op_mismatch_still_names_rank_1() {
 #[test]
 fn flight_recorder_only_mr_crash_names_the_rank_without_a_dump() {
     let (_g, _o, dir) = fr_only("mr-crash");
-    let (_, v, _) = report(&dir, &[]);
+    let (_, v, _) = report_json(&dir, &[]);
     assert_eq!(primary_ranks(&v), vec![vec![1]], "{:#?}", finding_ids(&v));
     assert_eq!(ranks(&v["flight_recorder"]["ranks_without_dump"]), vec![1]);
 }
@@ -445,9 +412,11 @@ fn reading_cost() {
         std::fs::write(dir.path().join(format!("rank_{r}")), &bytes).expect("write");
     }
     let t = std::time::Instant::now();
+    let listing = collector_cli::load::list_dumps(dir.path()).expect("the directory lists");
     let fr = collector_cli::flight_recorder::load(
         dir.path(),
         &collector_cli::flight_recorder::Source::InJobDir,
+        &listing,
     );
     let read = t.elapsed();
     let ev = collector_cli::flight_recorder::join::evidence(&fr, &Default::default());

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::native::{build_against_double, root, shim_so};
+use support::native::{build_against_double, nccl_fail_program, shim_so};
 
 fn ncclshim() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ncclshim"))
@@ -182,27 +182,6 @@ fn a_path_that_does_not_exist_says_so_in_one_line() {
     assert!(text(&out.stderr).contains("not a directory"), "{out:?}");
 }
 
-/// `tests/c/nccl_fail.c` built against the PyPI wheel's libnccl.
-fn nccl_program(out: &Path) -> PathBuf {
-    let st = Command::new("bash")
-        .arg(root().join("scripts/fetch-nccl.sh"))
-        .output()
-        .unwrap();
-    assert!(st.status.success(), "{}", text(&st.stderr));
-    let lib = root().join(".cache/nccl/cu12/lib");
-    let prog = out.join("nccl_fail");
-    support::native::cc(&[
-        "-o",
-        prog.to_str().unwrap(),
-        root().join("tests/c/nccl_fail.c").to_str().unwrap(),
-        &format!("-I{}", root().join("tests/c").display()),
-        &format!("-L{}", lib.display()),
-        "-l:libnccl.so.2",
-        &format!("-Wl,-rpath,{}", lib.display()),
-    ]);
-    prog
-}
-
 /// Whether `s` holds a character that drives a terminal (ESC, BEL, CR, other C0 or C1).
 fn has_control(s: &str) -> bool {
     s.chars().any(|c| c.is_control() && c != '\n')
@@ -211,7 +190,7 @@ fn has_control(s: &str) -> bool {
 #[test]
 fn recorded_control_characters_never_reach_the_terminal() {
     let tmp = tempfile::tempdir().unwrap();
-    let prog = nccl_program(tmp.path());
+    let prog = nccl_fail_program(tmp.path());
     let dumps = tmp.path().join("dumps");
     let ifname = "eth\x1b]0;PWNED\x07";
     let out = Command::new(&prog)

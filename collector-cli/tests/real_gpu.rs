@@ -15,14 +15,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn captures_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/real-gpu")
-}
-
 /// One capture: a folder of `NAME.tar.gz` and their `cases.json` (a GPU run's date, and the
 /// machine where one day had several).
 fn capture_dir(capture: &str) -> PathBuf {
-    captures_root().join(capture)
+    support::captures::real_gpu_root().join(capture)
 }
 
 fn cases(capture: &str) -> Vec<Value> {
@@ -45,39 +41,27 @@ fn case(capture: &str, name: &str) -> Value {
 /// Unpacks `NAME.tar.gz` into a fresh directory; returns it (kept alive by the guard) and the
 /// dumps directory inside.
 fn unpack(capture: &str, name: &str) -> (tempfile::TempDir, PathBuf) {
-    let archive = capture_dir(capture).join(format!("{name}.tar.gz"));
-    let file =
-        std::fs::File::open(&archive).unwrap_or_else(|e| panic!("{}: {e}", archive.display()));
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    tar::Archive::new(flate2::read::GzDecoder::new(file))
-        .unpack(dir.path())
-        .unwrap_or_else(|e| panic!("{}: {e}", archive.display()));
-    let dumps = dir.path().join(name).join("dumps");
+    let (dir, case) = support::captures::unpack_case(&capture_dir(capture), name);
+    let dumps = case.join("dumps");
     assert!(
         dumps.is_dir(),
         "{} holds no {name}/dumps",
-        archive.display()
+        capture_dir(capture)
+            .join(format!("{name}.tar.gz"))
+            .display()
     );
     (dir, dumps)
 }
 
-/// `ncclshim report ARGS DIR`: (exit status, stdout).
+/// `ncclshim report [--json] --color never DIR`: (exit status, stdout).
 fn report(dumps: &Path, json: bool) -> (i32, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ncclshim"));
-    cmd.arg("report");
-    if json {
-        cmd.arg("--json");
-    }
-    let out = cmd
-        .args(["--color", "never"])
-        .arg(dumps)
-        .output()
-        .expect("the ncclshim binary runs");
-    let code = out
-        .status
-        .code()
-        .unwrap_or_else(|| panic!("ncclshim report died: {:?}", out.status));
-    (code, String::from_utf8_lossy(&out.stdout).into_owned())
+    let args: &[&str] = if json {
+        &["--json", "--color", "never"]
+    } else {
+        &["--color", "never"]
+    };
+    let (code, stdout, _) = support::cli::report(dumps, args);
+    (code, stdout)
 }
 
 /// The text of the primary findings the `words` are matched against: title and evidence of
@@ -252,12 +236,7 @@ real_gpu_cases! {
 #[test]
 fn the_story_of_a_real_crash() {
     let (_guard, dumps) = unpack("2026-11-27-h100", "crash-sigkill");
-    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
-        .args(["report", "--color", "never", "--story"])
-        .arg(&dumps)
-        .output()
-        .expect("the ncclshim binary runs");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (_, text, _) = support::cli::report(&dumps, &["--color", "never", "--story"]);
     let story = &text[text.find("\nstory:\n").expect("a story section")..];
     assert!(
         story.contains("rank 1 (vm pid 2057): ended without any mark"),
@@ -477,7 +456,9 @@ fn the_gpu_suite_table_is_consistent() {
 #[test]
 fn every_case_has_a_test() {
     let mut listed: BTreeSet<(String, String)> = BTreeSet::new();
-    for entry in std::fs::read_dir(captures_root()).expect("the real-gpu fixtures folder") {
+    for entry in
+        std::fs::read_dir(support::captures::real_gpu_root()).expect("the real-gpu fixtures folder")
+    {
         let dir = entry.expect("a readable entry").path();
         if !dir.join("cases.json").is_file() {
             continue;

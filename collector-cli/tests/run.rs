@@ -9,20 +9,16 @@
 //! marker files its ranks write once NCCL was called, and the waits' deadlines only keep a
 //! broken build from hanging the test run (they are minutes, never what a test measures).
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::native::{nccl_fail_program, root};
 
 /// How long a wait may last before the test gives up: a guard against a hang, generous for a
 /// machine loaded by parallel builds, never a measure of speed.
 const HANG_GUARD: Duration = Duration::from_secs(600);
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
 
 /// The shim must sit next to the ncclshim binary (or in its deps/): build it when this test runs
 /// alone (`cargo test -p collector-cli`); under `cargo test --workspace` it is already built.
@@ -37,32 +33,6 @@ fn ensure_shim() {
             .unwrap();
         assert!(st.success());
     }
-}
-
-fn nccl_program(out: &Path) -> PathBuf {
-    let st = Command::new("bash")
-        .arg(root().join("scripts/fetch-nccl.sh"))
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    let lib = root().join(".cache/nccl/cu12/lib");
-    let prog = out.join("nccl_fail");
-    let st = Command::new("cc")
-        .arg("-o")
-        .arg(&prog)
-        .arg(root().join("tests/c/nccl_fail.c"))
-        .arg(format!("-I{}", root().join("tests/c").display()))
-        .arg(format!("-L{}", lib.display()))
-        .arg("-l:libnccl.so.2")
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .status()
-        .unwrap();
-    assert!(st.success());
-    prog
 }
 
 #[test]
@@ -167,7 +137,7 @@ fn the_flight_recorder_is_turned_on_unless_the_job_set_it() {
 fn a_successful_job_says_where_its_dumps_are_in_one_line() {
     ensure_shim();
     let dir = tempfile::tempdir().unwrap();
-    let prog = nccl_program(dir.path());
+    let prog = nccl_fail_program(dir.path());
     let dumps = dir.path().join("dumps");
     let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
         .args(["run", "--dir"])
@@ -199,7 +169,7 @@ fn a_successful_job_says_where_its_dumps_are_in_one_line() {
 fn a_failing_nccl_job_is_recorded_and_reported() {
     ensure_shim();
     let dir = tempfile::tempdir().unwrap();
-    let prog = nccl_program(dir.path());
+    let prog = nccl_fail_program(dir.path());
     let dumps = dir.path().join("dumps");
     let script = format!("{} uniqueid; exit 1", prog.display());
     let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
@@ -293,7 +263,7 @@ impl HungJob {
     fn start(prelude: &str) -> Self {
         ensure_shim();
         let tmp = tempfile::tempdir().unwrap();
-        let prog = nccl_program(tmp.path());
+        let prog = nccl_fail_program(tmp.path());
         let dumps = tmp.path().join("dumps");
         let ready = tmp.path().join("ready");
         std::fs::create_dir(&ready).unwrap();

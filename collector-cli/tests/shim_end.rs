@@ -12,33 +12,7 @@ use ncclshim_format::{CallId, ExitVia};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use support::native::{root, shim_so};
-
-/// `tests/c/nccl_fail.c` linked against the cu12 wheel's real libnccl (fetched once).
-fn nccl_program(out: &Path) -> PathBuf {
-    let st = Command::new("bash")
-        .arg(root().join("scripts/fetch-nccl.sh"))
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    let lib = root().join(".cache/nccl/cu12/lib");
-    let prog = out.join("nccl_fail");
-    support::native::cc(&[
-        "-Wall",
-        "-o",
-        prog.to_str().unwrap(),
-        root().join("tests/c/nccl_fail.c").to_str().unwrap(),
-        &format!("-I{}", root().join("tests/c").display()),
-        &format!("-L{}", lib.display()),
-        "-l:libnccl.so.2",
-        &format!("-Wl,-rpath,{}", lib.display()),
-    ]);
-    prog
-}
+use support::native::{nccl_fail_program, root, shim_so};
 
 /// `cmd` with NCCL_* from the test's environment cleared (only what a test sets reaches NCCL).
 fn clean(mut cmd: Command) -> Command {
@@ -89,7 +63,7 @@ fn primary_catalogs(v: &Value) -> Vec<String> {
 /// version fact all stay, so the report names the failure first and C08 primary.
 fn failure_survives_routine_calls(mode: &str) {
     let tmp = tempfile::tempdir().unwrap();
-    let prog = nccl_program(tmp.path());
+    let prog = nccl_fail_program(tmp.path());
     let dir = tmp.path().join("dumps");
     let out = clean(Command::new(&prog))
         .arg(mode)
@@ -153,7 +127,7 @@ fn model(d: &Dump) -> ProcessModel {
 /// Runs a C exit mode bare and preloaded; the exit status must be the same, and `expect`.
 fn exit_mode(mode: &str, expect: i32) -> (tempfile::TempDir, PathBuf, Vec<Dump>) {
     let tmp = tempfile::tempdir().unwrap();
-    let prog = nccl_program(tmp.path());
+    let prog = nccl_fail_program(tmp.path());
     let dir = tmp.path().join("dumps");
     let (bare, shimmed) = bare_and_preloaded(
         || {
@@ -258,7 +232,7 @@ fn python_sys_exit_and_os_exit() {
     }
     let lib = root().join(".cache/nccl/cu12/lib/libnccl.so.2");
     let fetched = tempfile::tempdir().unwrap();
-    nccl_program(fetched.path()); // fetches the wheel
+    nccl_fail_program(fetched.path()); // fetches the wheel
     for (ending, status, via) in [
         ("os._exit(0)", 0, ExitVia::UnderscoreExit),
         ("os._exit(9)", 9, ExitVia::UnderscoreExit),

@@ -15,7 +15,7 @@ pub mod format;
 pub mod join;
 pub mod pickle;
 
-use crate::load::{display_path, Problem};
+use crate::load::{display_path, Listing, Problem};
 use crate::model::ProcessModel;
 use crate::rules::Evidence;
 use format::{FrEntry, FrFile};
@@ -23,9 +23,6 @@ use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-/// How deep below the job directory dumps are looked for (`<job>/<case>/flight-recorder/rank_N`).
-const MAX_DEPTH: usize = 4;
 
 /// Format versions whose fields were checked against PyTorch's writer ("2.2" to "2.10"); others
 /// are read best effort with one line saying so.
@@ -126,21 +123,22 @@ impl FlightRecorder {
     }
 }
 
-/// Finds and reads the dumps `source` names (nothing for [`Source::Off`]).
-pub fn load(dir: &Path, source: &Source) -> FlightRecorder {
+/// Finds and reads the dumps `source` names (nothing for [`Source::Off`]); `listing` is the job
+/// directory's.
+pub fn load(dir: &Path, source: &Source, listing: &Listing) -> FlightRecorder {
     let files = match source {
         Source::Off => return FlightRecorder::default(),
-        Source::InJobDir => find_in_dir(dir),
+        Source::InJobDir => find_in_dir(listing),
         Source::Prefix(p) => find_by_prefix(p),
     };
     read_all(dir, files)
 }
 
-/// Whether `source` names any dump (files only, nothing read).
-pub fn any_in(dir: &Path, source: &Source) -> bool {
+/// Whether `source` names any dump (files only, nothing read); `listing` is the job directory's.
+pub fn any_in(source: &Source, listing: &Listing) -> bool {
     match source {
         Source::Off => false,
-        Source::InJobDir => !find_in_dir(dir).is_empty(),
+        Source::InJobDir => !find_in_dir(listing).is_empty(),
         Source::Prefix(p) => !find_by_prefix(p).is_empty(),
     }
 }
@@ -194,40 +192,27 @@ fn looks_like_pickle(p: &Path) -> bool {
         .is_ok_and(|_| head[0] == 0x80 && (2..=5).contains(&head[1]))
 }
 
-/// Dumps in `dir` and below (up to [`MAX_DEPTH`]): files whose name ends in a rank and that
-/// either start like a pickle or lie in a folder named like PyTorch's (`flight-recorder`, `fr`,
-/// so that a damaged dump there is reported rather than skipped). Our own dumps are skipped.
-pub fn find_in_dir(dir: &Path) -> Vec<(PathBuf, u32)> {
-    let mut out = Vec::new();
-    walk(dir, 0, &mut out);
+/// Dumps among the job directory's files (the listing's other files: up to
+/// [`crate::job_dir::OTHER_FILES_DEPTH`] folders down, no link, no hidden folder): files whose
+/// name ends in a rank and that either start like a pickle or lie in a folder named like
+/// PyTorch's (`flight-recorder`, `fr`, so that a damaged dump there is reported rather than
+/// skipped). Our own dumps are not among them.
+pub fn find_in_dir(listing: &Listing) -> Vec<(PathBuf, u32)> {
+    let mut out: Vec<(PathBuf, u32)> = listing
+        .other_files
+        .iter()
+        .filter_map(|p| {
+            let rank = trailing_rank(&p.file_name()?.to_string_lossy())?;
+            let fr_folder = p
+                .parent()
+                .and_then(Path::file_name)
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| matches!(n, "flight-recorder" | "flight_recorder" | "fr"));
+            (fr_folder || looks_like_pickle(p)).then(|| (p.clone(), rank))
+        })
+        .collect();
     out.sort();
     out
-}
-
-fn walk(dir: &Path, depth: usize, out: &mut Vec<(PathBuf, u32)>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let fr_folder = dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| matches!(n, "flight-recorder" | "flight_recorder" | "fr"));
-    for e in entries.flatten() {
-        let p = e.path();
-        let Ok(ft) = e.file_type() else { continue };
-        let name = e.file_name().to_string_lossy().into_owned();
-        if ft.is_dir() {
-            if depth < MAX_DEPTH && !name.starts_with('.') {
-                walk(&p, depth + 1, out);
-            }
-        } else if ft.is_file() && !name.contains(".ncclshim") {
-            if let Some(rank) = trailing_rank(&name) {
-                if fr_folder || looks_like_pickle(&p) {
-                    out.push((p, rank));
-                }
-            }
-        }
-    }
 }
 
 /// Dumps named `PREFIX<rank>` (`/tmp/fr/rank_` finds `/tmp/fr/rank_0`, `/tmp/fr/rank_1`...).
@@ -349,8 +334,13 @@ pub struct Joined {
 
 /// Reads the dumps `source` names and adds a stand-in process to `parts` for each rank that has
 /// a Flight Recorder dump but no shim dump. None when there are no dumps to read.
-pub fn prepare(dir: &Path, source: &Source, parts: &mut Vec<ProcessModel>) -> Option<Joined> {
-    let fr = load(dir, source);
+pub fn prepare(
+    dir: &Path,
+    source: &Source,
+    listing: &Listing,
+    parts: &mut Vec<ProcessModel>,
+) -> Option<Joined> {
+    let fr = load(dir, source, listing);
     if fr.is_empty() {
         return None;
     }

@@ -279,8 +279,9 @@ pub struct Entry {
 /// One of an entry's patterns, compiled on first use. The file's patterns are all checked when
 /// it is loaded (the [`RegexSet`] compiles them, their capture names are read from their syntax
 /// tree), but compiling each one again on its own cost two thirds of loading the file, on every
-/// run that classified a message, when a run only ever needs the few that matched.
-#[derive(Debug)]
+/// run that classified a message, when a run only ever needs the few that matched. A clone keeps
+/// the compiled regex when there is one (`OnceLock<Regex>` clones its contents).
+#[derive(Debug, Clone)]
 pub struct Pattern {
     source: String,
     compiled: OnceLock<Regex>,
@@ -297,15 +298,6 @@ impl Pattern {
 
     pub fn as_str(&self) -> &str {
         &self.source
-    }
-}
-
-impl Clone for Pattern {
-    fn clone(&self) -> Self {
-        Self {
-            source: self.source.clone(),
-            compiled: self.compiled.clone(),
-        }
     }
 }
 

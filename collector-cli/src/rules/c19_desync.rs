@@ -10,6 +10,7 @@
 use super::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::{datatype_name, redop_name};
+use crate::story::progress::reduction_and_root;
 use ncclshim_format::CallId;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
@@ -39,24 +40,13 @@ impl Sig {
 }
 
 fn shim_sig(c: CallId, count: u64, dt: u64, op: u64, root: u64) -> Sig {
-    let reduces = matches!(
-        c,
-        CallId::NcclAllReduce | CallId::NcclReduce | CallId::NcclReduceScatter
-    );
-    let rooted = matches!(
-        c,
-        CallId::NcclBroadcast
-            | CallId::NcclBcast
-            | CallId::NcclReduce
-            | CallId::NcclGather
-            | CallId::NcclScatter
-    );
+    let (redop, root) = reduction_and_root(c, op, root);
     Sig {
         op: c.name().to_owned(),
         count,
         datatype: datatype_name(dt),
-        redop: reduces.then_some(op),
-        root: rooted.then_some(root),
+        redop,
+        root,
     }
 }
 
@@ -71,13 +61,13 @@ struct Key {
 }
 
 fn shim_key(c: CallId, count: u64, dt: u64, op: u64, root: u64) -> Key {
-    let s = shim_sig(c, count, dt, op, root);
+    let (redop, root) = reduction_and_root(c, op, root);
     Key {
         op: c as u64,
         count,
         datatype: dt,
-        redop: s.redop,
-        root: s.root,
+        redop,
+        root,
     }
 }
 

@@ -46,21 +46,29 @@ impl IssuedColl {
     /// What every rank must agree on for this collective (the reduction and root only where
     /// the function has them).
     fn key(&self) -> CollKey {
-        let reduces = matches!(
-            self.call,
-            CallId::NcclAllReduce | CallId::NcclReduce | CallId::NcclReduceScatter
-        );
-        let rooted = matches!(
-            self.call,
-            CallId::NcclBroadcast | CallId::NcclReduce | CallId::NcclGather | CallId::NcclScatter
-        );
-        (
-            self.count,
-            self.datatype,
-            reduces.then_some(self.redop),
-            rooted.then_some(self.root),
-        )
+        let (redop, root) = reduction_and_root(self.call, self.redop, self.root);
+        (self.count, self.datatype, redop, root)
     }
+}
+
+/// The reduction and the root of a collective, where its function has them (None where it has
+/// not: another rank's value there is no disagreement). The one classification for the story's
+/// mismatches and C19's comparison of what ranks issued; `ncclBcast` is `ncclBroadcast` under
+/// its older name, rooted alike.
+pub fn reduction_and_root(call: CallId, redop: u64, root: u64) -> (Option<u64>, Option<u64>) {
+    let reduces = matches!(
+        call,
+        CallId::NcclAllReduce | CallId::NcclReduce | CallId::NcclReduceScatter
+    );
+    let rooted = matches!(
+        call,
+        CallId::NcclBroadcast
+            | CallId::NcclBcast
+            | CallId::NcclReduce
+            | CallId::NcclGather
+            | CallId::NcclScatter
+    );
+    (reduces.then_some(redop), rooted.then_some(root))
 }
 
 /// `ncclBcast` is numbered with `ncclBroadcast` (NCCL counts both as Broadcast).

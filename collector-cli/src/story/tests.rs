@@ -144,6 +144,26 @@ fn a_count_mismatch_claims_the_truncation_it_causes_on_the_peer() {
     assert_eq!(p[0].0, "collective-size-mismatch");
 }
 
+/// `ncclBcast` (the older name of `ncclBroadcast`) is rooted like it: ranks that broadcast from
+/// different roots mismatch on the root, as C19 compares them.
+#[test]
+fn a_root_mismatch_of_nccl_bcast_is_a_mismatch() {
+    let (job, _) = analyze(&["n0", "n0", "n0"], |s| {
+        s.snapshot_all(V as i32);
+        let comms = s.init_world(V);
+        for (r, &comm) in comms.iter().enumerate() {
+            let root = if r == 2 { 1 } else { 0 };
+            s.rank(r)
+                .coll(CallId::NcclBcast, comm, 0, 1024, 7, 0, root, 0, None);
+        }
+    });
+    let story = Story::build(&job);
+    let m = &story.comm(WORLD_UID).unwrap().mismatches;
+    assert_eq!(m.len(), 1, "{m:#?}");
+    assert_eq!(m[0].field, "root");
+    assert_eq!(m[0].odd, [2]);
+}
+
 #[test]
 fn a_p2p_size_mismatch_names_both_sizes() {
     let (job, _) = analyze(&["n0", "n1"], |s| {

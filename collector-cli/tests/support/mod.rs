@@ -2,5 +2,7 @@
 // Each test file uses the helpers it needs.
 #![allow(dead_code)]
 
+pub mod captures;
+pub mod cli;
 pub mod native;
 pub mod schema;

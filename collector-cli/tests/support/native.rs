@@ -64,3 +64,30 @@ pub fn build_against_double(dir: &Path, program: &str) -> PathBuf {
     ]);
     prog
 }
+
+/// `tests/c/nccl_fail.c` linked against the cu12 wheel's real libnccl (fetched once by
+/// `scripts/fetch-nccl.sh`), built as `out/nccl_fail`.
+pub fn nccl_fail_program(out: &Path) -> PathBuf {
+    let st = Command::new("bash")
+        .arg(root().join("scripts/fetch-nccl.sh"))
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let lib = root().join(".cache/nccl/cu12/lib");
+    let prog = out.join("nccl_fail");
+    cc(&[
+        "-Wall",
+        "-o",
+        prog.to_str().unwrap(),
+        root().join("tests/c/nccl_fail.c").to_str().unwrap(),
+        &format!("-I{}", root().join("tests/c").display()),
+        &format!("-L{}", lib.display()),
+        "-l:libnccl.so.2",
+        &format!("-Wl,-rpath,{}", lib.display()),
+    ]);
+    prog
+}

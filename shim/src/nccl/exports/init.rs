@@ -17,7 +17,7 @@
 
 use super::created::*;
 use super::shape::{export, p, recorded, s};
-use crate::nccl::call::{self, boundary, enter, forward, missing};
+use crate::nccl::call::{self, boundary, enter, forward, missing, Active};
 use crate::nccl::comms;
 use crate::nccl::ffi::*;
 use crate::nccl::hash::{get_hash, split_hash};
@@ -65,6 +65,48 @@ unsafe fn unique_id_result(pc: &PendingCall, id: *const NcclUniqueId) {
 
 // ---------------------------------------------------------------- communicator creation
 
+/// The real `$name` (of C type `$ty`), or, when the loaded NCCL lacks it, the caller gets
+/// `missing`'s ncclInternalError through `$out` and the export's body returns.
+macro_rules! real_or_return {
+    ($out:ident, $name:literal, $ty:ty, $call:expr) => {
+        match real!($name, $ty) {
+            Some(f) => f,
+            None => {
+                *$out = Some(missing($call));
+                return;
+            }
+        }
+    };
+}
+
+/// What every call that creates a communicator does first (the InitRank family, Split, Shrink,
+/// Grow): the init snapshot, the `ncclConfig_t` (`cfg`, may be null) as an event, the entry
+/// record on `parent` (null for a fresh communicator), the forwarded call, whose result goes
+/// to the caller at once (`out`). Returns the record to finish, NCCL's result and the new
+/// communicator: null unless NCCL made one (ncclSuccess, or ncclInProgress for a non-blocking
+/// init), so a non-null one is always to be registered.
+unsafe fn create(
+    call: CallId,
+    parent: NcclComm,
+    cfg: *const c_void,
+    args: [u64; SLOT_ARGS],
+    newcomm: *mut NcclComm,
+    fwd: impl FnOnce() -> NcclResult,
+    out: &mut Option<NcclResult>,
+) -> (Active, NcclResult, NcclComm) {
+    snapshot_at_init();
+    record_config(call, parent, cfg);
+    let a = enter(call, parent, args);
+    let rc = forward(fwd);
+    *out = Some(rc);
+    (a, rc, out_comm(newcomm, rc))
+}
+
+/// The commHash of the communicator `comm` derives from (0: unknown to the shim).
+fn parent_hash(comm: NcclComm) -> u64 {
+    comms::find(comm).map_or(0, |e| e.comm_hash.load(Ordering::Relaxed))
+}
+
 /// The InitRank family: `args` is the entry record (its view's `cuda_dev` is filled once the
 /// comm is ready), `uid_hash` the comm's join hash (NCCL derives commHash from the same id).
 #[allow(clippy::too_many_arguments)] // the C call's own arguments plus the forwarding closure
@@ -79,14 +121,9 @@ unsafe fn init_rank_common(
     fwd: impl FnOnce() -> NcclResult,
     out: &mut Option<NcclResult>,
 ) {
-    snapshot_at_init();
-    record_config(call, null_mut(), cfg);
-    let a = enter(call, null_mut(), args);
-    let rc = forward(fwd);
-    *out = Some(rc);
-    let comm = out_comm(newcomm, rc);
+    let (a, rc, comm) = create(call, null_mut(), cfg, args, newcomm, fwd, out);
     let ready = rc == NCCL_SUCCESS;
-    let created = (ready || rc == NCCL_IN_PROGRESS) && !comm.is_null();
+    let created = !comm.is_null();
     a.finish(rc, comm, |pc| {
         if created {
             pc.set_comm(comm as u64);
@@ -139,10 +176,7 @@ pub unsafe extern "C" fn ncclCommInitRank(
 ) -> NcclResult {
     boundary(|out| {
         type F = unsafe extern "C" fn(*mut NcclComm, c_int, NcclUniqueId, c_int) -> NcclResult;
-        let Some(f) = real!("ncclCommInitRank", F) else {
-            *out = Some(missing(CallId::NcclCommInitRank));
-            return;
-        };
+        let f = real_or_return!(out, "ncclCommInitRank", F, CallId::NcclCommInitRank);
         let (h, args) = init_rank_args(nranks, rank, &id);
         init_rank_common(
             CallId::NcclCommInitRank,
@@ -174,10 +208,12 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
             c_int,
             *mut c_void,
         ) -> NcclResult;
-        let Some(f) = real!("ncclCommInitRankConfig", F) else {
-            *out = Some(missing(CallId::NcclCommInitRankConfig));
-            return;
-        };
+        let f = real_or_return!(
+            out,
+            "ncclCommInitRankConfig",
+            F,
+            CallId::NcclCommInitRankConfig
+        );
         let (h, args) = init_rank_args(nranks, rank, &id);
         init_rank_common(
             CallId::NcclCommInitRankConfig,
@@ -212,10 +248,7 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
             *mut c_void,
         ) -> NcclResult;
         let call = CallId::NcclCommInitRankScalable;
-        let Some(f) = real!("ncclCommInitRankScalable", F) else {
-            *out = Some(missing(call));
-            return;
-        };
+        let f = real_or_return!(out, "ncclCommInitRankScalable", F, call);
         // NCCL hashes the first id into commHash.
         let (h, w) = if n_id > 0 && !ids.is_null() {
             uid_args(&*ids)
@@ -248,10 +281,7 @@ pub unsafe extern "C" fn ncclCommInitAll(
     boundary(|out| {
         type F = unsafe extern "C" fn(*mut NcclComm, c_int, *const c_int) -> NcclResult;
         let call = CallId::NcclCommInitAll;
-        let Some(f) = real!("ncclCommInitAll", F) else {
-            *out = Some(missing(call));
-            return;
-        };
+        let f = real_or_return!(out, "ncclCommInitAll", F, call);
         snapshot_at_init();
         // The first four devices (NULL devlist means devices 0..ndev-1; u64::MAX past ndev).
         let dev = |i: usize| -> u64 {
@@ -311,12 +341,7 @@ pub unsafe extern "C" fn ncclCommSplit(
         type F =
             unsafe extern "C" fn(NcclComm, c_int, c_int, *mut NcclComm, *mut c_void) -> NcclResult;
         let call = CallId::NcclCommSplit;
-        let Some(f) = real!("ncclCommSplit", F) else {
-            *out = Some(missing(call));
-            return;
-        };
-        snapshot_at_init();
-        record_config(call, comm, cfg);
+        let f = real_or_return!(out, "ncclCommSplit", F, call);
         let parent = comms::find(comm);
         let args = args::NcclCommSplit {
             color: s(color),
@@ -325,16 +350,14 @@ pub unsafe extern "C" fn ncclCommSplit(
             ..Default::default()
         }
         .to_args();
-        let a = enter(call, comm, args);
-        let rc = forward(|| f(comm, color, key, newcomm, cfg));
-        *out = Some(rc);
-        let child = out_comm(newcomm, rc);
+        let fwd = || f(comm, color, key, newcomm, cfg);
+        let (a, rc, child) = create(call, comm, cfg, args, newcomm, fwd, out);
         // Every split call, with or without a resulting comm, is one child of the parent.
         let child_count =
             parent.map_or(0, |e| e.children.fetch_add(1, Ordering::Relaxed) as i32 + 1);
-        let parent_hash = parent.map_or(0, |e| e.comm_hash.load(Ordering::Relaxed));
-        let hash = if parent_hash != 0 {
-            split_hash(parent_hash, child_count, color)
+        let parent_comm_hash = parent.map_or(0, |e| e.comm_hash.load(Ordering::Relaxed));
+        let hash = if parent_comm_hash != 0 {
+            split_hash(parent_comm_hash, child_count, color)
         } else {
             0
         };
@@ -350,9 +373,9 @@ pub unsafe extern "C" fn ncclCommSplit(
             pc.set_arg(arg_index!(NcclCommSplit, nranks), s(n));
             pc.set_arg(arg_index!(NcclCommSplit, rank), s(r));
         });
-        if (ready || rc == NCCL_IN_PROGRESS) && !child.is_null() {
+        if !child.is_null() {
             let uid = parent.map_or(0, |e| e.uid_hash.load(Ordering::Relaxed));
-            let origin = (parent_hash, color, key);
+            let origin = (parent_comm_hash, color, key);
             comm_created(child, n, r, uid, hash, ready, call, origin);
         }
     })
@@ -377,12 +400,7 @@ pub unsafe extern "C" fn ncclCommShrink(
             c_int,
         ) -> NcclResult;
         let call = CallId::NcclCommShrink;
-        let Some(f) = real!("ncclCommShrink", F) else {
-            *out = Some(missing(call));
-            return;
-        };
-        snapshot_at_init();
-        record_config(call, comm, cfg);
+        let f = real_or_return!(out, "ncclCommShrink", F, call);
         // The first four excluded ranks; u64::MAX where there is none.
         let excluded = |i: usize| -> u64 {
             if !exclude.is_null() && (i as c_int) < exclude_count {
@@ -403,18 +421,15 @@ pub unsafe extern "C" fn ncclCommShrink(
         .to_args();
         // Words past the view stay u64::MAX, as they always were.
         args[args::NcclCommShrink::NAMES.len()..].fill(u64::MAX);
-        let a = enter(call, comm, args);
-        let rc = forward(|| f(comm, exclude, exclude_count, newcomm, cfg, shrink_flags));
-        *out = Some(rc);
-        let child = out_comm(newcomm, rc);
+        let fwd = || f(comm, exclude, exclude_count, newcomm, cfg, shrink_flags);
+        let (a, rc, child) = create(call, comm, cfg, args, newcomm, fwd, out);
         a.finish(rc, comm, |pc| {
             pc.set_arg(arg_index!(NcclCommShrink, new_comm), p(child))
         });
-        if (rc == NCCL_SUCCESS || rc == NCCL_IN_PROGRESS) && !child.is_null() {
+        if !child.is_null() {
             // The shrunk comm's commHash formula needs NCCL's internal child count; 0 = unknown.
             let uid = comms::find(comm).map_or(0, |e| e.uid_hash.load(Ordering::Relaxed));
-            let parent_hash = comms::find(comm).map_or(0, |e| e.comm_hash.load(Ordering::Relaxed));
-            let origin = (parent_hash, -1, -1);
+            let origin = (parent_hash(comm), -1, -1);
             comm_created(child, 0, -1, uid, 0, rc == NCCL_SUCCESS, call, origin);
         }
     })
@@ -439,12 +454,7 @@ pub unsafe extern "C" fn ncclCommGrow(
             *mut c_void,
         ) -> NcclResult;
         let call = CallId::NcclCommGrow;
-        let Some(f) = real!("ncclCommGrow", F) else {
-            *out = Some(missing(call));
-            return;
-        };
-        snapshot_at_init();
-        record_config(call, comm, cfg);
+        let f = real_or_return!(out, "ncclCommGrow", F, call);
         let h = if id.is_null() {
             0
         } else {
@@ -457,16 +467,13 @@ pub unsafe extern "C" fn ncclCommGrow(
             new_comm: 0,
         }
         .to_args();
-        let a = enter(call, comm, args);
-        let rc = forward(|| f(comm, nranks, id, rank, newcomm, cfg));
-        *out = Some(rc);
-        let child = out_comm(newcomm, rc);
+        let fwd = || f(comm, nranks, id, rank, newcomm, cfg);
+        let (a, rc, child) = create(call, comm, cfg, args, newcomm, fwd, out);
         a.finish(rc, comm, |pc| {
             pc.set_arg(arg_index!(NcclCommGrow, new_comm), p(child))
         });
-        if (rc == NCCL_SUCCESS || rc == NCCL_IN_PROGRESS) && !child.is_null() {
-            let parent_hash = comms::find(comm).map_or(0, |e| e.comm_hash.load(Ordering::Relaxed));
-            let origin = (parent_hash, -1, -1);
+        if !child.is_null() {
+            let origin = (parent_hash(comm), -1, -1);
             comm_created(child, nranks, rank, h, 0, rc == NCCL_SUCCESS, call, origin);
         }
     })

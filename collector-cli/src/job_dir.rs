@@ -1,0 +1,264 @@
+//! The one walk of a job directory per command: the shim's dumps (in the directory and its
+//! direct subdirectories, one per host being a common layout), the other regular files a
+//! PyTorch Flight Recorder dump may be among (a few folders deep), and what could not be looked
+//! at. The report, its runs and the Flight Recorder all read this listing instead of each
+//! walking the directory again.
+//!
+//! The two kinds of file are looked for as each was before the walks were one: dumps follow
+//! symbolic links (a link to a dump or to a host's subdirectory is read; a file reached twice,
+//! through a link loop, counts once by device and inode), and an entry that is not a regular file
+//! (a FIFO would block a reader forever) or a subdirectory that cannot be listed is a problem,
+//! not silence. The Flight Recorder's candidates follow no link and no hidden folder, so a link
+//! loop cannot send the walk round, and an unreadable folder below the hosts' level is passed
+//! over quietly (it holds no shim dump).
+
+use crate::load::{display_path, Problem};
+use std::path::{Path, PathBuf};
+
+/// How many folders below the job directory other files are looked for: PyTorch's dumps sit
+/// in `flight-recorder/` or `fr/` of a job's or a host's folder, seldom deeper
+/// (`<job>/<case>/flight-recorder/rank_N`).
+pub const OTHER_FILES_DEPTH: usize = 4;
+
+/// The files of a job directory, and what could not be looked at.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// Regular files with a dump's name, each file once, sorted.
+    pub files: Vec<PathBuf>,
+    /// Entries that could not be listed or are not regular files (a FIFO named like a dump
+    /// would block a reader forever; an unreadable subdirectory would hide dumps silently).
+    pub problems: Vec<Problem>,
+    /// Every other regular file (not a link, not named like one of our dumps) in the directory
+    /// and its non-hidden folders up to [`OTHER_FILES_DEPTH`] deep, unsorted: where
+    /// [`crate::flight_recorder::find_in_dir`] looks for PyTorch's dumps.
+    pub other_files: Vec<PathBuf>,
+}
+
+/// Whether a file is named like one of the shim's dumps.
+pub fn is_dump_name(p: &Path) -> bool {
+    // `<host>.<pid>.<start>.<tag>.ncclshim`, or `... .ncclshim.N` when O_EXCL had to pick another name.
+    p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        n.ends_with(".ncclshim")
+            || n.rsplit_once(".ncclshim.")
+                .is_some_and(|(_, s)| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// Dump files in `dir` and its direct subdirectories (one per host is a common layout), sorted.
+pub fn find_dumps(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    list_dumps(dir).map(|l| l.files)
+}
+
+/// Walks `dir` once: its dumps (see [`Listing::files`]), the other files and the problems. A
+/// file reached twice (a symbolic link back into the directory, a loop) is listed once, by its
+/// shortest path: files are the same when their device and inode are. Fails only when `dir`
+/// itself cannot be listed.
+pub fn list_dumps(dir: &Path) -> std::io::Result<Listing> {
+    use std::os::unix::fs::MetadataExt;
+    let entries = std::fs::read_dir(dir)?;
+    let mut walk = Walk {
+        root: dir,
+        candidates: Vec::new(),
+        problems: Vec::new(),
+        other_files: Vec::new(),
+    };
+    walk.visit(
+        dir,
+        entries,
+        Wanted {
+            depth: 0,
+            dumps: true,
+            others: true,
+        },
+    );
+    let Walk {
+        candidates,
+        mut problems,
+        other_files,
+        ..
+    } = walk;
+    let mut files = Vec::new();
+    for (p, m) in candidates {
+        if m.is_file() {
+            files.push((p, m));
+        } else {
+            problems.push(Problem {
+                file: display_path(dir, &p),
+                error: format!("not a regular file ({}); not read", file_type_name(&m)),
+            });
+        }
+    }
+    // Shortest path first, so a file reached through a link loop keeps its direct name.
+    files.sort_by_cached_key(|(p, _)| (p.components().count(), p.clone()));
+    let mut seen = std::collections::HashSet::new();
+    files.retain(|(_, m)| seen.insert((m.dev(), m.ino())));
+    let mut files: Vec<PathBuf> = files.into_iter().map(|(p, _)| p).collect();
+    files.sort();
+    problems.sort_by(|a, b| a.file.cmp(&b.file));
+    Ok(Listing {
+        files,
+        problems,
+        other_files,
+    })
+}
+
+/// What a folder is listed for.
+#[derive(Debug, Clone, Copy)]
+struct Wanted {
+    /// Folders below the job directory (0: the job directory).
+    depth: usize,
+    /// Dumps: in the job directory and its direct subdirectories.
+    dumps: bool,
+    /// Other files (the Flight Recorder's candidates).
+    others: bool,
+}
+
+struct Walk<'a> {
+    root: &'a Path,
+    /// Files with a dump's name, with their (followed) metadata.
+    candidates: Vec<(PathBuf, std::fs::Metadata)>,
+    problems: Vec<Problem>,
+    other_files: Vec<PathBuf>,
+}
+
+impl Walk<'_> {
+    fn problem(&mut self, p: &Path, error: String) {
+        self.problems.push(Problem {
+            file: display_path(self.root, p),
+            error,
+        });
+    }
+
+    fn visit(&mut self, dir: &Path, entries: std::fs::ReadDir, wanted: Wanted) {
+        for entry in entries {
+            let entry = match entry {
+                Ok(e) => e,
+                Err(e) if wanted.dumps && wanted.depth == 0 => {
+                    self.problem(dir, format!("cannot list: {e}"));
+                    continue;
+                }
+                Err(e) if wanted.dumps => {
+                    self.problem(dir, format!("cannot list this subdirectory: {e}"));
+                    break;
+                }
+                Err(_) => continue,
+            };
+            let path = entry.path();
+            let dumps_below = wanted.dumps && self.dump_entry(&path, wanted.depth);
+            let others_below = wanted.others && self.other_entry(&entry, &path, wanted.depth);
+            if !dumps_below && !others_below {
+                continue;
+            }
+            match std::fs::read_dir(&path) {
+                Ok(sub) => self.visit(
+                    &path,
+                    sub,
+                    Wanted {
+                        depth: wanted.depth + 1,
+                        dumps: dumps_below,
+                        others: others_below,
+                    },
+                ),
+                Err(e) if dumps_below => {
+                    self.problem(&path, format!("cannot list this subdirectory: {e}"))
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Takes `path` as a dump candidate when it is named like one; returns whether it is a
+    /// subdirectory whose dumps are wanted too (only the job directory's own).
+    fn dump_entry(&mut self, path: &Path, depth: usize) -> bool {
+        if depth > 0 && !is_dump_name(path) {
+            return false;
+        }
+        // Follows links: a link to a dump (or to a host's subdirectory) is read.
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) => {
+                self.problem(path, format!("cannot look at it: {e}"));
+                return false;
+            }
+        };
+        if depth == 0 && meta.is_dir() {
+            return true;
+        }
+        if is_dump_name(path) {
+            self.candidates.push((path.to_path_buf(), meta));
+        }
+        false
+    }
+
+    /// Keeps `path` when it is another regular file; returns whether it is a folder to look
+    /// in for more (not a link, not hidden, not too deep).
+    fn other_entry(&mut self, entry: &std::fs::DirEntry, path: &Path, depth: usize) -> bool {
+        let Ok(ft) = entry.file_type() else {
+            return false;
+        };
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if ft.is_dir() {
+            return depth < OTHER_FILES_DEPTH && !name.starts_with('.');
+        }
+        if ft.is_file() && !name.contains(".ncclshim") {
+            self.other_files.push(path.to_path_buf());
+        }
+        false
+    }
+}
+
+/// What kind of non-regular file `m` is, for a problem line.
+fn file_type_name(m: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else if t.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dump_names() {
+        assert!(is_dump_name(Path::new("/d/h.1.2.shim.ncclshim")));
+        assert!(is_dump_name(Path::new("/d/h.1.2.shim.ncclshim.3")));
+        assert!(!is_dump_name(Path::new("/d/h.1.2.shim.ncclshim.bak")));
+        assert!(!is_dump_name(Path::new("/d/notes.txt")));
+    }
+
+    /// One walk finds both kinds: the hosts' dumps one level down, PyTorch's files deeper,
+    /// and neither through a link loop or a hidden folder.
+    #[test]
+    fn one_walk_lists_dumps_and_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("host-a/flight-recorder")).unwrap();
+        std::fs::create_dir_all(d.join(".hidden")).unwrap();
+        std::fs::write(d.join("h.1.2.shim.ncclshim"), b"x").unwrap();
+        std::fs::write(d.join("host-a/h.3.4.shim.ncclshim"), b"x").unwrap();
+        std::fs::write(d.join("host-a/flight-recorder/rank_0"), b"x").unwrap();
+        std::fs::write(d.join(".hidden/rank_1"), b"x").unwrap();
+        std::os::unix::fs::symlink(".", d.join("again")).unwrap();
+        let l = list_dumps(d).unwrap();
+        assert_eq!(
+            l.files,
+            vec![
+                d.join("h.1.2.shim.ncclshim"),
+                d.join("host-a/h.3.4.shim.ncclshim")
+            ]
+        );
+        assert_eq!(l.other_files, vec![d.join("host-a/flight-recorder/rank_0")]);
+        assert!(l.problems.is_empty(), "{:?}", l.problems);
+    }
+}

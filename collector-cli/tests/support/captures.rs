@@ -1,0 +1,26 @@
+//! The real GPU captures under `tests/fixtures/real-gpu/<capture>/` (one `NAME.tar.gz` a case,
+//! with `cases.json` and `fr_trace.txt`), unpacked into a fresh temporary directory for a test:
+//! the archives stay as they were committed and no two tests share an unpacked tree.
+
+use std::path::{Path, PathBuf};
+
+/// `tests/fixtures/real-gpu`: one folder a capture (a GPU run's date, and the machine where one
+/// day had several).
+pub fn real_gpu_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/real-gpu")
+}
+
+/// Unpacks `capture_dir/NAME.tar.gz` into a fresh directory; returns its guard (the directory
+/// lives as long as it does) and the case folder `NAME/` inside (dumps/, logs/,
+/// flight-recorder/, as the capture holds them).
+pub fn unpack_case(capture_dir: &Path, name: &str) -> (tempfile::TempDir, PathBuf) {
+    let archive = capture_dir.join(format!("{name}.tar.gz"));
+    let file =
+        std::fs::File::open(&archive).unwrap_or_else(|e| panic!("{}: {e}", archive.display()));
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    tar::Archive::new(flate2::read::GzDecoder::new(file))
+        .unpack(dir.path())
+        .unwrap_or_else(|e| panic!("{}: {e}", archive.display()));
+    let case = dir.path().join(name);
+    (dir, case)
+}
