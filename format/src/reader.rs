@@ -14,6 +14,9 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+mod stream;
+pub use stream::{open_stream, DumpStream};
+
 /// Why a file could not be read as a dump at all. Always names the file and the offset.
 #[derive(Debug, thiserror::Error)]
 pub enum DumpError {
@@ -414,6 +417,12 @@ fn i32_at(b: &[u8], o: usize) -> i32 {
 
 /// Reads a dump file from disk.
 pub fn read_dump(path: &Path) -> Result<Dump, DumpError> {
+    let file = open_dump_file(path)?;
+    decode(&file, path)
+}
+
+/// Opens a dump for reading: a regular file only, and without waiting on a FIFO.
+fn open_dump_file(path: &Path) -> Result<std::fs::File, DumpError> {
     use std::os::unix::fs::OpenOptionsExt;
     let io = |source| DumpError::Io {
         path: path.to_path_buf(),
@@ -432,7 +441,7 @@ pub fn read_dump(path: &Path) -> Result<Dump, DumpError> {
             "not a regular file (a FIFO, socket or device is never read)",
         )));
     }
-    decode(&file, path)
+    Ok(file)
 }
 
 /// Decodes a dump from bytes in memory (`path` is only used in messages).
@@ -464,6 +473,16 @@ struct Geo {
 
 /// Decodes any `Source`.
 pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpError> {
+    let (mut dump, g) = decode_header(src, path)?;
+    read_rings(src, &g, &mut dump);
+    read_blobs(src, &g, &mut dump);
+    read_comm_table(src, &g, &mut dump);
+    Ok(dump)
+}
+
+/// The header checked and decoded, and the file's geometry: a `Dump` with no records, blobs or
+/// communicators yet (`decode` and the streaming reader fill those in).
+fn decode_header<S: Source + ?Sized>(src: &S, path: &Path) -> Result<(Dump, Geo), DumpError> {
     let p = || path.to_path_buf();
     let io_err = |source| DumpError::Io { path: p(), source };
     let len = src.size().map_err(io_err)?;
@@ -700,7 +719,7 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
             .arena_offset
             .saturating_add(tail_reserved.min(geo.tail_max)),
     };
-    let mut dump = Dump {
+    let dump = Dump {
         comms: Vec::new(),
         path: p(),
         header,
@@ -710,10 +729,7 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
         summary: Summary::default(),
         warnings,
     };
-    read_rings(src, &g, &mut dump);
-    read_blobs(src, &g, &mut dump);
-    read_comm_table(src, &g, &mut dump);
-    Ok(dump)
+    Ok((dump, g))
 }
 
 fn bad<T>(path: &Path, offset: u64, what: String) -> Result<T, DumpError> {
@@ -965,21 +981,7 @@ fn read_ring<S: Source + ?Sized>(
                 });
                 continue;
             }
-            let t_exit = u64_at(s, 16);
-            dump.records.push(Record {
-                ring,
-                seq,
-                tid: u32_at(s, 36),
-                kind_raw: u16_at(s, 24),
-                call_raw: u16_at(s, 26),
-                t_enter_ns: g.time_base.to_monotonic_ns(u64_at(s, 8)),
-                t_exit_ns: (t_exit != IN_FLIGHT).then(|| g.time_base.to_monotonic_ns(t_exit)),
-                rc: i32_at(s, 28),
-                flags: u32_at(s, 32),
-                comm: u64_at(s, 40),
-                blob: u64_at(s, 48),
-                args: std::array::from_fn(|i| u64_at(s, 56 + 8 * i)),
-            });
+            dump.records.push(record_from_slot(g, ring, seq, s));
         }
         if scratch.capacity() <= SCRATCH_KEPT_MAX {
             RING_SCRATCH.set(scratch);
@@ -1011,6 +1013,25 @@ fn read_ring<S: Source + ?Sized>(
         dump.summary.lost = dump.summary.lost.saturating_add(info.lost);
         dump.summary.in_flight = dump.summary.in_flight.saturating_add(in_flight);
         dump.rings.push(info);
+    }
+}
+
+/// One committed slot's fields as a record (`seq` from its commit word, checked by the caller).
+fn record_from_slot(g: &Geo, ring: u32, seq: u64, s: &[u8]) -> Record {
+    let t_exit = u64_at(s, 16);
+    Record {
+        ring,
+        seq,
+        tid: u32_at(s, 36),
+        kind_raw: u16_at(s, 24),
+        call_raw: u16_at(s, 26),
+        t_enter_ns: g.time_base.to_monotonic_ns(u64_at(s, 8)),
+        t_exit_ns: (t_exit != IN_FLIGHT).then(|| g.time_base.to_monotonic_ns(t_exit)),
+        rc: i32_at(s, 28),
+        flags: u32_at(s, 32),
+        comm: u64_at(s, 40),
+        blob: u64_at(s, 48),
+        args: std::array::from_fn(|i| u64_at(s, 56 + 8 * i)),
     }
 }
 
