@@ -2,10 +2,11 @@
 //! dump can be read with `jq` or diffed without this tool's analysis getting in the way.
 
 use crate::names::rc_name;
-use ncclshim_format::reader::{Blob, Dump, Record};
+use ncclshim_format::reader::{Blob, Dump, DumpStream, Record, Source, Warning};
 use ncclshim_format::schema::slot_flags;
 use ncclshim_format::{BlobKind, CallId, RecordKind};
 use serde_json::{json, Map, Value};
+use std::collections::HashSet;
 use std::io::Write;
 
 /// The decoded blob: JSON kinds parsed (falling back to text when the JSON is bad), text as text.
@@ -186,8 +187,38 @@ fn profiler_names(c: CallId, a: &[u64; 9]) -> Option<Value> {
     Some(v)
 }
 
-/// Writes the whole dump as JSON lines: header, records, warnings, summary.
+/// Writes a decoded dump as JSON lines: header, rings, records, unreferenced blobs, warnings,
+/// summary. `ncclshim dump` streams the same lines with [`write_dump_stream`].
 pub fn write_dump_lines(dump: &Dump, out: &mut dyn Write) -> std::io::Result<()> {
+    write_head(dump, out)?;
+    for r in &dump.records {
+        writeln!(out, "{}", record_value(dump, r))?;
+    }
+    let referenced: HashSet<u64> = dump.records.iter().map(|r| r.blob).collect();
+    write_tail(dump, &referenced, &[], out)
+}
+
+/// Writes the same lines as [`write_dump_lines`] from a dump read one record at a time: only
+/// the line being written is held, whatever the number of records.
+pub fn write_dump_stream<S: Source>(
+    stream: &DumpStream<S>,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    let dump = stream.dump();
+    write_head(dump, out)?;
+    // Only blobs that exist are remembered: the set is bounded by the blobs, not the records.
+    let mut referenced = HashSet::new();
+    let late = stream.for_each_record(|r| {
+        if dump.blobs.contains_key(&r.blob) {
+            referenced.insert(r.blob);
+        }
+        writeln!(out, "{}", record_value(dump, r))
+    })?;
+    write_tail(dump, &referenced, &late, out)
+}
+
+/// The lines before the records: header, then one per ring.
+fn write_head(dump: &Dump, out: &mut dyn Write) -> std::io::Result<()> {
     let header = serde_json::to_value(&dump.header).unwrap_or(Value::Null);
     writeln!(
         out,
@@ -197,17 +228,23 @@ pub fn write_dump_lines(dump: &Dump, out: &mut dyn Write) -> std::io::Result<()>
     for ring in &dump.rings {
         writeln!(out, "{}", json!({ "ring": ring }))?;
     }
-    for r in &dump.records {
-        writeln!(out, "{}", record_value(dump, r))?;
-    }
-    // Blobs no record points at (snapshots written before any ring existed, say).
-    let referenced: std::collections::HashSet<u64> = dump.records.iter().map(|r| r.blob).collect();
+    Ok(())
+}
+
+/// The lines after the records: blobs no record points at (snapshots written before any ring
+/// existed, say), warnings (the reader's, then `late` ones), the summary.
+fn write_tail(
+    dump: &Dump,
+    referenced: &HashSet<u64>,
+    late: &[Warning],
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
     for b in dump.blobs.values() {
         if !referenced.contains(&b.offset) {
             writeln!(out, "{}", json!({ "blob": blob_value(b) }))?;
         }
     }
-    for w in &dump.warnings {
+    for w in dump.warnings.iter().chain(late) {
         writeln!(out, "{}", json!({ "warning": w }))?;
     }
     writeln!(out, "{}", json!({ "summary": dump.summary }))?;

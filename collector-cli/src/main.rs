@@ -318,10 +318,11 @@ fn cmd_doctor(json: bool, color: ColorChoice) -> anyhow::Result<ExitCode> {
 }
 
 fn cmd_dump(file: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let dump = ncclshim_format::reader::read_dump(file)?;
+    // Streamed: the records are read from the file as they are printed, never all held.
+    let stream = ncclshim_format::reader::open_stream(file)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    match dumpjson::write_dump_lines(&dump, &mut out).and_then(|_| out.flush()) {
+    match dumpjson::write_dump_stream(&stream, &mut out).and_then(|_| out.flush()) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         // `ncclshim dump f | head` is normal use.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),

@@ -14,6 +14,9 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+mod stream;
+pub use stream::{open_stream, DumpStream};
+
 /// Why a file could not be read as a dump at all. Always names the file and the offset.
 #[derive(Debug, thiserror::Error)]
 pub enum DumpError {
@@ -425,6 +428,12 @@ fn i32_at(b: &[u8], o: usize) -> i32 {
 
 /// Reads a dump file from disk.
 pub fn read_dump(path: &Path) -> Result<Dump, DumpError> {
+    let file = open_dump_file(path)?;
+    decode(&file, path)
+}
+
+/// Opens a dump for reading: a regular file only, and without waiting on a FIFO.
+fn open_dump_file(path: &Path) -> Result<std::fs::File, DumpError> {
     use std::os::unix::fs::OpenOptionsExt;
     let io = |source| DumpError::Io {
         path: path.to_path_buf(),
@@ -443,7 +452,7 @@ pub fn read_dump(path: &Path) -> Result<Dump, DumpError> {
             "not a regular file (a FIFO, socket or device is never read)",
         )));
     }
-    decode(&file, path)
+    Ok(file)
 }
 
 /// Decodes a dump from bytes in memory (`path` is only used in messages).
@@ -475,6 +484,16 @@ struct Geo {
 
 /// Decodes any `Source`.
 pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpError> {
+    let (mut dump, g) = decode_header(src, path)?;
+    read_rings(src, &g, &mut dump);
+    read_blobs(src, &g, &mut dump);
+    read_comm_table(src, &g, &mut dump);
+    Ok(dump)
+}
+
+/// The header checked and decoded, and the file's geometry: a `Dump` with no records, blobs or
+/// communicators yet (`decode` and the streaming reader fill those in).
+fn decode_header<S: Source + ?Sized>(src: &S, path: &Path) -> Result<(Dump, Geo), DumpError> {
     let p = || path.to_path_buf();
     let io_err = |source| DumpError::Io { path: p(), source };
     let len = src.size().map_err(io_err)?;
@@ -711,7 +730,7 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
             .arena_offset
             .saturating_add(tail_reserved.min(geo.tail_max)),
     };
-    let mut dump = Dump {
+    let dump = Dump {
         comms: Vec::new(),
         path: p(),
         header,
@@ -721,10 +740,7 @@ pub fn decode<S: Source + ?Sized>(src: &S, path: &Path) -> Result<Dump, DumpErro
         summary: Summary::default(),
         warnings,
     };
-    read_rings(src, &g, &mut dump);
-    read_blobs(src, &g, &mut dump);
-    read_comm_table(src, &g, &mut dump);
-    Ok(dump)
+    Ok((dump, g))
 }
 
 fn bad<T>(path: &Path, offset: u64, what: String) -> Result<T, DumpError> {
@@ -982,22 +998,7 @@ fn read_ring<S: Source + ?Sized>(
                 });
                 continue;
             }
-            let t_exit = slot_u64(s, 16);
-            let tb = &g.time_base;
-            dump.records.push(Record {
-                ring,
-                seq,
-                tid: slot_u32(s, 36),
-                kind_raw: u16::from_le_bytes([s[24], s[25]]),
-                call_raw: u16::from_le_bytes([s[26], s[27]]),
-                t_enter_ns: tb.to_monotonic_ns(slot_u64(s, 8)),
-                t_exit_ns: (t_exit != IN_FLIGHT).then(|| tb.to_monotonic_ns(t_exit)),
-                rc: slot_u32(s, 28) as i32,
-                flags: slot_u32(s, 32),
-                comm: slot_u64(s, 40),
-                blob: slot_u64(s, 48),
-                args: std::array::from_fn(|i| slot_u64(s, 56 + 8 * i)),
-            });
+            dump.records.push(record_from_slot(g, ring, seq, s));
         }
         if scratch.capacity() <= SCRATCH_KEPT_MAX {
             RING_SCRATCH.set(scratch);
@@ -1029,6 +1030,28 @@ fn read_ring<S: Source + ?Sized>(
         dump.summary.lost = dump.summary.lost.saturating_add(info.lost);
         dump.summary.in_flight = dump.summary.in_flight.saturating_add(in_flight);
         dump.rings.push(info);
+    }
+}
+
+/// One committed slot's fields as a record (`seq` from its commit word, checked by the caller).
+fn record_from_slot(g: &Geo, ring: u32, seq: u64, s: &[u8; SLOT_SIZE]) -> Record {
+    // Every field is at a fixed offset inside the slot array: no bounds checks (this runs for
+    // every slot of every dump of a job).
+    let t_exit = slot_u64(s, 16);
+    let tb = &g.time_base;
+    Record {
+        ring,
+        seq,
+        tid: slot_u32(s, 36),
+        kind_raw: u16::from_le_bytes([s[24], s[25]]),
+        call_raw: u16::from_le_bytes([s[26], s[27]]),
+        t_enter_ns: tb.to_monotonic_ns(slot_u64(s, 8)),
+        t_exit_ns: (t_exit != IN_FLIGHT).then(|| tb.to_monotonic_ns(t_exit)),
+        rc: slot_u32(s, 28) as i32,
+        flags: slot_u32(s, 32),
+        comm: slot_u64(s, 40),
+        blob: slot_u64(s, 48),
+        args: std::array::from_fn(|i| slot_u64(s, 56 + 8 * i)),
     }
 }
 
