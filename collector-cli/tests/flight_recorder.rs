@@ -129,7 +129,7 @@ fn every_format_version_is_read_and_judged() {
             "v2.10",
             "2.10",
             vec![0, 1, 2],
-            "rank 2 last issued all_reduce #3 (completed) at train.py:50; ranks 0-1 wait in all_reduce #4 (scheduled) at train.py:50",
+            "rank 2 last issued all_reduce #3 (Flight Recorder collective_seq_id; shim seq 2), completed, at train.py:50; ranks 0-1 wait in all_reduce #4 (Flight Recorder collective_seq_id; shim seq 3), scheduled, at train.py:50",
         ),
     ];
     for (folder, version, want_ranks, says) in cases {
@@ -278,8 +278,8 @@ fn mr_hang_names_the_missing_rank_fr_trace_names_with_the_python_line() {
     );
     let ev = evidence_text(&v);
     for want in [
-        "rank 2 last issued all_reduce #10 (completed)",
-        "ranks 0-1 wait in all_reduce #11 (scheduled) at mr.py:50",
+        "rank 2 last issued all_reduce #10 (Flight Recorder collective_seq_id; shim seq 9), completed",
+        "ranks 0-1 wait in all_reduce #11 (Flight Recorder collective_seq_id; shim seq 10), scheduled, at mr.py:50",
         "0:default_pg",
     ] {
         assert!(
@@ -303,9 +303,9 @@ fn mr_op_mismatch_names_the_culprit_fr_trace_names_with_both_lines() {
     assert_eq!(primary_ranks(&v)[0], vec![1], "{:#?}", finding_ids(&v));
     let ev = evidence_text(&v);
     for want in [
-        "ranks disagree on the collective type of collective #6",
-        "rank 0 issued all_reduce #6 [[1024]] Float at mr.py:85",
-        "rank 1 issued broadcast #6 [[1024]] Float at mr.py:87",
+        "ranks disagree on the collective type of collective #6 (Flight Recorder collective_seq_id; shim seq 5)",
+        "rank 0 issued all_reduce [[1024]] Float at mr.py:85",
+        "rank 1 issued broadcast [[1024]] Float at mr.py:87",
     ] {
         assert!(
             ev.contains(want),
@@ -324,7 +324,7 @@ fn mr_crash_does_better_than_fr_trace_where_a_dump_is_missing() {
     // which rank has no Flight Recorder dump.
     assert_eq!(ranks(&v["flight_recorder"]["ranks_without_dump"]), vec![1]);
     assert_eq!(primary_ranks(&v)[0], vec![1], "{:#?}", finding_ids(&v));
-    assert!(evidence_text(&v).contains("rank 0 waits in all_reduce #11 (scheduled) at mr.py:61"));
+    assert!(evidence_text(&v).contains("rank 0 waits in all_reduce #11 (Flight Recorder collective_seq_id; shim seq 10), scheduled, at mr.py:61"));
 }
 
 // ---- Flight Recorder dumps only ----------------------------------------------------------------
@@ -370,7 +370,7 @@ fn flight_recorder_only_mr_op_mismatch_still_names_rank_1() {
         .expect("a primary finding");
     assert_eq!(primary["catalog"], "C19", "{:#?}", finding_ids(&v));
     assert_eq!(ranks(&primary["ranks"]), vec![1]);
-    assert!(evidence_text(&v).contains("broadcast #6 [[1024]] Float at mr.py:87"));
+    assert!(evidence_text(&v).contains("broadcast [[1024]] Float at mr.py:87"));
 }
 
 #[test]
@@ -379,6 +379,80 @@ fn flight_recorder_only_mr_crash_names_the_rank_without_a_dump() {
     let (_, v, _) = report_json(&dir, &[]);
     assert_eq!(primary_ranks(&v), vec![vec![1]], "{:#?}", finding_ids(&v));
     assert_eq!(ranks(&v["flight_recorder"]["ranks_without_dump"]), vec![1]);
+}
+
+// ---- the trace ----------------------------------------------------------------------------------
+
+/// `ncclshim trace` on a real capture with Flight Recorder dumps beside the shim's (issue 25):
+/// the slices of a communicator name its process group, and each collective call carries the
+/// Flight Recorder entry of the same collective (shim seq N is collective_seq_id N + 1) with the
+/// Python stack that issued it. mr-hang: ranks 0-1 wait in all_reduce #11, issued at mr.py:50.
+#[test]
+fn the_trace_names_process_groups_and_carries_each_collectives_python_stack() {
+    let (guard, case) = unpack("mr-hang");
+    let trace_path = guard.path().join("trace.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .arg("trace")
+        .arg(&case)
+        .arg("-o")
+        .arg(&trace_path)
+        .output()
+        .expect("the ncclshim binary runs");
+    assert!(out.status.success(), "{out:?}");
+    let trace: Value = serde_json::from_slice(&std::fs::read(&trace_path).unwrap()).expect("JSON");
+    collector_cli::trace::validate::validate(&trace).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let all_reduces: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            e["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("ncclAllReduce"))
+        })
+        .collect();
+    assert!(
+        !all_reduces.is_empty(),
+        "the trace draws the all-reduce calls"
+    );
+    // Every rank's, rank 2's too (it left no Flight Recorder dump: named by the others').
+    for e in &all_reduces {
+        assert_eq!(e["args"]["process_group"], "0:default_pg", "{e}");
+    }
+    let with_entry: Vec<&&Value> = all_reduces
+        .iter()
+        .filter(|e| e["args"].get("flight_recorder").is_some())
+        .collect();
+    assert!(
+        !with_entry.is_empty(),
+        "calls carry their Flight Recorder entry"
+    );
+    for e in with_entry {
+        let fr = &e["args"]["flight_recorder"];
+        assert_eq!(
+            fr["collective_seq_id"],
+            e["args"]["seq"].as_i64().unwrap() + 1,
+            "{e}"
+        );
+        assert_eq!(fr["profiling_name"], "nccl:all_reduce", "{e}");
+    }
+    let hung: Vec<&&Value> = all_reduces
+        .iter()
+        .filter(|e| e["args"]["seq"] == 10)
+        .collect();
+    assert_eq!(hung.len(), 2, "ranks 0-1 entered all_reduce #11: {hung:?}");
+    for e in hung {
+        let fr = &e["args"]["flight_recorder"];
+        assert_eq!(fr["site"], "mr.py:50", "{e}");
+        assert_eq!(fr["state"], "scheduled", "{e}");
+        assert!(
+            fr["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| { f["filename"].as_str().unwrap().ends_with("mr.py") && f["line"] == 50 }),
+            "the Python stack: {e}"
+        );
+    }
 }
 
 // ---- cost ------------------------------------------------------------------------------------

@@ -9,9 +9,15 @@
 //! into arbitrary nesting, so a pickle that refers to itself ends), and a budget on decoded
 //! values stops a small pickle whose memo references would multiply into gigabytes (a list of
 //! N references to an entry of M references to a frame decodes N x M frames).
+//!
+//! Shared as the pickle shares: an entry's strings and frames are decoded once per pickle node
+//! (PyTorch memoizes each distinct string and frame and refers back to it), so 2,000 entries
+//! naming the same state, dtype and three frames cost one allocation each, not 2,000.
 
 use super::format::{FrEntry, FrFile, Frame, Lenient, PgConfig, PgStatus, Ranks};
 use super::pickle::{Node, NodeId, Pickle};
+use rustc_hash::FxHashMap;
+use std::sync::Arc;
 
 /// Decoded values allowed per input byte: an honest dump decodes less than one value per byte
 /// (a memo reference to a shared string costs 2 bytes, a shared 3-frame stack 2 bytes for 10
@@ -23,6 +29,10 @@ pub struct Decoder<'p, 'a> {
     p: &'p Pickle<'a>,
     /// Values still allowed (see [`VALUES_PER_BYTE`]).
     budget: usize,
+    /// Strings already decoded, by node: a memoized string is one node however often used.
+    shared_strings: FxHashMap<NodeId, Arc<str>>,
+    /// Frames already decoded, by node (a memoized frame dict).
+    shared_frames: FxHashMap<NodeId, Arc<Frame>>,
 }
 
 type Result<T> = std::result::Result<T, String>;
@@ -34,6 +44,8 @@ impl<'p, 'a> Decoder<'p, 'a> {
             budget: input_len
                 .saturating_mul(VALUES_PER_BYTE)
                 .saturating_add(4096),
+            shared_strings: FxHashMap::default(),
+            shared_frames: FxHashMap::default(),
         }
     }
 
@@ -68,6 +80,29 @@ impl<'p, 'a> Decoder<'p, 'a> {
         }
     }
 
+    /// A string node as a shared `Arc<str>` (the same one for every reference to the node).
+    fn shared_string(&mut self, id: NodeId) -> Result<Option<Arc<str>>> {
+        let Node::Str(b) = self.p.node(id) else {
+            return Ok(None);
+        };
+        self.spend(1)?;
+        let s = self
+            .shared_strings
+            .entry(id)
+            .or_insert_with(|| Arc::from(String::from_utf8_lossy(b)));
+        Ok(Some(s.clone()))
+    }
+
+    fn shared_strings(&mut self, id: NodeId) -> Result<Vec<Arc<str>>> {
+        let items = self.p.items(id);
+        self.spend(items.len())?;
+        let mut out = Vec::with_capacity(items.len());
+        for &i in items {
+            out.push(self.shared_string(i)?.unwrap_or_default());
+        }
+        Ok(out)
+    }
+
     fn lenient(&mut self, id: NodeId) -> Result<Lenient> {
         Ok(match self.p.node(id) {
             Node::Str(_) => Lenient::Text(self.string(id)?.unwrap_or_default()),
@@ -75,16 +110,6 @@ impl<'p, 'a> Decoder<'p, 'a> {
             Node::Float(f) => Lenient::Float(f),
             _ => Lenient::None,
         })
-    }
-
-    fn strings(&mut self, id: NodeId) -> Result<Vec<String>> {
-        let items = self.p.items(id);
-        self.spend(items.len())?;
-        let mut out = Vec::with_capacity(items.len());
-        for &i in items {
-            out.push(self.string(i)?.unwrap_or_default());
-        }
-        Ok(out)
     }
 
     fn ints(&mut self, id: NodeId) -> Result<Vec<i64>> {
@@ -187,7 +212,7 @@ impl<'p, 'a> Decoder<'p, 'a> {
             match self.key(k) {
                 b"record_id" => e.record_id = self.int(v).unwrap_or_default(),
                 b"pg_id" => e.pg_id = self.int(v).unwrap_or_default(),
-                b"process_group" => e.process_group = self.strings(v)?,
+                b"process_group" => e.process_group = self.shared_strings(v)?,
                 b"collective_seq_id" => {
                     have_collective_seq = true;
                     e.collective_seq_id = self.int(v).unwrap_or_default();
@@ -196,12 +221,12 @@ impl<'p, 'a> Decoder<'p, 'a> {
                 b"seq_id" => seq_id = self.int(v),
                 b"p2p_seq_id" => e.p2p_seq_id = self.int(v).unwrap_or_default(),
                 b"op_id" => e.op_id = self.int(v).unwrap_or_default(),
-                b"profiling_name" => e.profiling_name = self.string(v)?.unwrap_or_default(),
+                b"profiling_name" => e.profiling_name = self.shared_string(v)?.unwrap_or_default(),
                 b"input_sizes" => e.input_sizes = self.sizes(v)?,
-                b"input_dtypes" => e.input_dtypes = self.strings(v)?,
+                b"input_dtypes" => e.input_dtypes = self.shared_strings(v)?,
                 b"output_sizes" => e.output_sizes = self.sizes(v)?,
-                b"output_dtypes" => e.output_dtypes = self.strings(v)?,
-                b"state" => e.state = self.string(v)?.unwrap_or_default(),
+                b"output_dtypes" => e.output_dtypes = self.shared_strings(v)?,
+                b"state" => e.state = self.shared_string(v)?.unwrap_or_default(),
                 b"time_created_ns" => e.time_created_ns = self.int(v),
                 b"time_discovered_started_ns" => e.time_discovered_started_ns = self.int(v),
                 b"time_discovered_completed_ns" => e.time_discovered_completed_ns = self.int(v),
@@ -213,7 +238,7 @@ impl<'p, 'a> Decoder<'p, 'a> {
                     self.spend(items.len())?;
                     e.frames.reserve_exact(items.len());
                     for &f in items {
-                        let f = self.frame(f)?;
+                        let f = self.shared_frame(f)?;
                         e.frames.push(f);
                     }
                 }
@@ -224,6 +249,16 @@ impl<'p, 'a> Decoder<'p, 'a> {
             e.collective_seq_id = s;
         }
         Ok(e)
+    }
+
+    /// A frame dict as a shared `Arc<Frame>` (decoded once per node).
+    fn shared_frame(&mut self, id: NodeId) -> Result<Arc<Frame>> {
+        if let Some(f) = self.shared_frames.get(&id) {
+            return Ok(f.clone());
+        }
+        let f = Arc::new(self.frame(id)?);
+        self.shared_frames.insert(id, f.clone());
+        Ok(f)
     }
 
     fn frame(&mut self, id: NodeId) -> Result<Frame> {

@@ -10,6 +10,7 @@
 //! was `seq_id`), and a field that is absent must never make the whole dump unreadable.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The dump as a whole.
 #[derive(Debug, Clone, Default)]
@@ -45,24 +46,28 @@ pub struct PgStatus {
 }
 
 /// One collective or point-to-point operation of the ring.
+///
+/// Its strings are `Arc<str>` and its frames `Arc<Frame>`: PyTorch's pickler writes each
+/// distinct string and frame once and refers back to it, and [`super::decode`] keeps that
+/// sharing (one allocation per distinct value per dump, not one per entry).
 #[derive(Debug, Clone, Default)]
 pub struct FrEntry {
     pub record_id: i64,
     pub pg_id: i64,
     /// (name, description) of its process group.
-    pub process_group: Vec<String>,
+    pub process_group: Vec<Arc<str>>,
     /// The process group's collective sequence number (1 for the first); `seq_id` before 2.2.
     pub collective_seq_id: i64,
     pub p2p_seq_id: i64,
     pub op_id: i64,
     /// "nccl:all_reduce", "nccl:send 0->1", "nccl:_allgather_base", "nccl:coalesced".
-    pub profiling_name: String,
+    pub profiling_name: Arc<str>,
     pub input_sizes: Vec<Vec<i64>>,
-    pub input_dtypes: Vec<String>,
+    pub input_dtypes: Vec<Arc<str>>,
     pub output_sizes: Vec<Vec<i64>>,
-    pub output_dtypes: Vec<String>,
+    pub output_dtypes: Vec<Arc<str>>,
     /// "scheduled", "started" or "completed".
-    pub state: String,
+    pub state: Arc<str>,
     pub time_created_ns: Option<i64>,
     pub time_discovered_started_ns: Option<i64>,
     pub time_discovered_completed_ns: Option<i64>,
@@ -70,7 +75,7 @@ pub struct FrEntry {
     pub timeout_ms: Option<i64>,
     pub is_p2p: bool,
     /// The Python stack, innermost first.
-    pub frames: Vec<Frame>,
+    pub frames: Vec<Arc<Frame>>,
 }
 
 /// One Python frame.
@@ -135,7 +140,7 @@ impl FrEntry {
         let n = self
             .profiling_name
             .split_once(':')
-            .map_or(self.profiling_name.as_str(), |(_, op)| op);
+            .map_or(&*self.profiling_name, |(_, op)| op);
         n.split_whitespace().next().unwrap_or(n)
     }
 
@@ -146,6 +151,7 @@ impl FrEntry {
             .iter()
             .find(|f| !is_torch_frame(&f.filename))
             .or_else(|| self.frames.first())
+            .map(|f| &**f)
     }
 
     /// `mr.py:50` for the user's frame.
@@ -157,7 +163,7 @@ impl FrEntry {
     }
 
     pub fn completed(&self) -> bool {
-        self.state == "completed"
+        &*self.state == "completed"
     }
 
     /// Elements of the first input tensor (what NCCL's count is for the usual one-tensor call).
@@ -215,10 +221,12 @@ mod tests {
 
     #[test]
     fn user_frame_skips_torch() {
-        let f = |filename: &str, line| Frame {
-            name: "x".into(),
-            filename: filename.into(),
-            line,
+        let f = |filename: &str, line| {
+            Arc::new(Frame {
+                name: "x".into(),
+                filename: filename.into(),
+                line,
+            })
         };
         let e = FrEntry {
             frames: vec![

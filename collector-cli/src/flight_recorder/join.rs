@@ -18,6 +18,7 @@ use crate::rules::{Evidence, EvidenceKind};
 use ncclshim_format::{args, ArgView, CallId};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// NCCL's function for a PyTorch collective name (`fr_trace`'s `COLLECTIVES` and `P2P`
 /// names; `barrier` is an all-reduce of one element in ProcessGroupNCCL).
@@ -348,9 +349,9 @@ fn ranks_text(ranks: &[u32]) -> String {
 type Signature = (
     String,
     Vec<Vec<i64>>,
-    Vec<String>,
+    Vec<Arc<str>>,
     Vec<Vec<i64>>,
-    Vec<String>,
+    Vec<Arc<str>>,
 );
 
 /// [`Signature`] of one entry.
@@ -364,11 +365,23 @@ fn signature(e: &FrEntry) -> Signature {
     )
 }
 
+/// How the evidence writes a Flight Recorder entry's number, the one place it is worded:
+/// PyTorch's `collective_seq_id` counts from 1 and the shim's `seq` (which the rest of the
+/// report quotes) from 0, so the Flight Recorder's #11 is the shim's seq 10. Both are named so
+/// that a reader sees one collective, not two a step apart.
+fn numbered(seq: i64) -> String {
+    format!(
+        "#{seq} (Flight Recorder collective_seq_id; shim seq {})",
+        seq.saturating_sub(1)
+    )
+}
+
+/// An entry at a sequence number the line has already named ([`numbered`]): type, sizes,
+/// dtypes and the user's line.
 fn describe_entry(e: &FrEntry) -> String {
     let mut s = format!(
-        "{} #{} {:?} {}",
+        "{} {:?} {}",
         e.op_name(),
-        e.collective_seq_id,
         e.input_sizes,
         e.input_dtypes.join(",")
     );
@@ -422,7 +435,7 @@ pub fn evidence(fr: &FlightRecorder, comm_of: &BTreeMap<String, u64>) -> Vec<Evi
                 last.entry((
                     e.collective_seq_id,
                     e.op_name().to_owned(),
-                    e.state.clone(),
+                    e.state.to_string(),
                     e.site().unwrap_or_default(),
                 ))
                 .or_default()
@@ -439,14 +452,13 @@ pub fn evidence(fr: &FlightRecorder, comm_of: &BTreeMap<String, u64>) -> Vec<Evi
                     } else {
                         format!(" at {site}")
                     };
+                    let at = if at.is_empty() { at } else { format!(",{at}") };
+                    let n = numbered(*seq);
                     if state == "completed" {
-                        format!(
-                            "{} last issued {op} #{seq} (completed){at}",
-                            ranks_text(ranks)
-                        )
+                        format!("{} last issued {op} {n}, completed{at}", ranks_text(ranks))
                     } else {
                         let wait = if ranks.len() == 1 { "waits" } else { "wait" };
-                        format!("{} {wait} in {op} #{seq} ({state}){at}", ranks_text(ranks))
+                        format!("{} {wait} in {op} {n}, {state}{at}", ranks_text(ranks))
                     }
                 })
                 .collect();
@@ -506,7 +518,8 @@ pub fn evidence(fr: &FlightRecorder, comm_of: &BTreeMap<String, u64>) -> Vec<Evi
                 Evidence::new(
                     EvidenceKind::Progress,
                     format!(
-                        "Flight Recorder, {label}: ranks disagree on the {what} of collective #{seq}: {}",
+                        "Flight Recorder, {label}: ranks disagree on the {what} of collective {}: {}",
+                        numbered(*seq),
                         parts.join("; ")
                     ),
                 )

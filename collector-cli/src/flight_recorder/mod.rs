@@ -81,7 +81,7 @@ impl RankDump {
         let by_name = e.process_group.first();
         self.groups
             .iter()
-            .find(|g| by_name.is_some_and(|n| *n == g.name))
+            .find(|g| by_name.is_some_and(|n| **n == *g.name))
             .or_else(|| self.groups.iter().find(|g| g.id == e.pg_id.to_string()))
     }
 }

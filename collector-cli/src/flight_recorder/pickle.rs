@@ -507,7 +507,12 @@ pub fn parse(bytes: &[u8]) -> Result<Pickle<'_>> {
     let mut m = Machine {
         bytes,
         pos: 0,
-        out: Pickle::default(),
+        // About one node per 8 bytes in PyTorch's dumps (the synthetic 2,000-entry dump: 54,053
+        // nodes in 443,484 bytes): reserved once instead of grown by doubling.
+        out: Pickle {
+            nodes: Vec::with_capacity(bytes.len() / 6),
+            ..Pickle::default()
+        },
         stack: Vec::new(),
         marks: Vec::new(),
         memo: Memo::default(),

@@ -4,6 +4,7 @@
 //! follows the largest process, not the job (16 M records took 23 GB and more when the whole
 //! job was one JSON tree).
 
+use super::flight_recorder::TraceFlightRecorder;
 use super::{write_trace_json, write_trace_to, DumpExtent};
 use crate::load::{display_path, Problem, KEEP_OPERATIONS};
 use crate::model::{JobModel, ProcessModel};
@@ -111,6 +112,8 @@ pub fn trace_files(dir: &Path, files: &[PathBuf], output: &Path) -> anyhow::Resu
         extents_by_file.push(f.extent);
         parts.push(f.model);
     }
+    // PyTorch Flight Recorder dumps in the job directory name the process groups.
+    let fr = TraceFlightRecorder::load(dir, &parts);
     let job = JobModel::from_processes(parts);
     // Each process's files, in listing order.
     let index: std::collections::HashMap<_, usize> = job
@@ -129,7 +132,7 @@ pub fn trace_files(dir: &Path, files: &[PathBuf], output: &Path) -> anyhow::Resu
     }
     let mut reread: Vec<Problem> = Vec::new();
     write_trace_to(output, |out| {
-        write_trace_json(out, &job, &extents, |i| {
+        write_trace_json(out, &job, &fr, &extents, |i| {
             // The process's files were read a moment ago; one that is gone or changed since
             // (a job still writing) is left out and said so.
             let dumps: Vec<Result<Dump, Problem>> = files_of[i]

@@ -16,12 +16,14 @@
 //! events exactly as the report's failure order does; across machines the wall clock (NTP/PTP)
 //! is all there is, and the report says when two failures are too close to order.
 
+pub mod flight_recorder;
 pub mod input;
 mod items;
 pub mod validate;
 
 use crate::model::JobModel;
 use crate::names::rc_name;
+use flight_recorder::{NamedGroup, TraceFlightRecorder};
 use items::{Item, LifeSign, What};
 use ncclshim_format::profnames::{self, NameTable};
 use ncclshim_format::reader::{Dump, Record};
@@ -129,20 +131,13 @@ struct TraceProcess {
     died: bool,
     signals: Vec<(u64, u64)>,
     /// Names of the process's communicators as its framework knows them (PyTorch's process
-    /// group name and description), by the communicator value its records carry (`comm`):
-    /// drawn as each slice's `process_group` argument. The hook for the Flight Recorder join
-    /// ([`process_group_names`]).
-    process_groups: HashMap<u64, String>,
+    /// group name and description, from the Flight Recorder dumps beside the shim's), by the
+    /// communicator value its records carry (`comm`): drawn as each slice's `process_group`
+    /// argument.
+    process_groups: HashMap<u64, NamedGroup>,
 }
 
-/// The framework's names of the communicators of process `p`, by the `comm` value of its
-/// records. Empty until the Flight Recorder join (issue 25) puts process-group names into the
-/// model; this is where it connects to the trace.
-fn process_group_names(_p: &crate::model::ProcessModel) -> HashMap<u64, String> {
-    HashMap::new()
-}
-
-fn trace_processes(job: &JobModel) -> Vec<TraceProcess> {
+fn trace_processes(job: &JobModel, fr: &TraceFlightRecorder) -> Vec<TraceProcess> {
     job.processes
         .iter()
         .enumerate()
@@ -152,7 +147,7 @@ fn trace_processes(job: &JobModel) -> Vec<TraceProcess> {
             clock_offset: p.clock_offset,
             died: p.died(),
             signals: p.signals.clone(),
-            process_groups: process_group_names(p),
+            process_groups: fr.groups_of(p),
         })
         .collect()
 }
@@ -206,6 +201,8 @@ fn origin(processes: &[TraceProcess], extents: &[Vec<DumpExtent>]) -> i128 {
 /// metadata first), each preceded by a comma unless it is the trace's first.
 struct EventWriter<'w> {
     out: &'w mut dyn Write,
+    fr: &'w TraceFlightRecorder,
+    job: &'w JobModel,
     origin: i128,
     first: bool,
 }
@@ -218,8 +215,16 @@ impl EventWriter<'_> {
         serde_json::to_writer(&mut *self.out, e).map_err(std::io::Error::from)
     }
 
-    fn process<D: Borrow<Dump>>(&mut self, p: &TraceProcess, dumps: &[D]) -> std::io::Result<()> {
+    fn process<D: Borrow<Dump>>(
+        &mut self,
+        i: usize,
+        p: &TraceProcess,
+        dumps: &[D],
+    ) -> std::io::Result<()> {
         let pid = p.pid;
+        // This process's Flight Recorder collectives, by (group, collective_seq_id).
+        let (fr, job) = (self.fr, self.job);
+        let fr_collectives = fr.collectives_of(&job.processes[i]);
         let mut names: HashMap<Group, String> = HashMap::new();
         let mut items: Vec<Item> = Vec::new();
         let mut life_end: Option<(i128, LifeSign)> = None;
@@ -296,12 +301,27 @@ impl EventWriter<'_> {
                         args.insert("last_sign_of_life".into(), json!(sign.describe()));
                     }
                 }
-                let comm = item
+                let record = item
                     .what
                     .record()
-                    .and_then(|rec| d.map(|d| d.records[rec].comm));
-                if let Some(group) = comm.and_then(|c| p.process_groups.get(&c)) {
-                    args.insert("process_group".into(), json!(group));
+                    .and_then(|rec| d.map(|d| &d.records[rec]));
+                if let Some((r, group)) =
+                    record.and_then(|r| Some((r, p.process_groups.get(&r.comm)?)))
+                {
+                    args.insert("process_group".into(), json!(group.label));
+                    // The Flight Recorder entry of the same collective: the shim's seq N is
+                    // PyTorch's collective_seq_id N + 1.
+                    let entry = match (item.what, r.call(), r.arg("seq")) {
+                        (What::Call { .. }, Some(call), Some(seq))
+                            if flight_recorder::is_numbered_collective(call) =>
+                        {
+                            fr_collectives.get(&(group.name(), seq as i64 + 1))
+                        }
+                        _ => None,
+                    };
+                    if let Some(e) = entry {
+                        args.insert("flight_recorder".into(), flight_recorder::entry_arg(e));
+                    }
                 }
             }
             match item.dur {
@@ -338,10 +358,11 @@ impl EventWriter<'_> {
 pub fn write_trace_json<D: Borrow<Dump>>(
     out: &mut dyn Write,
     job: &JobModel,
+    fr: &TraceFlightRecorder,
     extents: &[Vec<DumpExtent>],
     mut dumps_of: impl FnMut(usize) -> Vec<D>,
 ) -> std::io::Result<()> {
-    let processes = trace_processes(job);
+    let processes = trace_processes(job, fr);
     let origin = origin(&processes, extents);
     // The keys in the order serde_json has always written them (sorted).
     write!(
@@ -354,12 +375,14 @@ pub fn write_trace_json<D: Borrow<Dump>>(
     )?;
     let mut w = EventWriter {
         out,
+        fr,
+        job,
         origin,
         first: true,
     };
     for (i, p) in processes.iter().enumerate() {
         let dumps = dumps_of(i);
-        w.process(p, &dumps)?;
+        w.process(i, p, &dumps)?;
     }
     out.write_all(b"]}")?;
     Ok(())
@@ -386,7 +409,8 @@ pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
         .map(|ds| ds.iter().map(|d| DumpExtent::of(d)).collect())
         .collect();
     let mut bytes = Vec::new();
-    write_trace_json(&mut bytes, job, &extents, |i| by_process[i].clone())
+    let no_fr = TraceFlightRecorder::default();
+    write_trace_json(&mut bytes, job, &no_fr, &extents, |i| by_process[i].clone())
         .expect("writing to memory");
     serde_json::from_slice(&bytes).expect("the trace is JSON")
 }
