@@ -1246,16 +1246,22 @@ impl JobModel {
     /// Builds the model from per-dump parts (see [`ProcessModel::from_dump`]); parts of one
     /// process (shim and profiler dumps) are merged here.
     pub fn from_processes(parts: Vec<ProcessModel>) -> Self {
-        let mut by_key: BTreeMap<(String, String, u32, u64), ProcessModel> = BTreeMap::new();
+        // The parts of each process (its shim and profiler dumps, in the order given), merged
+        // per process side by side: merging moves and re-times every event of a part.
+        let mut by_key: BTreeMap<(String, String, u32, u64), Vec<ProcessModel>> = BTreeMap::new();
         for part in parts {
-            match by_key.entry(part.key()) {
-                std::collections::btree_map::Entry::Vacant(v) => {
-                    v.insert(part);
-                }
-                std::collections::btree_map::Entry::Occupied(mut o) => o.get_mut().absorb(part),
-            }
+            by_key.entry(part.key()).or_default().push(part);
         }
-        let mut processes: Vec<ProcessModel> = by_key.into_values().collect();
+        let groups: Vec<Vec<ProcessModel>> = by_key.into_values().collect();
+        let mut processes: Vec<ProcessModel> = groups
+            .into_par_iter()
+            .filter_map(|group| {
+                let mut parts = group.into_iter();
+                let mut process = parts.next()?;
+                parts.for_each(|part| process.absorb(part));
+                Some(process)
+            })
+            .collect();
         // Processes of one boot share CLOCK_MONOTONIC: convert all of them with the best
         // calibration among them, so their order does not depend on each file's calibration
         // jitter. Across machines the wall clock (NTP/PTP) is all there is.
@@ -1268,12 +1274,12 @@ impl JobModel {
                 *e = (p.clock_uncertainty, p.clock_offset);
             }
         }
-        for p in &mut processes {
+        processes.par_iter_mut().for_each(|p| {
             if let Some(&(u, off)) = best.get(&p.boot_id) {
                 p.rebase(off, u);
             }
-        }
-        processes.par_iter_mut().for_each(ProcessModel::finish);
+            p.finish();
+        });
         // Sort by world rank where known so output reads rank 0, 1, 2...
         // (Compared by reference: a cloned host name per comparison was n log n allocations.)
         fn order(p: &ProcessModel) -> (bool, Option<u32>, &str, u32) {

@@ -28,6 +28,7 @@ use crate::model::{FailureWhat, JobModel};
 use ending::Ending;
 use ncclshim_format::NcclResult;
 use progress::{Behind, CommStory, Place};
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeSet;
 
 /// What a node of the failure graph is.
@@ -343,6 +344,9 @@ impl Story {
         let outer: Vec<Option<usize>> = (0..self.nodes.len())
             .map(|i| self.enclosing_failure(job, i))
             .collect();
+        // Indexes for the searches below, each the same answer as a scan of the earlier nodes
+        // (at 16k failing ranks, those scans were quadratic: seconds).
+        let index = LinkIndex::new(self, &outer, &reactions);
         for i in 0..self.nodes.len() {
             let n = self.nodes[i].clone();
             let p = n.process;
@@ -354,35 +358,32 @@ impl Story {
                 continue;
             }
             // (1) An earlier node of the same process (not one nested in a later call).
-            if let Some(j) = (0..i).find(|&j| self.nodes[j].process == p && outer[j].is_none()) {
+            if let Some(j) = index.first_plain[p].filter(|&j| j < i) {
                 cause = Some((j, "an earlier failure of the same process".into()));
             }
             // (2) A mismatch on one of its communicators, before it.
             if cause.is_none() && !matches!(n.kind, NodeKind::Mismatch { .. }) {
-                if let Some(j) = (0..i).find(|&j| match self.nodes[j].kind {
-                    NodeKind::Mismatch { comm, .. } => memberships[p].contains(&comm),
-                    _ => false,
-                }) {
+                if let Some(j) = earlier_on_comms(&index.mismatches, i, &memberships[p]) {
                     cause = Some((j, "the ranks issued an operation differently".into()));
                 }
             }
             // (3) The rank behind the operation it waited in.
             if cause.is_none() && !matches!(n.kind, NodeKind::Behind(_) | NodeKind::LeftEarly) {
-                for c in &self.comms {
-                    let Some(stall) = &c.stall else { continue };
-                    if !stall.waiting.iter().any(|w| w.1 == p) {
+                for &c in index.waiting_in.get(&p).map_or(&[][..], Vec::as_slice) {
+                    let Some(stall) = &self.comms[c].stall else {
                         continue;
-                    }
-                    let behind: Vec<usize> = stall.behind.iter().map(|b| b.1).collect();
+                    };
                     // A reaction (its abort, its death while waiting) may follow a departure
                     // recorded later than it (a rank that left after the waiter's last record):
                     // reactions explain nothing across processes, so this makes no cycle.
                     let upto = if reaction { self.nodes.len() } else { i };
-                    if let Some(j) = (0..upto).find(|&j| {
-                        behind.contains(&self.nodes[j].process)
-                            && self.nodes[j].process != p
-                            && (!reactions[j] || self.nodes[j].kind == NodeKind::Vanished)
-                    }) {
+                    // The nodes of the ranks behind that may explain a peer, in order.
+                    if let Some(j) = index.behind_causes[&c]
+                        .iter()
+                        .copied()
+                        .take_while(|&j| j < upto)
+                        .find(|&j| self.nodes[j].process != p)
+                    {
                         cause = Some((
                             j,
                             format!(
@@ -397,17 +398,19 @@ impl Story {
             }
             // (4) A transport hang it was stopped in.
             if cause.is_none() {
-                if let Some(j) = (0..i).find(|&j| match self.nodes[j].kind {
-                    NodeKind::StuckInside(comm) => memberships[p].contains(&comm),
-                    _ => false,
-                }) {
+                if let Some(j) = earlier_on_comms(&index.stuck, i, &memberships[p]) {
                     cause = Some((j, "it was stuck in the same operation".into()));
                 }
             }
             // (5) A failure of a linked process that certainly came before.
             if cause.is_none() {
                 let fault = matches!(n.kind, NodeKind::Signal(s) if matches!(s, 4 | 7 | 8 | 11));
-                if let Some(j) = (0..i).find(|&j| {
+                // Only nodes at least the smallest tolerance (1 ms) before it can qualify: the
+                // nodes are in time order, so the search stops there (identical failures of
+                // thousands of ranks at one instant search nothing).
+                let before =
+                    self.nodes[..i].partition_point(|m| m.t.saturating_add(1_000_000) < n.t);
+                if let Some(j) = (0..before).find(|&j| {
                     let m = &self.nodes[j];
                     m.process != p
                         && (!reactions[j] || m.kind == NodeKind::Vanished)
@@ -434,6 +437,73 @@ impl Story {
             self.nodes[i].cause = cause;
         }
     }
+}
+
+/// What [`Story::link`] looks up for every node, gathered once.
+struct LinkIndex {
+    /// Per process, its first node not nested in a later call.
+    first_plain: Vec<Option<usize>>,
+    /// The mismatch nodes and the transport-hang nodes, each with its communicator, in order.
+    mismatches: Vec<(usize, u64)>,
+    stuck: Vec<(usize, u64)>,
+    /// Per waiting process, the stalled communicators (indices into `comms`, in order) it waits in.
+    waiting_in: FxHashMap<usize, Vec<usize>>,
+    /// Per stalled communicator, the nodes (in order) of its ranks behind that can explain a
+    /// peer: not a reaction, or a silent death.
+    behind_causes: FxHashMap<usize, Vec<usize>>,
+}
+
+impl LinkIndex {
+    fn new(story: &Story, outer: &[Option<usize>], reactions: &[bool]) -> Self {
+        let nodes = &story.nodes;
+        let mut first_plain = vec![None; nodes.iter().map(|n| n.process + 1).max().unwrap_or(0)];
+        let (mut mismatches, mut stuck) = (Vec::new(), Vec::new());
+        for (j, n) in nodes.iter().enumerate() {
+            if outer[j].is_none() {
+                first_plain[n.process].get_or_insert(j);
+            }
+            match n.kind {
+                NodeKind::Mismatch { comm, .. } => mismatches.push((j, comm)),
+                NodeKind::StuckInside(comm) => stuck.push((j, comm)),
+                _ => {}
+            }
+        }
+        let mut waiting_in: FxHashMap<usize, Vec<usize>> = FxHashMap::default();
+        let mut behind_causes = FxHashMap::default();
+        for (c, comm) in story.comms.iter().enumerate() {
+            let Some(stall) = &comm.stall else { continue };
+            for w in &stall.waiting {
+                let list = waiting_in.entry(w.1).or_default();
+                if list.last() != Some(&c) {
+                    list.push(c);
+                }
+            }
+            let behind: FxHashSet<usize> = stall.behind.iter().map(|b| b.1).collect();
+            let causes: Vec<usize> = (0..nodes.len())
+                .filter(|&j| {
+                    behind.contains(&nodes[j].process)
+                        && (!reactions[j] || nodes[j].kind == NodeKind::Vanished)
+                })
+                .collect();
+            behind_causes.insert(c, causes);
+        }
+        LinkIndex {
+            first_plain,
+            mismatches,
+            stuck,
+            waiting_in,
+            behind_causes,
+        }
+    }
+}
+
+/// The first of `nodes` (node, communicator; in order) before node `i` on one of `comms`.
+fn earlier_on_comms(nodes: &[(usize, u64)], i: usize, comms: &BTreeSet<u64>) -> Option<usize> {
+    nodes
+        .iter()
+        .take_while(|(j, _)| *j < i)
+        .find(|(_, comm)| comms.contains(comm))
+        .map(|(j, _)| *j)
 }
 
 impl Story {
