@@ -11,6 +11,7 @@ mod support;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use support::cli::report_json;
 
 fn fixtures() -> PathBuf {
