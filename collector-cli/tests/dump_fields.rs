@@ -2,6 +2,8 @@
 //! record kind"): a profiler GPU-done record is not printed with a collective's field names.
 //! Pinned on dumps written here with the real writer and on every committed fixture.
 
+mod support;
+
 use collector_cli::dumpjson::{record_value, write_dump_lines};
 use ncclshim_dump::config::RecorderConfig;
 use ncclshim_dump::{Entry, Recorder};
@@ -10,7 +12,6 @@ use ncclshim_format::schema::{slot_flags, PROF_STATE_GPU_DONE};
 use ncclshim_format::{CallId, RecordKind, WriterKind};
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 
 fn arg_keys(v: &Value) -> Vec<String> {
     let mut k: Vec<String> = v["args"].as_object().unwrap().keys().cloned().collect();
@@ -121,23 +122,6 @@ fn every_record_kind_is_printed_with_its_own_field_names() {
     assert_eq!(gpu["args"]["channels"], 4);
 }
 
-fn fixture_dirs() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut dirs = Vec::new();
-    for parent in [
-        "tests/fixtures/real",
-        "tests/fixtures/synthetic",
-        "profiler-plugin/tests/fixtures/synthetic",
-    ] {
-        let Ok(entries) = std::fs::read_dir(root.join(parent)) else {
-            continue;
-        };
-        dirs.extend(entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
-    }
-    dirs.sort();
-    dirs
-}
-
 /// What a record line's `args` must hold, computed from the schema, not from `dumpjson`.
 fn expected_keys(r: &ncclshim_format::reader::Record) -> Vec<String> {
     let call = r.call().unwrap();
@@ -157,7 +141,7 @@ fn expected_keys(r: &ncclshim_format::reader::Record) -> Vec<String> {
 #[test]
 fn committed_fixtures_print_each_record_kind_with_its_own_field_names() {
     let mut seen: BTreeSet<String> = BTreeSet::new();
-    for dir in fixture_dirs() {
+    for dir in support::captures::fixture_dirs() {
         for path in collector_cli::load::find_dumps(&dir).unwrap() {
             let d: Dump = read_dump(&path).unwrap();
             let mut out = Vec::new();

@@ -4,6 +4,8 @@
 //! and dumps written here with the real writer (a wrapped ring with keep-ring copies, then
 //! damaged and truncated copies of it), through the library and through the binary.
 
+mod support;
+
 use collector_cli::dumpjson::{write_dump_lines, write_dump_stream};
 use ncclshim_dump::config::RecorderConfig;
 use ncclshim_dump::{Entry, Recorder};
@@ -45,26 +47,10 @@ fn assert_same_lines(path: &Path) {
     }
 }
 
-fn fixture_dirs() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut dirs = Vec::new();
-    for parent in [
-        "tests/fixtures/real",
-        "tests/fixtures/synthetic",
-        "profiler-plugin/tests/fixtures/synthetic",
-    ] {
-        if let Ok(entries) = std::fs::read_dir(root.join(parent)) {
-            dirs.extend(entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
-        }
-    }
-    dirs.sort();
-    dirs
-}
-
 #[test]
 fn committed_fixture_dumps_stream_to_the_same_lines() {
     let mut dumps = 0;
-    for dir in fixture_dirs() {
+    for dir in support::captures::fixture_dirs() {
         for path in collector_cli::load::find_dumps(&dir).unwrap() {
             assert_same_lines(&path);
             dumps += 1;

@@ -4,6 +4,8 @@
 //! Plus what a user must see in them: hangs drawn up to the end, failures as markers, and the
 //! `-o -` / `-o x.json.gz` outputs.
 
+mod support;
+
 use collector_cli::model::JobModel;
 use collector_cli::trace::build_trace;
 use collector_cli::trace::validate::{in_flight_slices_have_length, validate};
@@ -19,28 +21,12 @@ fn trace_of(dir: &Path) -> Value {
     build_trace(&loaded.dumps, &job)
 }
 
-fn fixture_dirs() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut dirs = Vec::new();
-    for parent in [
-        "tests/fixtures/real",
-        "tests/fixtures/synthetic",
-        "profiler-plugin/tests/fixtures/synthetic",
-    ] {
-        if let Ok(entries) = std::fs::read_dir(root.join(parent)) {
-            dirs.extend(entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
-        }
-    }
-    dirs.sort();
-    dirs
-}
-
 fn events(t: &Value) -> &Vec<Value> {
     t["traceEvents"].as_array().unwrap()
 }
 
 fn fixture(name: &str) -> PathBuf {
-    fixture_dirs()
+    support::captures::fixture_dirs()
         .into_iter()
         .find(|d| d.file_name().is_some_and(|n| n == name))
         .unwrap_or_else(|| panic!("fixture {name}"))
@@ -48,7 +34,7 @@ fn fixture(name: &str) -> PathBuf {
 
 #[test]
 fn every_fixture_gives_a_valid_trace() {
-    let dirs = fixture_dirs();
+    let dirs = support::captures::fixture_dirs();
     assert!(dirs.len() >= 10, "{dirs:?}");
     for dir in dirs {
         let t = trace_of(&dir);

@@ -212,6 +212,22 @@ pub struct RingInfo {
     pub lost: u64,
 }
 
+impl RingInfo {
+    /// A ring's line before its slots are read: its identity from its directory entry `e`.
+    fn from_dir_entry(index: u32, e: &[u8], shared: bool) -> Self {
+        RingInfo {
+            index,
+            tid: u32_at(e, 0),
+            thread_name: fixed_str(&e[16..32]),
+            shared,
+            head: u64_at(e, 8),
+            records: 0,
+            torn: 0,
+            lost: 0,
+        }
+    }
+}
+
 /// One decoded record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -903,7 +919,7 @@ fn read_ring<S: Source + ?Sized>(
     live: bool,
 ) {
     {
-        let (tid, state, head) = (u32_at(e, 0), u32_at(e, 4), u64_at(e, 8));
+        let (state, head) = (u32_at(e, 4), u64_at(e, 8));
         if state == 0 && head == 0 {
             return;
         }
@@ -944,16 +960,7 @@ fn read_ring<S: Source + ?Sized>(
         } else {
             None
         };
-        let mut info = RingInfo {
-            index: ring,
-            tid,
-            thread_name: fixed_str(&e[16..32]),
-            shared,
-            head,
-            records: 0,
-            torn: 0,
-            lost: 0,
-        };
+        let mut info = RingInfo::from_dir_entry(ring, e, shared);
         // The ring's records go straight to the end of the dump's list (one copy of each slot's
         // fields instead of two: this loop runs for every slot of every dump of a job).
         let first = dump.records.len();

@@ -24,3 +24,21 @@ pub fn unpack_case(capture_dir: &Path, name: &str) -> (tempfile::TempDir, PathBu
     let case = dir.path().join(name);
     (dir, case)
 }
+
+/// The committed dump fixture folders (real captures without a GPU, synthetic jobs, the
+/// profiler's synthetic jobs), sorted.
+pub fn fixture_dirs() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut dirs = Vec::new();
+    for parent in [
+        "tests/fixtures/real",
+        "tests/fixtures/synthetic",
+        "profiler-plugin/tests/fixtures/synthetic",
+    ] {
+        if let Ok(entries) = std::fs::read_dir(root.join(parent)) {
+            dirs.extend(entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+        }
+    }
+    dirs.sort();
+    dirs
+}

@@ -353,7 +353,7 @@ impl<S: Source> DumpStream<S> {
         chunks: &mut Chunks,
         gathered: &mut Gathered,
     ) {
-        let (tid, state, head) = (u32_at(e, 0), u32_at(e, 4), u64_at(e, 8));
+        let (state, head) = (u32_at(e, 4), u64_at(e, 8));
         if state == 0 && head == 0 {
             return;
         }
@@ -399,14 +399,8 @@ impl<S: Source> DumpStream<S> {
         plan.max_seq = max_seq;
         // Pass two, in `read_ring`'s order: torn slots, misplaced ones, the records kept.
         let mut info = RingInfo {
-            index: ring,
-            tid,
-            thread_name: fixed_str(&e[16..32]),
-            shared,
-            head,
-            records: 0,
-            torn: 0,
             lost: max_seq.saturating_sub(cap),
+            ..RingInfo::from_dir_entry(ring, e, shared)
         };
         let mut in_flight = 0u64;
         let mut warnings = Vec::new();
