@@ -9,6 +9,7 @@
 use crate::layout::*;
 use crate::liveness::writer_may_be_alive;
 use crate::schema::{ArgView, BlobKind, CallId, RecordKind, SlotRef};
+use crate::timebase::TimeCursor;
 use std::collections::BTreeMap;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -973,6 +974,7 @@ fn read_ring<S: Source + ?Sized>(
         // decoding carries no bounds checks (per slot of every dump of a job, they were most of
         // its instructions).
         let (slots, _) = buf.as_chunks::<SLOT_SIZE>();
+        let mut clock = g.time_base.cursor();
         let start = slots
             .iter()
             .enumerate()
@@ -1005,7 +1007,8 @@ fn read_ring<S: Source + ?Sized>(
                 });
                 continue;
             }
-            dump.records.push(record_from_slot(g, ring, seq, s));
+            dump.records
+                .push(record_from_slot(&mut clock, ring, seq, s));
         }
         if scratch.capacity() <= SCRATCH_KEPT_MAX {
             RING_SCRATCH.set(scratch);
@@ -1041,19 +1044,18 @@ fn read_ring<S: Source + ?Sized>(
 }
 
 /// One committed slot's fields as a record (`seq` from its commit word, checked by the caller).
-fn record_from_slot(g: &Geo, ring: u32, seq: u64, s: &[u8; SLOT_SIZE]) -> Record {
+fn record_from_slot(clock: &mut TimeCursor, ring: u32, seq: u64, s: &[u8; SLOT_SIZE]) -> Record {
     // Every field is at a fixed offset inside the slot array: no bounds checks (this runs for
     // every slot of every dump of a job).
     let t_exit = slot_u64(s, 16);
-    let tb = &g.time_base;
     Record {
         ring,
         seq,
         tid: slot_u32(s, 36),
         kind_raw: u16::from_le_bytes([s[24], s[25]]),
         call_raw: u16::from_le_bytes([s[26], s[27]]),
-        t_enter_ns: tb.to_monotonic_ns(slot_u64(s, 8)),
-        t_exit_ns: (t_exit != IN_FLIGHT).then(|| tb.to_monotonic_ns(t_exit)),
+        t_enter_ns: clock.to_monotonic_ns(slot_u64(s, 8)),
+        t_exit_ns: (t_exit != IN_FLIGHT).then(|| clock.to_monotonic_ns(t_exit)),
         rc: slot_u32(s, 28) as i32,
         flags: slot_u32(s, 32),
         comm: slot_u64(s, 40),

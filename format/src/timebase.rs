@@ -81,15 +81,45 @@ impl TimeBase {
 
     /// The CLOCK_MONOTONIC nanoseconds of a record timestamp.
     pub fn to_monotonic_ns(&self, t: u64) -> u64 {
-        let Self::Tsc {
+        self.cursor().to_monotonic_ns(t)
+    }
+
+    /// A converter for many timestamps in a row that remembers the last anchor segment it used.
+    pub fn cursor(&self) -> TimeCursor<'_> {
+        TimeCursor {
+            base: self,
+            segment: 0,
+        }
+    }
+}
+
+/// Converts a run of timestamps (a ring's records, in order) with the same result as
+/// [`TimeBase::to_monotonic_ns`], starting each search at the previous timestamp's segment:
+/// consecutive records almost always fall in the same one, and the binary search over the
+/// anchors was about half of the instructions spent decoding a slot.
+#[derive(Debug, Clone)]
+pub struct TimeCursor<'a> {
+    base: &'a TimeBase,
+    segment: usize,
+}
+
+impl TimeCursor<'_> {
+    /// The CLOCK_MONOTONIC nanoseconds of a record timestamp.
+    pub fn to_monotonic_ns(&mut self, t: u64) -> u64 {
+        let TimeBase::Tsc {
             anchors, segments, ..
-        } = self
+        } = self.base
         else {
             return t;
         };
-        // The last anchor at or before t (or the first one, extrapolating backwards).
-        let i = anchors.partition_point(|a| a.0 <= t).saturating_sub(1);
-        let (ta, ma, rate) = segments[i];
+        // The segment is the last anchor at or before t (or the first one, extrapolating
+        // backwards): the remembered one still is when t lies between it and the next anchor.
+        let i = self.segment;
+        let still = (i == 0 || anchors[i].0 <= t) && anchors.get(i + 1).is_none_or(|b| t < b.0);
+        if !still {
+            self.segment = anchors.partition_point(|a| a.0 <= t).saturating_sub(1);
+        }
+        let (ta, ma, rate) = segments[self.segment];
         let ns = ma + (t as f64 - ta) * rate;
         ns.max(0.0) as u64
     }
@@ -143,5 +173,40 @@ mod tests {
         assert!(TimeBase::new(1, 0, &anchors).is_none());
         assert!(TimeBase::new(9, 1, &anchors).is_none());
         assert_eq!(TimeBase::new(0, 0, &[]).unwrap().to_monotonic_ns(42), 42);
+    }
+
+    #[test]
+    fn a_cursor_converts_any_order_of_timestamps_like_a_fresh_search() {
+        // Four segments 1e9 ticks apart at 2 GHz, each running a little fast.
+        let anchors: Vec<(u64, u64)> = (0..4u64)
+            .map(|i| (1_000 + i * 1_000_000_000, 500 + i * 500_100_000))
+            .collect();
+        let tb = TimeBase::new(1, 2_000_000_000, &anchors).unwrap();
+        let TimeBase::Tsc { segments, .. } = &tb else {
+            unreachable!()
+        };
+        // The search the cursor shortcuts: the last anchor at or before t, else the first.
+        let searched = |t: u64| {
+            let i = anchors.partition_point(|a| a.0 <= t).saturating_sub(1);
+            let (ta, ma, rate) = segments[i];
+            (ma + (t as f64 - ta) * rate).max(0.0) as u64
+        };
+        // Rising (a ring in order), falling, jumping across segments, before the first anchor,
+        // after the last, and exactly on anchors.
+        let mut times: Vec<u64> = (0..50).map(|i| i * 97_000_000).collect();
+        times.extend(times.clone().iter().rev());
+        times.extend([
+            0,
+            3_500_000_000,
+            1_000,
+            2_000_001_000,
+            999,
+            5_000_000_000,
+            1_000_001_000,
+        ]);
+        let mut cursor = tb.cursor();
+        for t in times {
+            assert_eq!(cursor.to_monotonic_ns(t), searched(t), "t = {t}");
+        }
     }
 }

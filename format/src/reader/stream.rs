@@ -229,6 +229,7 @@ impl<S: Source> DumpStream<S> {
                 continue;
             }
             let oldest_slot = (plan.max_seq % plan.cap) as usize;
+            let mut clock = self.g.time_base.cursor();
             let mut failed = Ok(());
             let read = each_slot_from(
                 &self.src,
@@ -246,7 +247,7 @@ impl<S: Source> DumpStream<S> {
                     if is_stale(seq, plan.cap, plan.max_seq) {
                         return;
                     }
-                    failed = f(&record_from_slot(&self.g, plan.ring, seq, s));
+                    failed = f(&record_from_slot(&mut clock, plan.ring, seq, s));
                 },
             );
             failed?;
@@ -404,7 +405,7 @@ impl<S: Source> DumpStream<S> {
         };
         let mut in_flight = 0u64;
         let mut warnings = Vec::new();
-        let g = &self.g;
+        let mut clock = self.g.time_base.cursor();
         let counted = scanned.and_then(|()| {
             let start = oldest.map_or(0, |(_, idx)| idx);
             each_slot_from(&self.src, &plan, start, chunks, &mut |idx, s, changed| {
@@ -420,7 +421,7 @@ impl<S: Source> DumpStream<S> {
                     }),
                     Slot::Good(seq) if is_stale(seq, cap, max_seq) => {}
                     Slot::Good(seq) => {
-                        let r = record_from_slot(g, ring, seq, s);
+                        let r = record_from_slot(&mut clock, ring, seq, s);
                         info.records += 1;
                         if r.in_flight() && r.kind() == Some(RecordKind::Call) {
                             in_flight += 1;
