@@ -105,6 +105,7 @@ pub struct TimeCursor<'a> {
 
 impl TimeCursor<'_> {
     /// The CLOCK_MONOTONIC nanoseconds of a record timestamp.
+    #[inline]
     pub fn to_monotonic_ns(&mut self, t: u64) -> u64 {
         let TimeBase::Tsc {
             anchors, segments, ..

@@ -22,6 +22,7 @@ use crate::model::{JobModel, ProcessModel};
 use crate::rules::registry::Role;
 use crate::rules::{name_processes, Confidence, Finding};
 use ncclshim_format::NcclResult;
+use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What matched, strongest first.
@@ -55,23 +56,16 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
         heterogeneous: gpu_models.len() > 1,
         large_scale: largest >= thresholds().large_scale.min_ranks,
     };
-    // entry id → hits, in file order.
-    let mut hits: BTreeMap<usize, Vec<Hit>> = BTreeMap::new();
     // The entries that describe a version, worked out once per version of the job: a job has
     // one or two, and parsing every entry's bounds for each of 16k processes was most of this
     // rule's time.
     let mut entries_of: BTreeMap<NcclVersion, Vec<usize>> = BTreeMap::new();
-    // Looked up per process: a hang finding can name every process of the job.
-    let stuck_processes: BTreeSet<usize> = found
+    for v in job
+        .processes
         .iter()
-        .filter(|f| f.id.starts_with("stuck"))
-        .flat_map(|f| f.process_ids.iter().copied())
-        .collect();
-    for (p, pm) in job.processes.iter().enumerate() {
-        let Some(v) = pm.nccl_version.and_then(NcclVersion::from_code) else {
-            continue;
-        };
-        let entries = entries_of.entry(v).or_insert_with(|| {
+        .filter_map(|pm| pm.nccl_version.and_then(NcclVersion::from_code))
+    {
+        entries_of.entry(v).or_insert_with(|| {
             bugs::changes()
                 .iter()
                 .enumerate()
@@ -79,20 +73,41 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
                 .map(|(i, _)| i)
                 .collect()
         });
-        if entries.is_empty() {
-            continue;
-        }
-        let features = features(pm, v, &job_features);
-        let stuck = stuck_processes.contains(&p);
-        for &i in entries.iter() {
-            let c = &bugs::changes()[i];
-            if !conditions_hold(c, pm, &features) {
-                continue;
+    }
+    // Looked up per process: a hang finding can name every process of the job.
+    let stuck_processes: BTreeSet<usize> = found
+        .iter()
+        .filter(|f| f.id.starts_with("stuck"))
+        .flat_map(|f| f.process_ids.iter().copied())
+        .collect();
+    // Each process is matched on its own (side by side: this rule runs after the others, on
+    // one core, for every process of the job), then the hits are gathered per entry in
+    // process order, as one loop over the processes would have.
+    let per_process: Vec<Vec<(usize, Hit)>> = job
+        .processes
+        .par_iter()
+        .enumerate()
+        .map(|(p, pm)| {
+            let Some(v) = pm.nccl_version.and_then(NcclVersion::from_code) else {
+                return Vec::new();
+            };
+            let entries = &entries_of[&v];
+            if entries.is_empty() {
+                return Vec::new();
             }
-            if let Some(h) = symptoms_match(c, pm, p, stuck) {
-                hits.entry(i).or_default().push(h);
-            }
-        }
+            let features = features(pm, v, &job_features);
+            let stuck = stuck_processes.contains(&p);
+            entries
+                .iter()
+                .filter(|&&i| conditions_hold(&bugs::changes()[i], pm, &features))
+                .filter_map(|&i| Some((i, symptoms_match(&bugs::changes()[i], pm, p, stuck)?)))
+                .collect()
+        })
+        .collect();
+    // entry id → hits, in file order.
+    let mut hits: BTreeMap<usize, Vec<Hit>> = BTreeMap::new();
+    for (i, h) in per_process.into_iter().flatten() {
+        hits.entry(i).or_default().push(h);
     }
     let primary_explained: BTreeSet<(usize, usize)> = found
         .iter()
