@@ -19,8 +19,9 @@ use crate::knowledge::bugs::{self, Change, EnvCondition, Feature, Impact, Kind, 
 use crate::knowledge::codes::cuda_error_in_text;
 use crate::knowledge::thresholds::thresholds;
 use crate::model::{JobModel, ProcessModel};
-use crate::rules::registry::Role;
+use crate::rules::registry::{self, Role};
 use crate::rules::{name_processes, Confidence, Finding};
+use crate::story::NodeClass;
 use ncclshim_format::NcclResult;
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -74,10 +75,18 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
                 .collect()
         });
     }
-    // Looked up per process: a hang finding can name every process of the job.
+    // The processes a hang finding names (one declared to explain ranks left behind or stuck
+    // inside an operation); looked up per process: a hang finding can name every process.
+    let hang = |f: &&Finding| {
+        registry::declared(&f.id).is_some_and(|d| {
+            d.covers
+                .iter()
+                .any(|c| matches!(c, NodeClass::Behind | NodeClass::StuckInside))
+        })
+    };
     let stuck_processes: BTreeSet<usize> = found
         .iter()
-        .filter(|f| f.id.starts_with("stuck"))
+        .filter(hang)
         .flat_map(|f| f.process_ids.iter().copied())
         .collect();
     // Each process is matched on its own (side by side: this rule runs after the others, on
