@@ -18,13 +18,13 @@ fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let t = std::time::Instant::now();
     let bytes =
-        collector_cli::scenarios::bench_job(dir.path(), ranks, colls, 4096).expect("bench job");
+        ncclshim_fixtures::scenarios::bench_job(dir.path(), ranks, colls, 4096).expect("bench job");
     eprintln!(
         "bench job: {ranks} ranks x {colls} collectives, {:.1} MB to decode, written in {:.1} s",
         bytes as f64 / 1e6,
         t.elapsed().as_secs_f64()
     );
-    let files = collector_cli::load::find_dumps(dir.path()).expect("list");
+    let files = ncclshim_diagnose::load::find_dumps(dir.path()).expect("list");
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -39,8 +39,8 @@ fn bench(c: &mut Criterion) {
             .expect("pool");
         g.bench_function(format!("threads_{threads}"), |b| {
             b.iter(|| {
-                let r =
-                    pool.install(|| collector_cli::analyze_dir(dir.path(), None).expect("report"));
+                let r = pool
+                    .install(|| ncclshim_diagnose::analyze_dir(dir.path(), None).expect("report"));
                 assert_eq!(r.job.processes, ranks);
                 r
             })
@@ -60,7 +60,7 @@ fn bench(c: &mut Criterion) {
         g.bench_function(format!("threads_{threads}"), |b| {
             b.iter(|| {
                 pool.install(|| {
-                    collector_cli::load::load_files(dir.path(), &files, None)
+                    ncclshim_diagnose::load::load_files(dir.path(), &files, None)
                         .dumps
                         .len()
                 })

@@ -1,28 +1,52 @@
-//! The `ncclshim` CLI as a library: reading a job's dumps ([`load`]), the per-process and
-//! cross-rank model ([`model`]), the rule set built from the failure catalog ([`rules`]), the
-//! report ([`report`]), the raw `dump` view ([`dumpjson`]) and synthetic job dumps for tests and
-//! benchmarks ([`synth`]).
+//! ncclshim's diagnosis as a library: the dumps of a whole job (every rank, every host) read
+//! into one model, and the report of what failed first, where, why, and what to change.
+//!
+//! The pipeline, one module per step:
+//! 1. **load** ([`job_dir`], [`load`], [`runs`]): the job directory walked once, every dump read
+//!    in parallel (an unreadable file becomes a [`load::Problem`], never an abort), the dumps
+//!    split into runs when the directory holds several;
+//! 2. **model** ([`model`]): per process its calls, errors, host facts and profiler events,
+//!    across processes the communicators and their members, clocks aligned across hosts; PyTorch
+//!    Flight Recorder dumps join it ([`flight_recorder`]);
+//! 3. **story** ([`story`]): told once, how each process ended, where each rank was, who waited
+//!    for whom, the failure graph;
+//! 4. **rules** ([`rules`]): the failure catalog's cases and the generic rules read the story
+//!    and the facts, with what is known about NCCL in data files ([`knowledge`],
+//!    `knowledge/*.toml`, each entry with its source);
+//! 5. **verdict** ([`rules::verdict`]): the findings ranked into primary, contributing and
+//!    advisory;
+//! 6. **report** ([`report`]): the JSON structures (`docs/report-json.md`) and their text
+//!    rendering ([`report::Report::to_text`]).
+//!
+//! [`analyze_dir`] runs it all; [`analyze_run_with`] is what `ncclshim report` calls. The front
+//! end (argument parsing, progress bar, `doctor`, `run`, `trace`) is the `ncclshim` binary's
+//! (collector-cli/); a progress bar plugs in through [`progress::Progress`].
+//!
+//! ```no_run
+//! use std::path::Path;
+//!
+//! let report = ncclshim_diagnose::analyze_dir(Path::new("ncclshim-dumps/job-42"), None)?;
+//! if let Some(first) = &report.first_failure {
+//!     println!("first failure on {} pid {}: {}", first.host, first.pid, first.what);
+//! }
+//! print!("{}", report.to_text(false));
+//! std::process::exit(report.exit_code());
+//! # Ok::<(), anyhow::Error>(())
+//! ```
 
-pub mod doctor;
-pub mod dumpjson;
 pub mod flight_recorder;
-pub mod heap;
 pub mod job_dir;
 pub mod knowledge;
-pub mod libdirs;
 pub mod load;
 pub mod model;
 pub mod names;
 pub mod profnames;
+pub mod progress;
 pub mod report;
 pub mod rules;
-pub mod run;
 pub mod runs;
-pub mod scenarios;
 pub mod story;
-pub mod synth;
 pub mod terminal;
-pub mod trace;
 
 use serde::Serialize;
 use std::path::Path;
@@ -160,7 +184,7 @@ pub fn list_job_dir(dir: &Path) -> Result<load::Listing, ToolError> {
 /// ticked once per file read.
 pub fn analyze_dir(
     dir: &Path,
-    progress: Option<&indicatif::ProgressBar>,
+    progress: Option<&dyn progress::Progress>,
 ) -> anyhow::Result<report::Report> {
     analyze_run(dir, progress, None, &rules::Options::default(), false)
 }
@@ -172,7 +196,7 @@ pub fn analyze_dir(
 /// failure-graph node, so only when asked.
 pub fn analyze_run(
     dir: &Path,
-    progress: Option<&indicatif::ProgressBar>,
+    progress: Option<&dyn progress::Progress>,
     run: Option<&str>,
     options: &rules::Options,
     story_in_words: bool,
@@ -196,7 +220,7 @@ pub fn analyze_run(
 pub fn analyze_run_with(
     dir: &Path,
     listing: &load::Listing,
-    progress: Option<&indicatif::ProgressBar>,
+    progress: Option<&dyn progress::Progress>,
     run: Option<&str>,
     options: &rules::Options,
     story_in_words: bool,
@@ -231,7 +255,7 @@ pub fn analyze_run_with(
 pub fn read_runs(
     dir: &Path,
     listing: &load::Listing,
-    progress: Option<&indicatif::ProgressBar>,
+    progress: Option<&dyn progress::Progress>,
 ) -> (Vec<runs::RunParts>, Vec<load::Problem>) {
     let files = &listing.files;
     if let Some(pb) = progress {

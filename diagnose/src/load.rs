@@ -40,7 +40,7 @@ pub const KEEP_OPERATIONS: usize = 256;
 pub fn load_models(
     dir: &Path,
     files: &[PathBuf],
-    progress: Option<&indicatif::ProgressBar>,
+    progress: Option<&dyn crate::progress::Progress>,
 ) -> (Vec<ProcessModel>, Vec<Problem>) {
     let results: Vec<Result<ProcessModel, Problem>> = files
         .par_iter()
@@ -79,7 +79,7 @@ fn problem(dir: &Path, p: &Path, e: ncclshim_format::reader::DumpError) -> Probl
 pub fn load_files(
     dir: &Path,
     files: &[PathBuf],
-    progress: Option<&indicatif::ProgressBar>,
+    progress: Option<&dyn crate::progress::Progress>,
 ) -> Loaded {
     let results: Vec<Result<Dump, Problem>> = files
         .par_iter()

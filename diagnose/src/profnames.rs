@@ -16,13 +16,3 @@ pub fn datatype_name(code: u64) -> String {
         .map(str::to_owned)
         .unwrap_or_else(|| format!("datatype({code})"))
 }
-
-/// The code of a function name (for synthetic dumps and tests).
-pub fn func_code(name: &str) -> u64 {
-    u64::from(NameTable::Func.code_of(name.as_bytes()))
-}
-
-/// The code of a datatype name (for synthetic dumps and tests).
-pub fn datatype_code(name: &str) -> u64 {
-    u64::from(NameTable::Datatype.code_of(name.as_bytes()))
-}

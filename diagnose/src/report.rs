@@ -5,7 +5,7 @@ use crate::load::Problem;
 use crate::model::{FailureWhat, JobModel};
 use crate::rules::evidence;
 use crate::rules::{rank_list, Evidence, EvidenceKind, Finding, Severity};
-use owo_colors::OwoColorize;
+use crate::terminal::Styles;
 use serde::Serialize;
 use std::collections::BTreeSet;
 
@@ -755,7 +755,7 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use crate::rules::testutil::analyze;
-    use crate::synth::WORLD_UID;
+    use ncclshim_fixtures::synth::WORLD_UID;
     use ncclshim_dump::CallId;
 
     /// Two ranks finish their collectives, then hang outside NCCL until the launcher SIGTERMs

@@ -43,6 +43,32 @@ pub fn escape_controls(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The styles of the text report (ANSI SGR sequences, ECMA-48 8.3.117), each closing what it
+/// opened: bold and dim end with a full reset, colours with "default foreground". The same bytes
+/// the `owo-colors` crate writes for these styles; the library keeps terminal crates out of its
+/// dependencies (the CLI's `doctor` uses that crate).
+pub trait Styles {
+    fn bold(&self) -> String;
+    fn dimmed(&self) -> String;
+    fn red(&self) -> String;
+    fn yellow(&self) -> String;
+}
+
+impl Styles for str {
+    fn bold(&self) -> String {
+        format!("\x1b[1m{self}\x1b[0m")
+    }
+    fn dimmed(&self) -> String {
+        format!("\x1b[2m{self}\x1b[0m")
+    }
+    fn red(&self) -> String {
+        format!("\x1b[31m{self}\x1b[39m")
+    }
+    fn yellow(&self) -> String {
+        format!("\x1b[33m{self}\x1b[39m")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,5 +85,13 @@ mod tests {
         assert_eq!(escape_controls("a\x00b\x7f"), "a\\x00b\\x7f");
         assert_eq!(escape_controls("\u{9b}2J"), "\\u{9b}2J");
         assert_eq!(escape_controls("abc\u{202e}fed"), "abc\\u{202e}fed");
+    }
+
+    #[test]
+    fn styles_wrap_the_text_in_sgr_sequences_that_close_themselves() {
+        assert_eq!("x".bold(), "\x1b[1mx\x1b[0m");
+        assert_eq!("x".dimmed(), "\x1b[2mx\x1b[0m");
+        assert_eq!("x".red().bold(), "\x1b[1m\x1b[31mx\x1b[39m\x1b[0m");
+        assert_eq!("x".yellow(), "\x1b[33mx\x1b[39m");
     }
 }

@@ -662,7 +662,7 @@ pub fn load(text: &str) -> Result<Messages, String> {
 
 static MESSAGES: LazyLock<Messages> = LazyLock::new(|| {
     load(include_str!("../../knowledge/messages.toml"))
-        .unwrap_or_else(|e| panic!("collector-cli/knowledge/messages.toml is malformed: {e}"))
+        .unwrap_or_else(|e| panic!("diagnose/knowledge/messages.toml is malformed: {e}"))
 });
 
 pub fn messages() -> &'static Messages {

@@ -2,7 +2,7 @@
 //!
 //! Every fact the diagnosis or `doctor` relies on (NCCL's message formats and what they mean,
 //! known bugs and behaviour changes per version, CUDA / errno / ibverbs codes, launcher variables,
-//! thresholds) lives in a TOML file under `collector-cli/knowledge/`, embedded at build time and
+//! thresholds) lives in a TOML file under `diagnose/knowledge/`, embedded at build time and
 //! parsed once, on first use. Each family has its own file and its own typed module here; rules,
 //! `doctor` and the report read the same entries, so a threshold or a version fact exists once.
 //!
@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 pub fn parse<T: DeserializeOwned>(name: &str, text: &str) -> T {
     match toml::from_str(text) {
         Ok(v) => v,
-        Err(e) => panic!("collector-cli/knowledge/{name} is malformed: {e}"),
+        Err(e) => panic!("diagnose/knowledge/{name} is malformed: {e}"),
     }
 }
 

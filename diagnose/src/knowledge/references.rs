@@ -120,13 +120,13 @@ static FILE: LazyLock<Compiled> = LazyLock::new(|| {
         for f in k.form {
             let regex = Regex::new(&f.regex).unwrap_or_else(|e| {
                 panic!(
-                    "collector-cli/knowledge/references.toml: bad regex {:?}: {e}",
+                    "diagnose/knowledge/references.toml: bad regex {:?}: {e}",
                     f.regex
                 )
             });
             assert!(
                 regex.capture_names().any(|n| n == Some("v")),
-                "collector-cli/knowledge/references.toml: regex {:?} has no group `v`",
+                "diagnose/knowledge/references.toml: regex {:?} has no group `v`",
                 f.regex
             );
             forms.push(Form {

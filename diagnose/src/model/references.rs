@@ -662,7 +662,7 @@ mod tests {
     fn corpus_texts() {
         let corpus = |f: &str| {
             std::fs::read_to_string(format!(
-                "{}/tests/signatures/{f}",
+                "{}/../collector-cli/tests/signatures/{f}",
                 env!("CARGO_MANIFEST_DIR")
             ))
             .unwrap()

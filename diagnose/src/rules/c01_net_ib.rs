@@ -105,7 +105,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::rules::testutil::{analyze, find};
-    use crate::synth::{host_facts_json, WORLD_UID};
+    use ncclshim_fixtures::synth::{host_facts_json, WORLD_UID};
 
     fn scenario(version: u64, text: &str) -> Vec<Finding> {
         let text = text.to_owned();

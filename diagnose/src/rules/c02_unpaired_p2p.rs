@@ -180,7 +180,7 @@ mod tests {
 mod wrap_tests {
     use crate::load::{find_dumps, load_files};
     use crate::model::JobModel;
-    use crate::synth::{Geometry, Scenario};
+    use ncclshim_fixtures::synth::{Geometry, Scenario};
     use ncclshim_format::CallId;
 
     #[test]

@@ -103,7 +103,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 mod tests {
     use crate::rules::testutil::{analyze, find};
     use crate::rules::Severity;
-    use crate::synth::{libraries_json, WORLD_UID};
+    use ncclshim_fixtures::synth::{libraries_json, WORLD_UID};
 
     #[test]
     fn two_versions_are_a_primary_finding_with_both_paths() {

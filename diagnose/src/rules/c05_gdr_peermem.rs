@@ -72,7 +72,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 mod tests {
     use crate::rules::testutil::{analyze, find};
     use crate::rules::Severity;
-    use crate::synth::host_facts_json;
+    use ncclshim_fixtures::synth::host_facts_json;
     use serde_json::json;
 
     fn run(version: u64) -> Vec<super::Finding> {

@@ -119,7 +119,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 mod tests {
 
     use crate::rules::testutil::{analyze, find};
-    use crate::synth::WORLD_UID;
+    use ncclshim_fixtures::synth::WORLD_UID;
 
     #[test]
     fn same_bus_id_on_one_machine() {

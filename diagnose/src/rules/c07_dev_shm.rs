@@ -77,7 +77,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::rules::testutil::{analyze, find};
-    use crate::synth::{host_facts_json, WORLD_UID};
+    use ncclshim_fixtures::synth::{host_facts_json, WORLD_UID};
 
     #[test]
     fn shm_segment_warn_with_64_mib() {

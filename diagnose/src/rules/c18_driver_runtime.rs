@@ -92,7 +92,7 @@ mod tests {
     use super::*;
     use crate::rules::testutil::{analyze, find};
     use crate::rules::Severity;
-    use crate::synth::{host_facts_json, libraries_json, WHEEL_NCCL, WORLD_UID};
+    use ncclshim_fixtures::synth::{host_facts_json, libraries_json, WHEEL_NCCL, WORLD_UID};
 
     fn insufficient_driver(host: serde_json::Value) -> Vec<Finding> {
         analyze(&["n0"], move |s| {

@@ -344,7 +344,7 @@ mod tests {
     fn the_profilers_per_function_numbers_are_compared_per_function() {
         let (_, fs) = analyze(&["n0", "n0"], |s| {
             for r in s.ranks.iter_mut() {
-                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
                 for round in 0..3 {
                     for (name, count) in [
                         (&b"AllReduce"[..], 1024),
@@ -352,7 +352,7 @@ mod tests {
                         (b"Broadcast", 4096),
                     ] {
                         r.prof_coll(
-                            crate::synth::WORLD_UID,
+                            ncclshim_fixtures::synth::WORLD_UID,
                             round,
                             func(name),
                             count,
@@ -374,7 +374,7 @@ mod tests {
     fn a_difference_at_one_functions_number_is_a_desync() {
         let (_, fs) = analyze(&["n0", "n0"], |s| {
             for r in s.ranks.iter_mut() {
-                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
                 for round in 0..3 {
                     let gather = if r.rank == 1 && round == 1 {
                         4096
@@ -382,7 +382,7 @@ mod tests {
                         8192
                     };
                     r.prof_coll(
-                        crate::synth::WORLD_UID,
+                        ncclshim_fixtures::synth::WORLD_UID,
                         round,
                         func(b"AllReduce"),
                         1024,
@@ -392,7 +392,7 @@ mod tests {
                         true,
                     );
                     r.prof_coll(
-                        crate::synth::WORLD_UID,
+                        ncclshim_fixtures::synth::WORLD_UID,
                         round,
                         func(b"AllGather"),
                         gather,

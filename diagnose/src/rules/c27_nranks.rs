@@ -79,7 +79,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 mod tests {
 
     use crate::rules::testutil::{analyze, find};
-    use crate::synth::WORLD_UID;
+    use ncclshim_fixtures::synth::WORLD_UID;
 
     #[test]
     fn six_versus_three() {

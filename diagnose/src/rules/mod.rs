@@ -423,7 +423,7 @@ pub mod schema_support;
 pub mod testutil {
     use super::*;
     use crate::load::{find_dumps, load_files};
-    use crate::synth::Scenario;
+    use ncclshim_fixtures::synth::Scenario;
 
     /// Builds a scenario in a fresh directory and returns its model and findings (whose report
     /// is held to the JSON contract, `docs/schema/report.schema.json`).

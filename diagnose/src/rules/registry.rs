@@ -108,11 +108,11 @@ pub fn declared(id: &str) -> Option<&'static Declared> {
 pub const FAMILIES: &[(&str, &str)] = &[
     (
         "known-<entry>",
-        "a known bug or behaviour change of the recorded NCCL version matches the symptom (`<entry>`: its id in `collector-cli/knowledge/nccl-versions.toml`; `known-crash-bugs`, `known-hang-bugs`... group weak matches of one impact)",
+        "a known bug or behaviour change of the recorded NCCL version matches the symptom (`<entry>`: its id in `diagnose/knowledge/nccl-versions.toml`; `known-crash-bugs`, `known-hang-bugs`... group weak matches of one impact)",
     ),
     (
         "nccl-message-<entry>",
-        "a failure no catalog rule explains whose text NCCL's message knowledge classifies (`<entry>`: its id in `collector-cli/knowledge/messages.toml`): meaning, subsystem, causes ranked by the recorded facts",
+        "a failure no catalog rule explains whose text NCCL's message knowledge classifies (`<entry>`: its id in `diagnose/knowledge/messages.toml`): meaning, subsystem, causes ranked by the recorded facts",
     ),
 ];
 
@@ -153,7 +153,7 @@ mod tests {
     /// `docs/report-json.md`'s id table is this registry's (`UPDATE_DOCS=1` rewrites it).
     #[test]
     fn the_docs_id_table_is_generated_from_the_registry() {
-        const BEGIN: &str = "<!-- finding-ids:begin (generated from collector-cli/src/rules/registry.rs: UPDATE_DOCS=1 cargo test -p collector-cli --lib registry) -->\n";
+        const BEGIN: &str = "<!-- finding-ids:begin (generated from diagnose/src/rules/registry.rs: UPDATE_DOCS=1 cargo test -p ncclshim-diagnose --lib registry) -->\n";
         const END: &str = "<!-- finding-ids:end -->";
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/report-json.md");
         let doc = std::fs::read_to_string(&path).expect("docs/report-json.md");
@@ -169,7 +169,7 @@ mod tests {
         assert_eq!(
             &doc[b + BEGIN.len()..e],
             table,
-            "docs/report-json.md's id table is not the registry's: UPDATE_DOCS=1 cargo test -p collector-cli --lib registry"
+            "docs/report-json.md's id table is not the registry's: UPDATE_DOCS=1 cargo test -p ncclshim-diagnose --lib registry"
         );
     }
 

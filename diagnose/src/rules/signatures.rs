@@ -324,7 +324,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::rules::testutil::{analyze, find};
-    use crate::synth::{host_facts_json, WORLD_UID};
+    use ncclshim_fixtures::synth::{host_facts_json, WORLD_UID};
     use ncclshim_format::CallId;
 
     /// One real text per signature (NCCL's WARN as printed; see tests/signatures/ for sources).

@@ -1,11 +1,11 @@
 //! The story's reasoning, one capability per test, on synthetic dumps written by the real writer
-//! (`crate::synth`); the lab (`tests/scenarios/`) proves the same through the real shim.
+//! (`ncclshim_fixtures::synth`); the lab (`tests/scenarios/`) proves the same through the real shim.
 
 use super::ending::Ending;
 use super::{NodeKind, Story};
 use crate::rules::testutil::analyze;
 use crate::rules::{diagnose_story, Options, Severity};
-use crate::synth::WORLD_UID;
+use ncclshim_fixtures::synth::WORLD_UID;
 use ncclshim_format::CallId;
 
 const V: u64 = 22809;

@@ -190,7 +190,7 @@ pub fn annotate(job: &JobModel, f: &mut Finding) {
 #[cfg(test)]
 mod tests {
     use crate::rules::testutil::{analyze, find};
-    use crate::synth::{host_facts_json, Scenario};
+    use ncclshim_fixtures::synth::{host_facts_json, Scenario};
     use ncclshim_format::CallId;
     use serde_json::json;
 

@@ -196,7 +196,7 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use crate::rules::testutil::{analyze, find};
-    use crate::synth::WORLD_UID;
+    use ncclshim_fixtures::synth::WORLD_UID;
 
     /// Four ranks on two hosts; the two on host b fail with a text no rule knows and have
     /// NCCL_IB_HCA set; the others finish cleanly.

@@ -163,7 +163,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use crate::rules::testutil::{analyze, find};
-    use crate::synth::WORLD_UID;
+    use ncclshim_fixtures::synth::WORLD_UID;
 
     /// Ranks whose mean GPU time per AllReduce is `gpu_us[rank]` µs, over `ops` operations.
     fn job(hosts: &[&str], gpu_us: &[u64], ops: u64) -> Vec<crate::rules::Finding> {

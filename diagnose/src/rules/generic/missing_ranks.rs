@@ -218,7 +218,7 @@ fn left_no_dump(
 mod tests {
     use crate::rules::testutil::{analyze, find};
     use crate::rules::Severity;
-    use crate::synth::WORLD_UID;
+    use ncclshim_fixtures::synth::WORLD_UID;
 
     #[test]
     fn two_of_four_waiting_in_init() {

@@ -358,7 +358,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 mod tests {
     use crate::rules::testutil::{analyze, find};
     use crate::rules::Severity;
-    use crate::synth::{host_facts_json, Scenario};
+    use ncclshim_fixtures::synth::{host_facts_json, Scenario};
     use serde_json::json;
 
     /// Host facts of `host` with the given interfaces: (name, address, prefix, virtual).

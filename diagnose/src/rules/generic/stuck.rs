@@ -465,7 +465,7 @@ mod tests {
             s.snapshot_all(22203);
             s.init_world(22203);
         });
-        let members = job.comm_members(crate::synth::WORLD_UID);
+        let members = job.comm_members(ncclshim_fixtures::synth::WORLD_UID);
         let newest = job.processes.iter().map(|p| p.last_t).max().unwrap();
         assert!(
             super::stalled(&job, &members, newest, super::DEFAULT_STALL_NS),
@@ -497,11 +497,11 @@ mod tests {
             let comms = s.init_world(22203);
             for (r, c) in s.ranks.iter_mut().zip(&comms) {
                 r.coll(CallId::NcclAllReduce, *c, 0, 4096, 7, 0, 0, 0, None);
-                r.prof_init(crate::synth::WORLD_UID, 4, u64::from(r.rank));
-                r.prof_coll(crate::synth::WORLD_UID, 0, 2, 4096, 7, 0, true, true);
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 4, u64::from(r.rank));
+                r.prof_coll(ncclshim_fixtures::synth::WORLD_UID, 0, 2, 4096, 7, 0, true, true);
                 if r.rank != 2 {
                     r.coll(CallId::NcclAllReduce, *c, 1, 4096, 7, 0, 0, 0, None);
-                    r.prof_coll(crate::synth::WORLD_UID, 1, 2, 4096, 7, 0, false, false);
+                    r.prof_coll(ncclshim_fixtures::synth::WORLD_UID, 1, 2, 4096, 7, 0, false, false);
                 }
             }
         });
@@ -527,7 +527,7 @@ mod tests {
             for r in s.ranks.iter_mut() {
                 let ops = if r.rank == 1 { 250 } else { 251 };
                 r.prof_aggregates(
-                    crate::synth::WORLD_UID,
+                    ncclshim_fixtures::synth::WORLD_UID,
                     3,
                     r.rank as i32,
                     ops,
@@ -562,8 +562,8 @@ mod tests {
             s.snapshot_all(22203);
             s.init_world(22203);
             for r in s.ranks.iter_mut() {
-                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
-                r.prof_coll(crate::synth::WORLD_UID, 0, 2, 4096, 7, 0, false, false);
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_coll(ncclshim_fixtures::synth::WORLD_UID, 0, 2, 4096, 7, 0, false, false);
             }
         });
         let f = find(&fs, "stuck-inside-nccl").expect("stuck inside");
@@ -580,8 +580,8 @@ mod tests {
             s.snapshot_all(22203);
             s.init_world(22203);
             for r in s.ranks.iter_mut() {
-                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
-                r.prof_coll(crate::synth::WORLD_UID, 0, 2, 4096, 7, 0, false, false);
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_coll(ncclshim_fixtures::synth::WORLD_UID, 0, 2, 4096, 7, 0, false, false);
             }
         });
         for p in &mut job.processes {
@@ -606,10 +606,10 @@ mod tests {
             s.snapshot_all(22203);
             s.init_world(22203);
             for r in s.ranks.iter_mut() {
-                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
-                r.prof_coll(crate::synth::WORLD_UID, 0, 2, 4096, 7, 0, true, false);
-                r.prof_coll(crate::synth::WORLD_UID, 1, 2, 4096, 7, 0, true, true);
-                r.prof_coll(crate::synth::WORLD_UID, 2, 2, 4096, 7, 0, true, false);
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_coll(ncclshim_fixtures::synth::WORLD_UID, 0, 2, 4096, 7, 0, true, false);
+                r.prof_coll(ncclshim_fixtures::synth::WORLD_UID, 1, 2, 4096, 7, 0, true, true);
+                r.prof_coll(ncclshim_fixtures::synth::WORLD_UID, 2, 2, 4096, 7, 0, true, false);
             }
         });
         let f = find(&fs, "stuck-inside-nccl").expect("stuck inside");
@@ -653,10 +653,10 @@ mod tests {
         let (_, fs) = analyze(&["n0", "n0"], |s| {
             for r in s.ranks.iter_mut() {
                 let me = u64::from(r.rank);
-                r.prof_init(crate::synth::WORLD_UID, 2, me);
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, me);
                 for seq in 0..3 {
                     r.prof_coll(
-                        crate::synth::WORLD_UID,
+                        ncclshim_fixtures::synth::WORLD_UID,
                         seq,
                         func(b"AllReduce"),
                         1024,
@@ -667,8 +667,8 @@ mod tests {
                     );
                 }
                 for f in [&b"Send"[..], b"Recv"] {
-                    r.prof_p2p_summarized(crate::synth::WORLD_UID, f, 512, 1 - me, other_peer_ends);
-                    r.prof_p2p_summarized(crate::synth::WORLD_UID, f, 512, me, false);
+                    r.prof_p2p_summarized(ncclshim_fixtures::synth::WORLD_UID, f, 512, 1 - me, other_peer_ends);
+                    r.prof_p2p_summarized(ncclshim_fixtures::synth::WORLD_UID, f, 512, me, false);
                 }
             }
         });
@@ -697,10 +697,10 @@ mod tests {
     fn a_hang_in_a_functions_first_collective_after_others_ended_is_found() {
         let (_, fs) = analyze(&["n0", "n0"], |s| {
             for r in s.ranks.iter_mut() {
-                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
                 for seq in 0..5 {
                     r.prof_coll(
-                        crate::synth::WORLD_UID,
+                        ncclshim_fixtures::synth::WORLD_UID,
                         seq,
                         func(b"AllReduce"),
                         1024,
@@ -712,7 +712,7 @@ mod tests {
                 }
                 if r.rank == 0 {
                     r.prof_coll(
-                        crate::synth::WORLD_UID,
+                        ncclshim_fixtures::synth::WORLD_UID,
                         5,
                         func(b"AllReduce"),
                         1024,
@@ -723,7 +723,7 @@ mod tests {
                     );
                 } else {
                     r.prof_coll(
-                        crate::synth::WORLD_UID,
+                        ncclshim_fixtures::synth::WORLD_UID,
                         0,
                         func(b"Broadcast"),
                         4096,
@@ -751,11 +751,11 @@ mod tests {
     fn a_collective_that_ended_on_a_peer_is_no_hang() {
         let (_, fs) = analyze(&["n0", "n0"], |s| {
             for r in s.ranks.iter_mut() {
-                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
                 for seq in 0..4 {
                     let ended = !(r.rank == 0 && seq == 3);
                     r.prof_coll(
-                        crate::synth::WORLD_UID,
+                        ncclshim_fixtures::synth::WORLD_UID,
                         seq,
                         func(b"AllReduce"),
                         1024,
@@ -777,9 +777,9 @@ mod tests {
     fn progress_counts_collectives_across_functions() {
         let (_, fs) = analyze(&["n0", "n0"], |s| {
             for r in s.ranks.iter_mut() {
-                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
                 r.prof_coll(
-                    crate::synth::WORLD_UID,
+                    ncclshim_fixtures::synth::WORLD_UID,
                     0,
                     func(b"AllReduce"),
                     1024,
@@ -790,7 +790,7 @@ mod tests {
                 );
                 if r.rank == 0 {
                     r.prof_coll(
-                        crate::synth::WORLD_UID,
+                        ncclshim_fixtures::synth::WORLD_UID,
                         0,
                         func(b"Broadcast"),
                         1024,
@@ -801,7 +801,7 @@ mod tests {
                     );
                 } else {
                     r.prof_coll(
-                        crate::synth::WORLD_UID,
+                        ncclshim_fixtures::synth::WORLD_UID,
                         1,
                         func(b"AllReduce"),
                         1024,

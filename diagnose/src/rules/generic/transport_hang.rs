@@ -140,7 +140,7 @@ pub fn annotate(job: &JobModel, f: &mut Finding) {
 #[cfg(test)]
 mod tests {
     use crate::rules::testutil::{analyze, find};
-    use crate::synth::host_facts_json;
+    use ncclshim_fixtures::synth::host_facts_json;
     use serde_json::json;
 
     /// Two ranks on one host, both inside the same collective, with `facts` added to the host.
@@ -156,8 +156,8 @@ mod tests {
             }
             s.init_world(22203);
             for r in s.ranks.iter_mut() {
-                r.prof_init(crate::synth::WORLD_UID, 2, u64::from(r.rank));
-                r.prof_coll(crate::synth::WORLD_UID, 0, 2, 4096, 7, 0, false, false);
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_coll(ncclshim_fixtures::synth::WORLD_UID, 0, 2, 4096, 7, 0, false, false);
             }
         });
         find(&fs, "stuck-inside-nccl")

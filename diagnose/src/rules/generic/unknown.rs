@@ -219,7 +219,7 @@ fn catalog_id(id: &str) -> Option<&'static str> {
 mod tests {
     use crate::rules::testutil::{analyze, find};
     use crate::rules::Severity;
-    use crate::synth::WORLD_UID;
+    use ncclshim_fixtures::synth::WORLD_UID;
 
     #[test]
     fn unknown_error_is_laid_out_and_primary_when_first() {
