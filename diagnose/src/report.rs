@@ -755,8 +755,8 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use crate::rules::testutil::analyze;
-    use ncclshim_fixtures::synth::WORLD_UID;
     use ncclshim_dump::CallId;
+    use ncclshim_fixtures::synth::WORLD_UID;
 
     /// Two ranks finish their collectives, then hang outside NCCL until the launcher SIGTERMs
     /// both: nothing failed and no rule speaks, yet the job did not finish; the report says so.

@@ -413,9 +413,9 @@ pub fn explains_failure(f: &Finding, e: &crate::model::JobFailure) -> bool {
     }
 }
 
-/// The JSON contract check the integration tests use (`tests/support/schema.rs`).
+/// The JSON contract check the CLI's integration tests use (`collector-cli/tests/support/schema.rs`).
 #[cfg(test)]
-#[path = "../../tests/support/schema.rs"]
+#[path = "../../../collector-cli/tests/support/schema.rs"]
 #[allow(dead_code)]
 pub mod schema_support;
 

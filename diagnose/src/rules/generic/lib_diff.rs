@@ -107,7 +107,12 @@ mod tests {
     fn net_plugin_on_one_host_only() {
         let (_, fs) = analyze(&["a", "b"], |s| {
             s.snapshot_all(22703);
-            let mut l = ncclshim_fixtures::synth::libraries_json(ncclshim_fixtures::synth::WHEEL_NCCL, 22703, 12080, 12040);
+            let mut l = ncclshim_fixtures::synth::libraries_json(
+                ncclshim_fixtures::synth::WHEEL_NCCL,
+                22703,
+                12080,
+                12040,
+            );
             l["libs"]
                 .as_array_mut()
                 .unwrap()

@@ -498,10 +498,28 @@ mod tests {
             for (r, c) in s.ranks.iter_mut().zip(&comms) {
                 r.coll(CallId::NcclAllReduce, *c, 0, 4096, 7, 0, 0, 0, None);
                 r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 4, u64::from(r.rank));
-                r.prof_coll(ncclshim_fixtures::synth::WORLD_UID, 0, 2, 4096, 7, 0, true, true);
+                r.prof_coll(
+                    ncclshim_fixtures::synth::WORLD_UID,
+                    0,
+                    2,
+                    4096,
+                    7,
+                    0,
+                    true,
+                    true,
+                );
                 if r.rank != 2 {
                     r.coll(CallId::NcclAllReduce, *c, 1, 4096, 7, 0, 0, 0, None);
-                    r.prof_coll(ncclshim_fixtures::synth::WORLD_UID, 1, 2, 4096, 7, 0, false, false);
+                    r.prof_coll(
+                        ncclshim_fixtures::synth::WORLD_UID,
+                        1,
+                        2,
+                        4096,
+                        7,
+                        0,
+                        false,
+                        false,
+                    );
                 }
             }
         });
@@ -563,7 +581,16 @@ mod tests {
             s.init_world(22203);
             for r in s.ranks.iter_mut() {
                 r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
-                r.prof_coll(ncclshim_fixtures::synth::WORLD_UID, 0, 2, 4096, 7, 0, false, false);
+                r.prof_coll(
+                    ncclshim_fixtures::synth::WORLD_UID,
+                    0,
+                    2,
+                    4096,
+                    7,
+                    0,
+                    false,
+                    false,
+                );
             }
         });
         let f = find(&fs, "stuck-inside-nccl").expect("stuck inside");
@@ -581,7 +608,16 @@ mod tests {
             s.init_world(22203);
             for r in s.ranks.iter_mut() {
                 r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
-                r.prof_coll(ncclshim_fixtures::synth::WORLD_UID, 0, 2, 4096, 7, 0, false, false);
+                r.prof_coll(
+                    ncclshim_fixtures::synth::WORLD_UID,
+                    0,
+                    2,
+                    4096,
+                    7,
+                    0,
+                    false,
+                    false,
+                );
             }
         });
         for p in &mut job.processes {
@@ -607,9 +643,36 @@ mod tests {
             s.init_world(22203);
             for r in s.ranks.iter_mut() {
                 r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
-                r.prof_coll(ncclshim_fixtures::synth::WORLD_UID, 0, 2, 4096, 7, 0, true, false);
-                r.prof_coll(ncclshim_fixtures::synth::WORLD_UID, 1, 2, 4096, 7, 0, true, true);
-                r.prof_coll(ncclshim_fixtures::synth::WORLD_UID, 2, 2, 4096, 7, 0, true, false);
+                r.prof_coll(
+                    ncclshim_fixtures::synth::WORLD_UID,
+                    0,
+                    2,
+                    4096,
+                    7,
+                    0,
+                    true,
+                    false,
+                );
+                r.prof_coll(
+                    ncclshim_fixtures::synth::WORLD_UID,
+                    1,
+                    2,
+                    4096,
+                    7,
+                    0,
+                    true,
+                    true,
+                );
+                r.prof_coll(
+                    ncclshim_fixtures::synth::WORLD_UID,
+                    2,
+                    2,
+                    4096,
+                    7,
+                    0,
+                    true,
+                    false,
+                );
             }
         });
         let f = find(&fs, "stuck-inside-nccl").expect("stuck inside");
@@ -667,7 +730,13 @@ mod tests {
                     );
                 }
                 for f in [&b"Send"[..], b"Recv"] {
-                    r.prof_p2p_summarized(ncclshim_fixtures::synth::WORLD_UID, f, 512, 1 - me, other_peer_ends);
+                    r.prof_p2p_summarized(
+                        ncclshim_fixtures::synth::WORLD_UID,
+                        f,
+                        512,
+                        1 - me,
+                        other_peer_ends,
+                    );
                     r.prof_p2p_summarized(ncclshim_fixtures::synth::WORLD_UID, f, 512, me, false);
                 }
             }

@@ -157,7 +157,16 @@ mod tests {
             s.init_world(22203);
             for r in s.ranks.iter_mut() {
                 r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
-                r.prof_coll(ncclshim_fixtures::synth::WORLD_UID, 0, 2, 4096, 7, 0, false, false);
+                r.prof_coll(
+                    ncclshim_fixtures::synth::WORLD_UID,
+                    0,
+                    2,
+                    4096,
+                    7,
+                    0,
+                    false,
+                    false,
+                );
             }
         });
         find(&fs, "stuck-inside-nccl")
