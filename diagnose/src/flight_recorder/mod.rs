@@ -2,7 +2,7 @@
 //! collectives (state, sizes, dtypes, the Python stack, the process group's name) and writes it
 //! as a pickle on a watchdog timeout (`TORCH_FR_DUMP_TEMP_FILE<rank>`). It has what ncclshim
 //! lacks (the user's line, process-group names); ncclshim has what it lacks (dumps that survive
-//! SIGKILL, NCCL's errors). This module finds and reads those dumps ([`format`] holds their
+//! SIGKILL, NCCL's errors). This module finds and reads those dumps ([`mod@format`] holds their
 //! fields), and [`join`] joins them with the shim's processes, or stands in for ranks without
 //! the shim, so the same story and verdict judge both.
 //!

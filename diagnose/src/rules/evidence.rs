@@ -266,7 +266,7 @@ impl Evidence {
 }
 
 /// Names a set of processes compactly: one process by its label; several by rank list per host
-/// (`ranks 0-7 on node1, rank 9 on node2`), or per host count beyond [`HOSTS_NAMED`] hosts;
+/// (`ranks 0-7 on node1, rank 9 on node2`), or per host count beyond `HOSTS_NAMED` hosts;
 /// processes without a rank by host and pid.
 pub fn name_refs(ps: &[ProcessRef]) -> String {
     if let [one] = ps {

@@ -5,7 +5,7 @@
 //! `docs/internals.md`. Times are seconds after the job's first record.
 //!
 //! Long lists are cut: a 16k-rank job's endings are grouped by how they ended, and at most
-//! [`MAX_NODES`] graph nodes and [`MAX_MEMBERS`] places per communicator are listed.
+//! `MAX_NODES` graph nodes and `MAX_MEMBERS` places per communicator are listed.
 
 use super::ending::Ending;
 use super::progress::{Behind, CommStory, Place};
