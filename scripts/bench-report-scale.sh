@@ -13,7 +13,7 @@ shift
 ranks=("$@")
 [[ ${#ranks[@]} -gt 0 ]] || ranks=(1024 16384)
 cd "$root"
-cargo build --release -q -p collector-cli --bin ncclshim --example scale_job
+cargo build --release -q -p collector-cli --bin ncclshim -p ncclshim-fixtures --example scale_job
 bin="${NCCLSHIM:-target/release/ncclshim}"
 for n in "${ranks[@]}"; do
     job="$out/job-$n"

@@ -12,7 +12,7 @@ ranks="${2:?ranks}" slots="${3:?slots}" colls="${4:?colls}"
 shift 4
 bins=("$root/target/release/ncclshim" "$@")
 cd "$root"
-cargo build --release -q -p collector-cli --bin ncclshim --example scale_job
+cargo build --release -q -p collector-cli --bin ncclshim -p ncclshim-fixtures --example scale_job
 job="$out/trace-job-$ranks-$slots-$colls"
 if [[ ! -d "$job" ]]; then
     target/release/examples/scale_job "$job" "$ranks" "$colls" "$slots" 0

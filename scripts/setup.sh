@@ -23,7 +23,7 @@ bash scripts/fetch-nccl.sh
 if [[ -x target/release/ncclshim ]]; then
     say "[2/3] cargo build --release --workspace (up to date: only what changed is rebuilt)"
 else
-    say "[2/3] cargo build --release --workspace (first run: ~200 crates, 5 to 13 minutes on 2 cores, the last minutes in collector-cli alone)"
+    say "[2/3] cargo build --release --workspace (first run: ~200 crates, 5 to 13 minutes on 2 cores, the last minutes in ncclshim-diagnose and collector-cli)"
 fi
 # cargo's own "Compiling ..." lines are the progress.
 cargo build --release --workspace

@@ -6,9 +6,9 @@
 //!
 //! The checks are a pure function of the collected facts, so they are tested on made-up hosts.
 
-use crate::knowledge::thresholds;
-use crate::names::nccl_version_string;
-use crate::rules::c08_socket_ifname::filter_matches;
+use ncclshim_diagnose::knowledge::thresholds;
+use ncclshim_diagnose::names::nccl_version_string;
+use ncclshim_diagnose::rules::c08_socket_ifname::filter_matches;
 use ncclshim_host_facts::host::HostFacts;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 /// First NCCL that finds `nvidia_peermem` where current kernels put it (catalog C05).
 fn peermem_fixed_in() -> i64 {
-    crate::rules::c05_gdr_peermem::fixed_in() as i64
+    ncclshim_diagnose::rules::c05_gdr_peermem::fixed_in() as i64
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -588,7 +588,7 @@ pub fn render_text(checks: &[Check], color: bool) -> String {
         };
         let cat = c.catalog.map(|k| format!(" ({k})")).unwrap_or_default();
         // Messages quote this host's environment and files: shown with controls escaped.
-        let safe = crate::terminal::escape_controls;
+        let safe = ncclshim_diagnose::terminal::escape_controls;
         s.push_str(&format!("{tag} {}: {}{cat}\n", c.id, safe(&c.message)));
         if c.status > Status::Ok {
             for e in &c.evidence {

@@ -1,7 +1,7 @@
 //! `ncclshim dump FILE`: every record of one dump as JSON lines, with names instead of ids, so a
 //! dump can be read with `jq` or diffed without this tool's analysis getting in the way.
 
-use crate::names::rc_name;
+use ncclshim_diagnose::names::rc_name;
 use ncclshim_format::reader::{Blob, Dump, DumpStream, Record, Source, Warning};
 use ncclshim_format::schema::slot_flags;
 use ncclshim_format::{BlobKind, CallId, RecordKind};
@@ -38,7 +38,7 @@ pub fn blob_value(blob: &Blob) -> Value {
                     .iter()
                     .map(|c| {
                         json!({
-                            "func": crate::profnames::func_name(u64::from(c.func)),
+                            "func": ncclshim_diagnose::profnames::func_name(u64::from(c.func)),
                             "bucket_floor": c.bucket_floor,
                             "count": c.count,
                             "bytes": c.bytes,
@@ -171,7 +171,7 @@ pub fn field_names(r: &Record) -> &'static [&'static str] {
 
 /// The profiler's string codes (function, datatype, algorithm, protocol) as NCCL's names.
 fn profiler_names(c: CallId, a: &[u64; 9]) -> Option<Value> {
-    use crate::profnames::{datatype_name, func_name};
+    use ncclshim_diagnose::profnames::{datatype_name, func_name};
     let (func, dt) = match c {
         CallId::ProfColl | CallId::ProfCeColl => (a[3], a[5]),
         CallId::ProfP2p | CallId::ProfCollApi | CallId::ProfP2pApi => (a[2], a[4]),
@@ -265,7 +265,7 @@ mod tests {
     #[test]
     fn aggregate_tables_are_decoded() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut s = crate::synth::Scenario::new(dir.path(), &["n0"]).expect("scenario");
+        let mut s = ncclshim_fixtures::synth::Scenario::new(dir.path(), &["n0"]).expect("scenario");
         s.ranks[0].prof_aggregates(0xabc, 2, 0, 7, 6, 4096, 1000);
         drop(s);
         let found: Vec<serde_json::Value> = std::fs::read_dir(dir.path())

@@ -1,8 +1,10 @@
 //! `ncclshim`: the command-line front end. Each subcommand is one enum variant and one call into
-//! the library (`collector_cli`), so new subcommands slot in without touching the others.
+//! the diagnosis library (`ncclshim_diagnose`) or the commands' modules (`collector_cli`), so new
+//! subcommands slot in without touching the others.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use collector_cli::{analyze_dir, dumpjson};
+use collector_cli::dumpjson;
+use ncclshim_diagnose::analyze_dir;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -107,10 +109,10 @@ enum Command {
 }
 
 /// One line to stderr, with any control character escaped: the lines quote paths, file names
-/// and dump contents (see `collector_cli::terminal`).
+/// and dump contents (see `ncclshim_diagnose::terminal`).
 macro_rules! say {
     ($($arg:tt)*) => {
-        eprintln!("{}", collector_cli::terminal::escape_controls(&format!($($arg)*)))
+        eprintln!("{}", ncclshim_diagnose::terminal::escape_controls(&format!($($arg)*)))
     };
 }
 
@@ -136,7 +138,7 @@ fn main() -> ExitCode {
             story,
             flight_recorder,
         } => {
-            let options = collector_cli::rules::Options {
+            let options = ncclshim_diagnose::rules::Options {
                 stall_after_ns: u64::try_from(stall_after.as_nanos()).unwrap_or(u64::MAX),
                 ..Default::default()
             };
@@ -144,8 +146,8 @@ fn main() -> ExitCode {
                 cmd_list_runs(&dir, json)
             } else {
                 let fr = match flight_recorder {
-                    Some(p) => collector_cli::flight_recorder::Source::Prefix(p),
-                    None => collector_cli::flight_recorder::Source::InJobDir,
+                    Some(p) => ncclshim_diagnose::flight_recorder::Source::Prefix(p),
+                    None => ncclshim_diagnose::flight_recorder::Source::InJobDir,
                 };
                 cmd_report(&dir, json, color, story, run.as_deref(), &options, &fr)
             }
@@ -177,7 +179,7 @@ fn main() -> ExitCode {
                 let _ = writeln!(
                     std::io::stdout(),
                     "{}",
-                    collector_cli::ToolError::from_anyhow(&e).to_json()
+                    ncclshim_diagnose::ToolError::from_anyhow(&e).to_json()
                 );
             }
             ExitCode::from(TOOL_FAILED)
@@ -212,7 +214,7 @@ fn auto_color(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
 }
 
 fn cmd_trace(dir: &std::path::Path, output: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let listing = collector_cli::load::list_dumps(dir)
+    let listing = ncclshim_diagnose::load::list_dumps(dir)
         .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", dir.display()))?;
     let done = collector_cli::trace::input::trace_files(dir, &listing.files, output)?;
     for p in done.problems.iter().chain(&listing.problems) {
@@ -254,7 +256,7 @@ fn cmd_run(
     let code = outcome.code();
     let exit = ExitCode::from(code.clamp(0, 255) as u8);
     let how = outcome.how_it_ended();
-    let written = collector_cli::load::find_dumps(&plan.dir).unwrap_or_default();
+    let written = ncclshim_diagnose::load::find_dumps(&plan.dir).unwrap_or_default();
     // A job that succeeded: one line, where its dumps are. A stopped job is reported whatever
     // its exit code: stopping a hung job is the point.
     if code == 0 && !outcome.stopped() {
@@ -330,12 +332,26 @@ fn cmd_dump(file: &std::path::Path) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The terminal's progress bar for the diagnosis' reading of the dumps (the library ticks a
+/// [`ncclshim_diagnose::progress::Progress`] and knows nothing of terminals).
+struct ProgressBar(indicatif::ProgressBar);
+
+impl ncclshim_diagnose::progress::Progress for ProgressBar {
+    fn set_length(&self, files: u64) {
+        self.0.set_length(files);
+    }
+
+    fn inc(&self, files: u64) {
+        self.0.inc(files);
+    }
+}
+
 /// Reading fewer dumps than this is instant; a progress bar would only flicker.
 const PROGRESS_MIN_FILES: usize = 64;
 
 fn cmd_list_runs(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
-    let listing = collector_cli::list_job_dir(dir)?;
-    let (runs, _) = collector_cli::read_runs(dir, &listing, None);
+    let listing = ncclshim_diagnose::list_job_dir(dir)?;
+    let (runs, _) = ncclshim_diagnose::read_runs(dir, &listing, None);
     let runs: Vec<_> = runs.into_iter().map(|r| r.summary).collect();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -343,7 +359,7 @@ fn cmd_list_runs(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> 
         serde_json::to_writer_pretty(&mut out, &runs)?;
         writeln!(out)?;
     } else {
-        let safe = collector_cli::terminal::escape_controls;
+        let safe = ncclshim_diagnose::terminal::escape_controls;
         for r in &runs {
             writeln!(
                 out,
@@ -362,7 +378,7 @@ fn cmd_list_runs(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> 
                 },
                 r.hosts,
                 if r.hosts == 1 { "host" } else { "hosts" },
-                collector_cli::runs::utc_text(r.first_t_unix_ns)
+                ncclshim_diagnose::runs::utc_text(r.first_t_unix_ns)
             )?;
         }
     }
@@ -376,17 +392,17 @@ fn cmd_report(
     color: ColorChoice,
     story: bool,
     run: Option<&str>,
-    options: &collector_cli::rules::Options,
-    fr: &collector_cli::flight_recorder::Source,
+    options: &ncclshim_diagnose::rules::Options,
+    fr: &ncclshim_diagnose::flight_recorder::Source,
 ) -> anyhow::Result<ExitCode> {
     // The one walk of the directory: its dumps, the Flight Recorder's candidates, the problems.
-    let listing = collector_cli::open_job_dir(dir)?;
-    match collector_cli::require_dumps(dir, &listing) {
+    let listing = ncclshim_diagnose::open_job_dir(dir)?;
+    match ncclshim_diagnose::require_dumps(dir, &listing) {
         Ok(()) => {}
         // A directory of PyTorch Flight Recorder dumps alone is still a job to report on.
         Err(e)
-            if e.kind == collector_cli::ToolErrorKind::NoDumps
-                && collector_cli::flight_recorder::any_in(fr, &listing) => {}
+            if e.kind == ncclshim_diagnose::ToolErrorKind::NoDumps
+                && ncclshim_diagnose::flight_recorder::any_in(fr, &listing) => {}
         Err(e) => return Err(e.into()),
     }
     let files = &listing.files;
@@ -399,18 +415,20 @@ fn cmd_report(
                 )
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
-            pb
+            ProgressBar(pb)
         });
-    let report = collector_cli::analyze_run_with(
+    let report = ncclshim_diagnose::analyze_run_with(
         dir,
         &listing,
-        progress.as_ref(),
+        progress
+            .as_ref()
+            .map(|p| p as &dyn ncclshim_diagnose::progress::Progress),
         run,
         options,
         story && !json,
         fr,
     )?;
-    if let Some(pb) = progress {
+    if let Some(ProgressBar(pb)) = progress {
         pb.finish_and_clear();
     }
     if report.job.dumps == 0 {
@@ -418,13 +436,13 @@ fn cmd_report(
         for p in &report.problems {
             say!("ncclshim: {}: {}", p.file, p.error);
         }
-        let mut e = collector_cli::ToolError::new(
-            collector_cli::ToolErrorKind::NoReadableDumps,
+        let mut e = ncclshim_diagnose::ToolError::new(
+            ncclshim_diagnose::ToolErrorKind::NoReadableDumps,
             dir,
             format!(
                 "{}: none of the {} could be read",
                 dir.display(),
-                collector_cli::report::count(report.problems.len(), "dump file", "dump files")
+                ncclshim_diagnose::report::count(report.problems.len(), "dump file", "dump files")
             ),
         );
         e.problems = report.problems;
@@ -443,7 +461,11 @@ fn cmd_report(
             writeln!(out)?;
             for line in &report.story {
                 // The story quotes recorded texts: no control character reaches the terminal.
-                writeln!(out, "{}", collector_cli::terminal::escape_controls(line))?;
+                writeln!(
+                    out,
+                    "{}",
+                    ncclshim_diagnose::terminal::escape_controls(line)
+                )?;
             }
         }
     }

@@ -20,7 +20,7 @@
 //!   a shell does; 127 when the command is not found, 126 when it cannot be executed (then no
 //!   dump directory is left behind).
 //! - **PyTorch's Flight Recorder is turned on** into `<dump dir>/fr/` unless the job set it
-//!   (any of its names: [`crate::knowledge::flight_recorder`]); `fr/` is made 0700 before the
+//!   (any of its names: [`ncclshim_diagnose::knowledge::flight_recorder`]); `fr/` is made 0700 before the
 //!   job starts, since PyTorch does not create the folder of its dump files.
 //! - **No empty directory is left behind**: the directories `run` made (the dump directory, the
 //!   folders above it, `fr/`) are removed after the job when nothing was written into them.
@@ -192,7 +192,7 @@ fn flight_recorder_env(
     current: &impl Fn(&str) -> Option<OsString>,
     env: &mut Vec<(String, OsString)>,
 ) -> Option<PathBuf> {
-    use crate::knowledge::flight_recorder::{settings, FR_DIR_PLACEHOLDER};
+    use ncclshim_diagnose::knowledge::flight_recorder::{settings, FR_DIR_PLACEHOLDER};
     let fr_dir = dir.join(FR_FOLDER);
     let mut uses_fr_dir = false;
     for s in settings() {

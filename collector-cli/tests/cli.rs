@@ -12,13 +12,13 @@ fn ncclshim() -> Command {
 }
 
 fn first_dump(dir: &Path) -> std::path::PathBuf {
-    collector_cli::load::find_dumps(dir).unwrap().remove(0)
+    ncclshim_diagnose::load::find_dumps(dir).unwrap().remove(0)
 }
 
 #[test]
 fn dump_prints_header_records_and_summary() {
     let dir = tempfile::tempdir().unwrap();
-    collector_cli::scenarios::c01(dir.path()).unwrap();
+    ncclshim_fixtures::scenarios::c01(dir.path()).unwrap();
     let out = ncclshim()
         .arg("dump")
         .arg(first_dump(dir.path()))
@@ -83,7 +83,7 @@ fn dump_of_a_bad_file_exits_2_with_a_clear_error() {
 #[test]
 fn report_survives_every_kind_of_bad_file() {
     let dir = tempfile::tempdir().unwrap();
-    collector_cli::scenarios::healthy(dir.path()).unwrap();
+    ncclshim_fixtures::scenarios::healthy(dir.path()).unwrap();
     let good = std::fs::read(first_dump(dir.path())).unwrap();
     let d = dir.path();
     std::fs::write(d.join("empty.ncclshim"), b"").unwrap();
@@ -137,7 +137,10 @@ fn report_survives_every_kind_of_bad_file() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     support::schema::check_report(&v);
     assert_eq!(v["problems"].as_array().unwrap().len(), 5);
-    assert_eq!(v["format_version"], collector_cli::report::FORMAT_VERSION);
+    assert_eq!(
+        v["format_version"],
+        ncclshim_diagnose::report::FORMAT_VERSION
+    );
     assert!(v["job"]["processes"].as_u64().unwrap() >= 4);
     assert!(
         v["evidence_gaps"].as_array().unwrap().iter().any(|g| {
@@ -193,8 +196,8 @@ fn a_failed_json_run_prints_an_error_object() {
 #[test]
 fn the_schema_rejects_what_it_does_not_describe() {
     let dir = tempfile::tempdir().unwrap();
-    collector_cli::scenarios::c20(dir.path()).unwrap();
-    let r = collector_cli::analyze_dir(dir.path(), None).unwrap();
+    ncclshim_fixtures::scenarios::c20(dir.path()).unwrap();
+    let r = ncclshim_diagnose::analyze_dir(dir.path(), None).unwrap();
     let good = support::schema::report_json(&r);
     let schema = support::schema::schema("report.schema.json");
     let v = jsonschema::draft202012::new(&schema).unwrap();
@@ -213,7 +216,7 @@ fn the_schema_rejects_what_it_does_not_describe() {
 #[test]
 fn stall_after_takes_a_duration() {
     let dir = tempfile::tempdir().unwrap();
-    collector_cli::scenarios::healthy(dir.path()).unwrap();
+    ncclshim_fixtures::scenarios::healthy(dir.path()).unwrap();
     for ok in ["30s", "5m", "1m30s", "500ms", "45"] {
         let out = ncclshim()
             .args(["report", "--stall-after", ok])
@@ -239,7 +242,7 @@ fn stall_after_takes_a_duration() {
 #[test]
 fn report_exit_codes() {
     let dir = tempfile::tempdir().unwrap();
-    collector_cli::scenarios::c01(dir.path()).unwrap();
+    ncclshim_fixtures::scenarios::c01(dir.path()).unwrap();
     let out = ncclshim()
         .args(["report", "--color", "always"])
         .arg(dir.path())
@@ -267,9 +270,9 @@ fn report_exit_codes() {
 #[test]
 fn dump_names_profiler_codes() {
     let dir = tempfile::tempdir().unwrap();
-    collector_cli::scenarios::c19(dir.path()).unwrap();
+    ncclshim_fixtures::scenarios::c19(dir.path()).unwrap();
     // The profiler part of rank 0 is the `.1` file (same identity as its shim part).
-    let prof = collector_cli::load::find_dumps(dir.path())
+    let prof = ncclshim_diagnose::load::find_dumps(dir.path())
         .unwrap()
         .into_iter()
         .find(|p| p.to_string_lossy().ends_with(".ncclshim.1"))
@@ -301,8 +304,8 @@ fn dump_names_profiler_codes() {
 #[test]
 fn analysis_never_panics_on_scrambled_records() {
     let src = tempfile::tempdir().unwrap();
-    collector_cli::scenarios::c20(src.path()).unwrap();
-    let files = collector_cli::load::find_dumps(src.path()).unwrap();
+    ncclshim_fixtures::scenarios::c20(src.path()).unwrap();
+    let files = ncclshim_diagnose::load::find_dumps(src.path()).unwrap();
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut next = move || {
         seed ^= seed << 13;
@@ -321,7 +324,7 @@ fn analysis_never_panics_on_scrambled_records() {
             }
             std::fs::write(dir.path().join(f.file_name().unwrap()), &bytes).unwrap();
         }
-        let r = collector_cli::analyze_dir(dir.path(), None).unwrap();
+        let r = ncclshim_diagnose::analyze_dir(dir.path(), None).unwrap();
         let _ = r.to_text(true);
         support::schema::report_json(&r);
     }

@@ -142,7 +142,7 @@ fn expected_keys(r: &ncclshim_format::reader::Record) -> Vec<String> {
 fn committed_fixtures_print_each_record_kind_with_its_own_field_names() {
     let mut seen: BTreeSet<String> = BTreeSet::new();
     for dir in support::captures::fixture_dirs() {
-        for path in collector_cli::load::find_dumps(&dir).unwrap() {
+        for path in ncclshim_diagnose::load::find_dumps(&dir).unwrap() {
             let d: Dump = read_dump(&path).unwrap();
             let mut out = Vec::new();
             write_dump_lines(&d, &mut out).unwrap();

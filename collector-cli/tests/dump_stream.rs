@@ -51,7 +51,7 @@ fn assert_same_lines(path: &Path) {
 fn committed_fixture_dumps_stream_to_the_same_lines() {
     let mut dumps = 0;
     for dir in support::captures::fixture_dirs() {
-        for path in collector_cli::load::find_dumps(&dir).unwrap() {
+        for path in ncclshim_diagnose::load::find_dumps(&dir).unwrap() {
             assert_same_lines(&path);
             dumps += 1;
         }

@@ -137,7 +137,7 @@ fn every_format_version_is_read_and_judged() {
         let dir = fixtures().join(folder);
         for r in &want_ranks {
             let p = dir.join(format!("rank_{r}"));
-            let d = collector_cli::flight_recorder::read_dump(&p, *r, folder.into())
+            let d = ncclshim_diagnose::flight_recorder::read_dump(&p, *r, folder.into())
                 .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
             assert_eq!(d.version, version, "{folder}");
             assert!(!d.entries.is_empty(), "{folder}: entries read");
@@ -231,7 +231,7 @@ fn corrupt_truncated_and_empty_dumps_are_one_line_each_and_never_stop_the_report
     // The library never panics on any prefix of a real dump either.
     let whole = std::fs::read(fixtures().join("v2.10/rank_0")).expect("fixture");
     for n in 0..whole.len() {
-        let r = collector_cli::flight_recorder::parse(&whole[..n], 0, "x".into());
+        let r = ncclshim_diagnose::flight_recorder::parse(&whole[..n], 0, "x".into());
         assert!(
             r.is_err(),
             "a dump cut at {n} of {} bytes is refused",
@@ -475,7 +475,7 @@ fn reading_cost() {
         .unwrap_or(256);
     let bytes = std::fs::read(&dump).expect("FR_BENCH_DUMP is readable");
     let t = std::time::Instant::now();
-    let one = collector_cli::flight_recorder::parse(&bytes, 0, dump.clone()).expect("readable");
+    let one = ncclshim_diagnose::flight_recorder::parse(&bytes, 0, dump.clone()).expect("readable");
     eprintln!(
         "one dump ({} bytes, {} entries): {:.2} ms",
         bytes.len(),
@@ -487,14 +487,14 @@ fn reading_cost() {
         std::fs::write(dir.path().join(format!("rank_{r}")), &bytes).expect("write");
     }
     let t = std::time::Instant::now();
-    let listing = collector_cli::load::list_dumps(dir.path()).expect("the directory lists");
-    let fr = collector_cli::flight_recorder::load(
+    let listing = ncclshim_diagnose::load::list_dumps(dir.path()).expect("the directory lists");
+    let fr = ncclshim_diagnose::flight_recorder::load(
         dir.path(),
-        &collector_cli::flight_recorder::Source::InJobDir,
+        &ncclshim_diagnose::flight_recorder::Source::InJobDir,
         &listing,
     );
     let read = t.elapsed();
-    let ev = collector_cli::flight_recorder::join::evidence(&fr, &Default::default());
+    let ev = ncclshim_diagnose::flight_recorder::join::evidence(&fr, &Default::default());
     eprintln!(
         "{ranks} dumps: found and read in {:.0} ms, evidence in {:.0} ms ({} lines, {} threads)",
         read.as_secs_f64() * 1e3,

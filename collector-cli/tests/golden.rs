@@ -6,13 +6,13 @@
 
 mod support;
 
-use collector_cli::report::Report;
-use collector_cli::scenarios;
+use ncclshim_diagnose::report::Report;
+use ncclshim_fixtures::scenarios;
 use std::path::Path;
 
 /// Every report of this file goes through here: analyzed, then held to the JSON contract.
 fn analyze(dir: &Path) -> Report {
-    let r = collector_cli::analyze_dir(dir, None).expect("analyze");
+    let r = ncclshim_diagnose::analyze_dir(dir, None).expect("analyze");
     support::schema::report_json(&r);
     r
 }
@@ -97,7 +97,7 @@ fn committed_fixtures_are_current() {
         let fixture = root.join(name);
         assert!(
             fixture.is_dir(),
-            "{} missing: run `cargo run -p collector-cli --example gen_synthetic`",
+            "{} missing: run `cargo run -p ncclshim-fixtures --example gen_synthetic`",
             fixture.display()
         );
         let fresh = tempfile::tempdir().unwrap();
@@ -105,7 +105,7 @@ fn committed_fixtures_are_current() {
         assert_eq!(
             redact(report_json(&fixture)),
             redact(report_json(fresh.path())),
-            "{name}: committed fixture is stale; regenerate with `cargo run -p collector-cli --example gen_synthetic`"
+            "{name}: committed fixture is stale; regenerate with `cargo run -p ncclshim-fixtures --example gen_synthetic`"
         );
     }
 }
@@ -129,7 +129,7 @@ fn seed_cases_name_their_catalog_entry_as_primary() {
         let primary: Vec<_> = r
             .findings
             .iter()
-            .filter(|f| f.severity == collector_cli::rules::Severity::Primary)
+            .filter(|f| f.severity == ncclshim_diagnose::rules::Severity::Primary)
             .filter_map(|f| f.catalog)
             .collect();
         assert!(
@@ -162,7 +162,10 @@ fn dead_peer_names_the_rank_that_died_first() {
         .iter()
         .find(|f| f.catalog == Some("C20"))
         .unwrap();
-    assert_eq!(c20.severity, collector_cli::rules::Severity::Contributing);
+    assert_eq!(
+        c20.severity,
+        ncclshim_diagnose::rules::Severity::Contributing
+    );
 }
 
 #[test]
@@ -230,7 +233,7 @@ fn the_rank_that_fell_behind_is_named(dir: &Path) {
     let primary: Vec<_> = r
         .findings
         .iter()
-        .filter(|f| f.severity == collector_cli::rules::Severity::Primary)
+        .filter(|f| f.severity == ncclshim_diagnose::rules::Severity::Primary)
         .collect();
     assert_eq!(
         primary.len(),

@@ -73,7 +73,7 @@ fn mkfifo(p: &Path) {
 /// A directory with one readable synthetic dump.
 fn job_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    collector_cli::scenarios::c01(dir.path()).unwrap();
+    ncclshim_fixtures::scenarios::c01(dir.path()).unwrap();
     dir
 }
 

@@ -431,11 +431,11 @@ fn the_gpu_suite_table_is_consistent() {
             "{name}: every job says its exit status"
         );
         if let Some(id) = expect.get("primary_id").and_then(|v| v.as_str()) {
-            let known = collector_cli::rules::registry::declared(id).is_some()
-                || collector_cli::rules::signatures::SIGNATURES
+            let known = ncclshim_diagnose::rules::registry::declared(id).is_some()
+                || ncclshim_diagnose::rules::signatures::SIGNATURES
                     .iter()
                     .any(|s| s.id == id)
-                || collector_cli::rules::registry::FAMILIES
+                || ncclshim_diagnose::rules::registry::FAMILIES
                     .iter()
                     .any(|(f, _)| id.starts_with(f.trim_end_matches("<entry>")));
             assert!(known, "{name}: no rule makes the id {id}");

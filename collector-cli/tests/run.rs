@@ -160,7 +160,9 @@ fn a_successful_job_says_where_its_dumps_are_in_one_line() {
         "{stderr}"
     );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("ncclshim report: "));
-    assert!(!collector_cli::load::find_dumps(&dumps).unwrap().is_empty());
+    assert!(!ncclshim_diagnose::load::find_dumps(&dumps)
+        .unwrap()
+        .is_empty());
     // PyTorch wrote no Flight Recorder dump: its empty folder is gone, the dumps stay.
     assert!(!dumps.join("fr").exists());
 }
@@ -314,7 +316,12 @@ impl HungJob {
                 .count();
             (marked == 2 && sleeping == 2).then_some(())
         });
-        assert!(collector_cli::load::find_dumps(&job.dumps).unwrap().len() >= 2);
+        assert!(
+            ncclshim_diagnose::load::find_dumps(&job.dumps)
+                .unwrap()
+                .len()
+                >= 2
+        );
         job
     }
 

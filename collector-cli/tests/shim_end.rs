@@ -6,7 +6,7 @@
 
 mod support;
 
-use collector_cli::model::ProcessModel;
+use ncclshim_diagnose::model::ProcessModel;
 use ncclshim_format::reader::{read_dump, Dump};
 use ncclshim_format::{CallId, ExitVia};
 use serde_json::Value;
@@ -44,7 +44,7 @@ fn dumps(dir: &Path) -> Vec<Dump> {
 }
 
 fn report(dir: &Path) -> Value {
-    let r = collector_cli::analyze_dir(dir, None).expect("analyze");
+    let r = ncclshim_diagnose::analyze_dir(dir, None).expect("analyze");
     support::schema::report_json(&r)
 }
 

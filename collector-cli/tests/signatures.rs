@@ -5,7 +5,7 @@
 //! it. The test classifies every file through the same path the report uses and lists every
 //! mismatch at once.
 
-use collector_cli::knowledge::messages::classify;
+use ncclshim_diagnose::knowledge::messages::classify;
 use std::path::Path;
 
 struct Case {

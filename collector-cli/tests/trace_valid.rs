@@ -6,10 +6,11 @@
 
 mod support;
 
-use collector_cli::model::JobModel;
 use collector_cli::trace::build_trace;
 use collector_cli::trace::validate::{in_flight_slices_have_length, validate};
-use collector_cli::{load, scenarios};
+use ncclshim_diagnose::load;
+use ncclshim_diagnose::model::JobModel;
+use ncclshim_fixtures::scenarios;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 

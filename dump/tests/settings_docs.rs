@@ -98,6 +98,7 @@ fn every_variable_the_shipped_code_names_is_defined() {
         "profiler-plugin/src",
         "host-facts/src",
         "format/src",
+        "diagnose/src",
         "collector-cli/src",
         "python",
     ] {

@@ -3,7 +3,7 @@
 //! into an [`NcclResult`] and compare variants, never integers. A value this crate does not
 //! know (a newer NCCL's code) stays [`NcclResult::Unknown`] with its number, so nothing is lost.
 //! The names, texts and meanings a report prints live in the CLI's knowledge file
-//! `collector-cli/knowledge/nccl-results.toml`; a test there checks that both agree.
+//! `diagnose/knowledge/nccl-results.toml`; a test there checks that both agree.
 
 /// One `ncclResult_t` value (NVIDIA/nccl `src/nccl.h.in`, enum ncclResult_t).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -20,7 +20,7 @@ const PREFIXES: &[&str] = &[
     "NCCLSHIM_",
     "NVIDIA_",
     "UCX_",
-    // Launchers (collector-cli/knowledge/launchers.toml; its tests check every variable is kept).
+    // Launchers (diagnose/knowledge/launchers.toml; its tests check every variable is kept).
     "TORCHELASTIC_",
     "HOROVOD_",
     "MV2_COMM_WORLD_",

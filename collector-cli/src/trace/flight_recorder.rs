@@ -4,14 +4,14 @@
 //! `collective_seq_id`, state and the Python stack that issued it) in its args, so the user's
 //! line is one click away from the call it made.
 //!
-//! Joined as the report joins them ([`crate::flight_recorder::join::comms_of_groups`]): a
+//! Joined as the report joins them ([`ncclshim_diagnose::flight_recorder::join::comms_of_groups`]): a
 //! process group is the communicator a rank with both dumps matched it to; a call is the entry
 //! of that group whose `collective_seq_id` is the shim's `seq` + 1 (PyTorch counts from 1, the
 //! shim from 0).
 
-use crate::flight_recorder::format::FrEntry;
-use crate::flight_recorder::{self, FlightRecorder, ProcessGroup, RankDump};
-use crate::model::ProcessModel;
+use ncclshim_diagnose::flight_recorder::format::FrEntry;
+use ncclshim_diagnose::flight_recorder::{self, FlightRecorder, ProcessGroup, RankDump};
+use ncclshim_diagnose::model::ProcessModel;
 use ncclshim_format::CallId;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -47,7 +47,7 @@ impl TraceFlightRecorder {
     pub fn load(dir: &std::path::Path, parts: &[ProcessModel]) -> Self {
         // The trace is given its dump files, not the walk that found them: walk again for
         // PyTorch's files (a directory that cannot be listed has none to add).
-        let listing = crate::job_dir::list_dumps(dir).unwrap_or_default();
+        let listing = ncclshim_diagnose::job_dir::list_dumps(dir).unwrap_or_default();
         let fr = flight_recorder::load(dir, &flight_recorder::Source::InJobDir, &listing);
         if fr.dumps.is_empty() {
             return Self::default();

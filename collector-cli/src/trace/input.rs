@@ -6,8 +6,8 @@
 
 use super::flight_recorder::TraceFlightRecorder;
 use super::{write_trace_json, write_trace_to, DumpExtent};
-use crate::load::{display_path, Problem, KEEP_OPERATIONS};
-use crate::model::{JobModel, ProcessModel};
+use ncclshim_diagnose::load::{display_path, Problem, KEEP_OPERATIONS};
+use ncclshim_diagnose::model::{JobModel, ProcessModel};
 use ncclshim_format::reader::{read_dump, Dump};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};

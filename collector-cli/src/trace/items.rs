@@ -6,7 +6,7 @@
 use super::{
     failure_of, in_place, named_args, slice_name, Group, KERNEL_CH_STOP, KERNEL_PHASE_STOP,
 };
-use crate::names::{rc_name, signal_name};
+use ncclshim_diagnose::names::{rc_name, signal_name};
 use ncclshim_format::reader::{Dump, GpuDone, Record};
 use ncclshim_format::schema::slot_flags;
 use ncclshim_format::SlotRef;

@@ -21,10 +21,10 @@ pub mod input;
 mod items;
 pub mod validate;
 
-use crate::model::JobModel;
-use crate::names::rc_name;
 use flight_recorder::{NamedGroup, TraceFlightRecorder};
 use items::{Item, LifeSign, What};
+use ncclshim_diagnose::model::JobModel;
+use ncclshim_diagnose::names::rc_name;
 use ncclshim_format::profnames::{self, NameTable};
 use ncclshim_format::reader::{Dump, Record};
 use ncclshim_format::schema::slot_flags;

@@ -1,0 +1,506 @@
+//! PyTorch Flight Recorder dumps read beside the shim's: PyTorch keeps a per-rank ring of its
+//! collectives (state, sizes, dtypes, the Python stack, the process group's name) and writes it
+//! as a pickle on a watchdog timeout (`TORCH_FR_DUMP_TEMP_FILE<rank>`). It has what ncclshim
+//! lacks (the user's line, process-group names); ncclshim has what it lacks (dumps that survive
+//! SIGKILL, NCCL's errors). This module finds and reads those dumps ([`mod@format`] holds their
+//! fields), and [`join`] joins them with the shim's processes, or stands in for ranks without
+//! the shim, so the same story and verdict judge both.
+//!
+//! How PyTorch's own analyzer finds them (`fr_trace`, `components/loader.py`): every file of a
+//! directory tree whose name is a common prefix followed by the rank (`rank_0`,
+//! `nccl_trace_rank_3`); the rank comes from the name only, the dump does not hold it.
+
+pub mod decode;
+pub mod format;
+pub mod join;
+pub mod pickle;
+
+use crate::load::{display_path, Listing, Problem};
+use crate::model::ProcessModel;
+use crate::rules::Evidence;
+use format::{FrEntry, FrFile};
+use rayon::prelude::*;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Format versions whose fields were checked against PyTorch's writer ("2.2" to "2.10"); others
+/// are read best effort with one line saying so.
+pub const KNOWN_VERSIONS: &[&str] = &[
+    "2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11",
+];
+
+/// Where the dumps are: found in the job directory, or named by a path prefix
+/// (`--flight-recorder DIR/rank_`, what `TORCH_FR_DUMP_TEMP_FILE` was set to).
+#[derive(Debug, Clone, Default)]
+pub enum Source {
+    #[default]
+    InJobDir,
+    Prefix(PathBuf),
+    Off,
+}
+
+/// One process group as a rank's dump describes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessGroup {
+    /// `pg_config`'s key ("0").
+    pub id: String,
+    pub name: String,
+    pub desc: String,
+    /// Global ranks, in group-rank order.
+    pub ranks: Vec<u32>,
+}
+
+impl ProcessGroup {
+    /// `0:default_pg`, as PyTorch's analyzer names groups.
+    pub fn label(&self) -> String {
+        if self.desc.is_empty() || self.desc == "undefined" {
+            self.name.clone()
+        } else {
+            format!("{}:{}", self.name, self.desc)
+        }
+    }
+}
+
+/// One rank's dump, read.
+#[derive(Debug, Clone, Default)]
+pub struct RankDump {
+    /// The file as the report shows it.
+    pub file: String,
+    /// The global rank (from the file name).
+    pub rank: u32,
+    pub version: String,
+    pub nccl_version: String,
+    pub groups: Vec<ProcessGroup>,
+    pub entries: Vec<FrEntry>,
+}
+
+impl RankDump {
+    /// The process group an entry belongs to (by `pg_id`, else its (name, desc) pair).
+    pub fn group_of(&self, e: &FrEntry) -> Option<&ProcessGroup> {
+        let by_name = e.process_group.first();
+        self.groups
+            .iter()
+            .find(|g| by_name.is_some_and(|n| **n == *g.name))
+            .or_else(|| self.groups.iter().find(|g| g.id == e.pg_id.to_string()))
+    }
+}
+
+/// Every dump found, and one line per file that could not be read.
+#[derive(Debug, Clone, Default)]
+pub struct FlightRecorder {
+    pub dumps: Vec<RankDump>,
+    pub problems: Vec<Problem>,
+    /// One line per dump of a version not checked here (read best effort).
+    pub notes: Vec<String>,
+}
+
+impl FlightRecorder {
+    pub fn is_empty(&self) -> bool {
+        self.dumps.is_empty() && self.problems.is_empty()
+    }
+
+    /// Ranks with a readable dump, sorted.
+    pub fn ranks(&self) -> Vec<u32> {
+        let mut r: Vec<u32> = self.dumps.iter().map(|d| d.rank).collect();
+        r.sort_unstable();
+        r.dedup();
+        r
+    }
+
+    /// Ranks of the process groups' members with no readable dump.
+    pub fn ranks_without_dump(&self) -> Vec<u32> {
+        let have = self.ranks();
+        let mut all: Vec<u32> = self
+            .dumps
+            .iter()
+            .flat_map(|d| d.groups.iter().flat_map(|g| g.ranks.iter().copied()))
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all.retain(|r| have.binary_search(r).is_err());
+        all
+    }
+}
+
+/// Finds and reads the dumps `source` names (nothing for [`Source::Off`]); `listing` is the job
+/// directory's.
+pub fn load(dir: &Path, source: &Source, listing: &Listing) -> FlightRecorder {
+    let files = match source {
+        Source::Off => return FlightRecorder::default(),
+        Source::InJobDir => find_in_dir(listing),
+        Source::Prefix(p) => find_by_prefix(p),
+    };
+    read_all(dir, files)
+}
+
+/// Whether `source` names any dump (files only, nothing read); `listing` is the job directory's.
+pub fn any_in(source: &Source, listing: &Listing) -> bool {
+    match source {
+        Source::Off => false,
+        Source::InJobDir => !find_in_dir(listing).is_empty(),
+        Source::Prefix(p) => !find_by_prefix(p).is_empty(),
+    }
+}
+
+/// Reads `files` ((path, rank)) in parallel, like the shim's dumps.
+pub fn read_all(dir: &Path, files: Vec<(PathBuf, u32)>) -> FlightRecorder {
+    let results: Vec<Result<RankDump, Problem>> = files
+        .par_iter()
+        .map(|(p, rank)| {
+            read_dump(p, *rank, display_path(dir, p)).map_err(|error| Problem {
+                file: display_path(dir, p),
+                error,
+            })
+        })
+        .collect();
+    let mut out = FlightRecorder::default();
+    for r in results {
+        match r {
+            Ok(d) => {
+                if !KNOWN_VERSIONS.contains(&d.version.as_str()) {
+                    out.notes.push(format!(
+                        "{}: Flight Recorder format version {:?} is not one this ncclshim knows (2.2 to 2.11); read best effort",
+                        d.file, d.version
+                    ));
+                }
+                out.dumps.push(d)
+            }
+            Err(p) => out.problems.push(p),
+        }
+    }
+    out.dumps.sort_by_key(|d| d.rank);
+    out
+}
+
+/// The rank a dump's file name ends with (`rank_12` is 12), as `fr_trace` reads it.
+fn trailing_rank(name: &str) -> Option<u32> {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    if digits == 0 || digits > 9 {
+        return None;
+    }
+    name[name.len() - digits..].parse().ok()
+}
+
+/// Whether a file is a pickle of protocol 2 or later (what `torch` writes: `\x80` then the
+/// protocol number).
+fn looks_like_pickle(p: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 2];
+    std::fs::File::open(p)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|_| head[0] == 0x80 && (2..=5).contains(&head[1]))
+}
+
+/// Dumps among the job directory's files (the listing's other files: up to
+/// [`crate::job_dir::OTHER_FILES_DEPTH`] folders down, no link, no hidden folder): files whose
+/// name ends in a rank and that either start like a pickle or lie in a folder named like
+/// PyTorch's (`flight-recorder`, `fr`, so that a damaged dump there is reported rather than
+/// skipped). Our own dumps are not among them.
+pub fn find_in_dir(listing: &Listing) -> Vec<(PathBuf, u32)> {
+    let mut out: Vec<(PathBuf, u32)> = listing
+        .other_files
+        .iter()
+        .filter_map(|p| {
+            let rank = trailing_rank(&p.file_name()?.to_string_lossy())?;
+            let fr_folder = p
+                .parent()
+                .and_then(Path::file_name)
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| matches!(n, "flight-recorder" | "flight_recorder" | "fr"));
+            (fr_folder || looks_like_pickle(p)).then(|| (p.clone(), rank))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Dumps named `PREFIX<rank>` (`/tmp/fr/rank_` finds `/tmp/fr/rank_0`, `/tmp/fr/rank_1`...).
+pub fn find_by_prefix(prefix: &Path) -> Vec<(PathBuf, u32)> {
+    let (parent, stem) = match prefix.file_name().and_then(|s| s.to_str()) {
+        // A directory given as the prefix: every rank-named file in it.
+        _ if prefix.is_dir() => (prefix.to_path_buf(), String::new()),
+        Some(s) => (
+            prefix
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+            s.to_owned(),
+        ),
+        None => return Vec::new(),
+    };
+    let Ok(entries) = std::fs::read_dir(&parent) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(PathBuf, u32)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let rest = name.strip_prefix(stem.as_str())?;
+            let rank = trailing_rank(rest)?;
+            (rest.len() == rank.to_string().len() || stem.is_empty()).then(|| (e.path(), rank))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Reads one dump; the error is one line.
+pub fn read_dump(p: &Path, rank: u32, shown: String) -> Result<RankDump, String> {
+    let bytes =
+        std::fs::read(p).map_err(|e| format!("cannot read this Flight Recorder dump: {e}"))?;
+    parse(&bytes, rank, shown)
+}
+
+/// Parses a dump's bytes.
+pub fn parse(bytes: &[u8], rank: u32, shown: String) -> Result<RankDump, String> {
+    if bytes.is_empty() {
+        return Err(
+            "empty Flight Recorder dump (its rank was stopped while writing it, or never wrote it)"
+                .into(),
+        );
+    }
+    let pickle = pickle::parse(bytes).map_err(|e| match e {
+        pickle::PickleError::Truncated { .. } => format!(
+            "truncated Flight Recorder dump ({} bytes; its writer was stopped while writing it): {e}",
+            bytes.len()
+        ),
+        pickle::PickleError::Invalid(why) => format!("not a readable Flight Recorder dump: {why}"),
+    })?;
+    let f: FrFile = decode::Decoder::new(&pickle, bytes.len())
+        .file()
+        .map_err(|e| format!("a Flight Recorder dump this ncclshim cannot read: {e}"))?;
+    let groups = f
+        .pg_config
+        .iter()
+        .map(|(id, c)| ProcessGroup {
+            id: id.clone(),
+            name: match c.name.text() {
+                n if n.is_empty() => id.clone(),
+                n => n,
+            },
+            desc: c.desc.text(),
+            ranks: c.ranks.list().unwrap_or_default(),
+        })
+        .collect();
+    Ok(RankDump {
+        file: shown,
+        rank,
+        version: f.version.text(),
+        nccl_version: f.comm_lib_version.text(),
+        groups,
+        entries: f.entries,
+    })
+}
+
+/// What the report says about the Flight Recorder dumps (`flight_recorder` in the report JSON).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    /// Ranks whose dump was read.
+    pub ranks_with_dump: Vec<u32>,
+    /// Members of the dumps' process groups with no readable dump.
+    pub ranks_without_dump: Vec<u32>,
+    /// Ranks known from their Flight Recorder dump only (no ncclshim dump).
+    pub ranks_without_ncclshim: Vec<u32>,
+    pub process_groups: Vec<GroupSummary>,
+    /// Where each rank's last collective was, mismatches, missing dumps (also quoted in the
+    /// primary finding's evidence).
+    pub evidence: Vec<Evidence>,
+    /// Format versions read best effort.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// One process group and the communicator it was joined with.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupSummary {
+    pub name: String,
+    pub desc: String,
+    /// `0:default_pg`.
+    pub label: String,
+    pub ranks: Vec<u32>,
+    /// The communicator's hash (`0x...`), when a rank with both dumps joined them.
+    pub comm_hash: Option<String>,
+}
+
+/// The Flight Recorder's part of one analysis: read before the model is built (stand-ins for
+/// ranks without the shim join the model), quoted in the report after.
+pub struct Joined {
+    pub fr: FlightRecorder,
+    /// Process group name → communicator hash.
+    pub comm_of: BTreeMap<String, u64>,
+    pub stand_in_ranks: Vec<u32>,
+}
+
+/// Reads the dumps `source` names and adds a stand-in process to `parts` for each rank that has
+/// a Flight Recorder dump but no shim dump. None when there are no dumps to read.
+pub fn prepare(
+    dir: &Path,
+    source: &Source,
+    listing: &Listing,
+    parts: &mut Vec<ProcessModel>,
+) -> Option<Joined> {
+    let fr = load(dir, source, listing);
+    if fr.is_empty() {
+        return None;
+    }
+    let comm_of = join::comms_of_groups(parts, &fr);
+    let job_ranks: BTreeSet<u32> = parts
+        .iter()
+        .filter(|p| p.has_shim || p.has_prof)
+        .filter_map(ProcessModel::world_rank)
+        .collect();
+    let stand_ins = join::stand_ins(&job_ranks, &fr, &comm_of);
+    let stand_in_ranks = fr
+        .dumps
+        .iter()
+        .map(|d| d.rank)
+        .filter(|r| !job_ranks.contains(r))
+        .collect();
+    parts.extend(stand_ins);
+    Some(Joined {
+        fr,
+        comm_of,
+        stand_in_ranks,
+    })
+}
+
+/// Adds what the dumps say to the report: the summary, the problem lines, process-group names
+/// next to communicator hashes, and the per-group evidence quoted in the primary finding.
+pub fn annotate(report: &mut crate::report::Report, joined: Joined) {
+    let Joined {
+        fr,
+        comm_of,
+        stand_in_ranks,
+    } = joined;
+    let evidence = join::evidence(&fr, &comm_of);
+    let mut groups: BTreeMap<String, ProcessGroup> = BTreeMap::new();
+    for d in &fr.dumps {
+        for g in &d.groups {
+            groups.entry(g.name.clone()).or_insert_with(|| g.clone());
+        }
+    }
+    for c in &mut report.job.communicators {
+        let named: Vec<String> = groups
+            .values()
+            .filter(|g| {
+                let h = comm_of
+                    .get(&g.name)
+                    .copied()
+                    .unwrap_or_else(|| join::group_hash(g));
+                format!("{h:#018x}") == c.comm_hash
+            })
+            .map(ProcessGroup::label)
+            .collect();
+        if !named.is_empty() {
+            c.process_group = Some(named.join(", "));
+        }
+    }
+    if let Some(f) = report
+        .findings
+        .iter_mut()
+        .find(|f| f.severity != crate::rules::Severity::Advisory)
+    {
+        // Quotes, not new facts about the finding's processes: appended after its own.
+        f.evidence.extend(
+            evidence
+                .iter()
+                .filter(|e| e.kind != crate::rules::EvidenceKind::Gap)
+                .cloned(),
+        );
+    }
+    // A stand-in rank has no end mark because the Flight Recorder records none, not because it
+    // was killed: say that instead of the shim's "SIGKILL, the OOM killer" gap.
+    let files: BTreeSet<&str> = fr.dumps.iter().map(|d| d.file.as_str()).collect();
+    for g in &mut report.evidence_gaps {
+        let no_end_mark = g.values.get("gap").and_then(|v| v.as_str()) == Some("no_end_mark");
+        if no_end_mark
+            && !g.processes.is_empty()
+            && g.processes.iter().all(|p| files.contains(p.host.as_str()))
+        {
+            let ranks: Vec<String> = g.ranks.iter().map(u32::to_string).collect();
+            *g = Evidence::new(
+                crate::rules::EvidenceKind::Gap,
+                format!(
+                    "ranks {}: known from their PyTorch Flight Recorder dumps only: alive when the watchdog wrote them, how they ended is not recorded",
+                    ranks.join(", ")
+                ),
+            )
+            .value("gap", "flight_recorder_only")
+            .value("ranks", &g.ranks);
+        }
+    }
+    report.problems.extend(fr.problems.iter().cloned());
+    report.problems.sort_by(|a, b| a.file.cmp(&b.file));
+    report.flight_recorder = Some(Summary {
+        ranks_with_dump: fr.ranks(),
+        ranks_without_dump: fr.ranks_without_dump(),
+        ranks_without_ncclshim: stand_in_ranks,
+        process_groups: groups
+            .values()
+            .map(|g| GroupSummary {
+                name: g.name.clone(),
+                desc: g.desc.clone(),
+                label: g.label(),
+                ranks: g.ranks.clone(),
+                comm_hash: comm_of.get(&g.name).map(|h| format!("{h:#018x}")),
+            })
+            .collect(),
+        evidence,
+        notes: fr.notes.clone(),
+    });
+}
+
+/// The report's "Flight Recorder" section.
+pub fn render_text(s: &Summary, bold: &dyn Fn(&str) -> String) -> String {
+    let safe = crate::terminal::escape_controls;
+    let list = |r: &[u32]| r.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    let mut o = bold("PyTorch Flight Recorder");
+    o.push('\n');
+    let mut line = format!("  dumps from ranks {}", list(&s.ranks_with_dump));
+    if s.ranks_with_dump.is_empty() {
+        line = "  no readable dump".to_owned();
+    }
+    if !s.ranks_without_dump.is_empty() {
+        line.push_str(&format!(
+            "; none from ranks {}",
+            list(&s.ranks_without_dump)
+        ));
+    }
+    if !s.ranks_without_ncclshim.is_empty() {
+        line.push_str(&format!(
+            "; ranks {} known from it only (no ncclshim dump)",
+            list(&s.ranks_without_ncclshim)
+        ));
+    }
+    o.push_str(&line);
+    o.push('\n');
+    for e in &s.evidence {
+        o.push_str(&format!("  {}\n", safe(&e.text)));
+    }
+    for n in &s.notes {
+        o.push_str(&format!("  note: {}\n", safe(n)));
+    }
+    o.push('\n');
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_from_names() {
+        assert_eq!(trailing_rank("rank_12"), Some(12));
+        assert_eq!(trailing_rank("nccl_trace_rank_0"), Some(0));
+        assert_eq!(trailing_rank("notes.txt"), None);
+    }
+
+    #[test]
+    fn garbage_is_one_line() {
+        let e = parse(b"\x80\x04garbage", 0, "x".into()).unwrap_err();
+        assert!(!e.contains('\n'), "{e}");
+        let e = parse(b"", 0, "x".into()).unwrap_err();
+        assert!(e.contains("empty"), "{e}");
+    }
+}

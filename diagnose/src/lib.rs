@@ -1,0 +1,293 @@
+//! ncclshim's diagnosis as a library: the dumps of a whole job (every rank, every host) read
+//! into one model, and the report of what failed first, where, why, and what to change.
+//!
+//! The pipeline, one module per step:
+//! 1. **load** ([`job_dir`], [`load`], [`runs`]): the job directory walked once, every dump read
+//!    in parallel (an unreadable file becomes a [`load::Problem`], never an abort), the dumps
+//!    split into runs when the directory holds several;
+//! 2. **model** ([`model`]): per process its calls, errors, host facts and profiler events,
+//!    across processes the communicators and their members, clocks aligned across hosts; PyTorch
+//!    Flight Recorder dumps join it ([`flight_recorder`]);
+//! 3. **story** ([`story`]): told once, how each process ended, where each rank was, who waited
+//!    for whom, the failure graph;
+//! 4. **rules** ([`rules`]): the failure catalog's cases and the generic rules read the story
+//!    and the facts, with what is known about NCCL in data files ([`knowledge`],
+//!    `knowledge/*.toml`, each entry with its source);
+//! 5. **verdict** ([`rules::verdict`]): the findings ranked into primary, contributing and
+//!    advisory;
+//! 6. **report** ([`report`]): the JSON structures (`docs/report-json.md`) and their text
+//!    rendering ([`report::Report::to_text`]).
+//!
+//! [`analyze_dir`] runs it all; [`analyze_run_with`] is what `ncclshim report` calls. The front
+//! end (argument parsing, progress bar, `doctor`, `run`, `trace`) is the `ncclshim` binary's
+//! (collector-cli/); a progress bar plugs in through [`progress::Progress`].
+//!
+//! ```no_run
+//! use std::path::Path;
+//!
+//! let report = ncclshim_diagnose::analyze_dir(Path::new("ncclshim-dumps/job-42"), None)?;
+//! if let Some(first) = &report.first_failure {
+//!     println!("first failure on {} pid {}: {}", first.host, first.pid, first.what);
+//! }
+//! print!("{}", report.to_text(false));
+//! std::process::exit(report.exit_code());
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+
+pub mod flight_recorder;
+pub mod job_dir;
+pub mod knowledge;
+pub mod load;
+pub mod model;
+pub mod names;
+pub mod profnames;
+pub mod progress;
+pub mod report;
+pub mod rules;
+pub mod runs;
+pub mod story;
+pub mod terminal;
+
+use serde::Serialize;
+use std::path::Path;
+
+/// Why a command produced no report: one line on stderr, and with `--json` the object
+/// `{"error": {...}}` on stdout (`docs/schema/error.schema.json`), so that a program reading
+/// the JSON never has to parse stderr.
+#[derive(Debug, Clone, Serialize, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    pub kind: ToolErrorKind,
+    /// One line, the same as on stderr.
+    pub message: String,
+    /// The file or directory concerned, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The files that could not be read (`no_readable_dumps`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<load::Problem>,
+}
+
+/// The `kind` of a [`ToolError`] (stable names, part of the JSON contract).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolErrorKind {
+    /// The path given is missing or is not a directory.
+    NotADirectory,
+    /// The directory could not be listed (permissions).
+    CannotList,
+    /// The directory holds no `*.ncclshim` file.
+    NoDumps,
+    /// Every dump file failed to read (`problems` says why, per file).
+    NoReadableDumps,
+    /// Anything else (writing the output, an unexpected failure).
+    Internal,
+}
+
+impl ToolError {
+    pub fn new(kind: ToolErrorKind, path: &Path, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            path: Some(path.display().to_string()),
+            problems: Vec::new(),
+        }
+    }
+
+    /// The `--json` form of any error: a [`ToolError`] as is, anything else as `internal`.
+    pub fn from_anyhow(e: &anyhow::Error) -> Self {
+        match e.downcast_ref::<ToolError>() {
+            Some(t) => t.clone(),
+            None => Self {
+                kind: ToolErrorKind::Internal,
+                message: format!("{e:#}"),
+                path: None,
+                problems: Vec::new(),
+            },
+        }
+    }
+
+    /// `{"error": {...}}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({ "error": self })
+    }
+}
+
+/// The job directory walked once ([`load::list_dumps`]), or why it cannot be: it is not a
+/// directory, or it cannot be listed. Whether it holds dumps is [`require_dumps`]'s question.
+pub fn open_job_dir(dir: &Path) -> Result<load::Listing, ToolError> {
+    if !dir.is_dir() {
+        let what = if dir.exists() {
+            "not a directory"
+        } else {
+            "does not exist"
+        };
+        return Err(ToolError::new(
+            ToolErrorKind::NotADirectory,
+            dir,
+            format!("{}: {what}", dir.display()),
+        ));
+    }
+    load::list_dumps(dir).map_err(|e| {
+        ToolError::new(
+            ToolErrorKind::CannotList,
+            dir,
+            format!("{}: cannot list: {e}", dir.display()),
+        )
+    })
+}
+
+/// Why a listing of `dir` has no dump to read, if it has none.
+pub fn require_dumps(dir: &Path, listing: &load::Listing) -> Result<(), ToolError> {
+    if listing.files.is_empty() && !listing.problems.is_empty() {
+        // Only unusable entries (a FIFO named like a dump, an unreadable subdirectory): say
+        // which, in one line.
+        let p = &listing.problems[0];
+        let more = match listing.problems.len() {
+            1 => String::new(),
+            n => format!(" (and {} more)", n - 1),
+        };
+        let mut e = ToolError::new(
+            ToolErrorKind::NoReadableDumps,
+            dir,
+            format!(
+                "{}: no readable dump files: {}: {}{more}",
+                dir.display(),
+                p.file,
+                p.error
+            ),
+        );
+        e.problems = listing.problems.clone();
+        return Err(e);
+    }
+    if listing.files.is_empty() {
+        return Err(ToolError::new(
+            ToolErrorKind::NoDumps,
+            dir,
+            format!(
+                "{}: no *.ncclshim dump files here (set NCCLSHIM_DIR for the job, or point at the directory it used)",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The job directory walked once, holding dump files, or why there are none to read.
+pub fn list_job_dir(dir: &Path) -> Result<load::Listing, ToolError> {
+    let listing = open_job_dir(dir)?;
+    require_dumps(dir, &listing)?;
+    Ok(listing)
+}
+
+/// Reads every dump under `dir` and returns the report (problems included). `progress` is
+/// ticked once per file read.
+pub fn analyze_dir(
+    dir: &Path,
+    progress: Option<&dyn progress::Progress>,
+) -> anyhow::Result<report::Report> {
+    analyze_run(dir, progress, None, &rules::Options::default(), false)
+}
+
+/// As [`analyze_dir`], about one run of the directory: the one `run` names (see
+/// [`runs::choose`]), else the most recent, analysed with the user's [`rules::Options`]. When
+/// the directory holds several runs the report lists them and says which one it is about.
+/// `story_in_words`: also tell the story in words (`report --story`), which costs a line per
+/// failure-graph node, so only when asked.
+pub fn analyze_run(
+    dir: &Path,
+    progress: Option<&dyn progress::Progress>,
+    run: Option<&str>,
+    options: &rules::Options,
+    story_in_words: bool,
+) -> anyhow::Result<report::Report> {
+    let listing = load::list_dumps(dir)
+        .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", dir.display()))?;
+    analyze_run_with(
+        dir,
+        &listing,
+        progress,
+        run,
+        options,
+        story_in_words,
+        &flight_recorder::Source::InJobDir,
+    )
+}
+
+/// As [`analyze_run`], reading PyTorch Flight Recorder dumps from `fr` (found in the job
+/// directory, named by a path prefix, or not at all) and joining them with the shim's.
+/// `listing` is the job directory's, walked once ([`load::list_dumps`]) for every reader.
+pub fn analyze_run_with(
+    dir: &Path,
+    listing: &load::Listing,
+    progress: Option<&dyn progress::Progress>,
+    run: Option<&str>,
+    options: &rules::Options,
+    story_in_words: bool,
+    fr: &flight_recorder::Source,
+) -> anyhow::Result<report::Report> {
+    let (mut runs, problems) = read_runs(dir, listing, progress);
+    let chosen = runs::choose(&runs, run).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+    runs[chosen].summary.reported = true;
+    let summaries: Vec<runs::RunSummary> = runs.iter().map(|r| r.summary.clone()).collect();
+    let mut parts = std::mem::take(&mut runs[chosen].parts);
+    // Ranks with only a Flight Recorder dump join the model as stand-in processes.
+    let joined = flight_recorder::prepare(dir, fr, listing, &mut parts);
+    let job = model::JobModel::from_processes(parts);
+    let story = story::Story::build(&job);
+    let findings = rules::diagnose_story(&job, &story, options);
+    let mut report = report::Report::build(&job, findings, problems);
+    if story_in_words {
+        report.story = story::render::lines(&job, &story);
+    }
+    if let Some(j) = joined {
+        flight_recorder::annotate(&mut report, j);
+    }
+    if summaries.len() > 1 || run.is_some() {
+        report.run_note = runs::note(&summaries);
+        report.runs = summaries;
+    }
+    // The model and the story are freed on a worker while the caller writes the report: at
+    // 16k ranks freeing them is millions of allocations, a second on one core otherwise.
+    rayon::spawn(move || drop((job, story, runs)));
+    Ok(report)
+}
+
+/// The runs of a directory (its dumps as `listing` found them), oldest first, and the files
+/// that could not be read.
+pub fn read_runs(
+    dir: &Path,
+    listing: &load::Listing,
+    progress: Option<&dyn progress::Progress>,
+) -> (Vec<runs::RunParts>, Vec<load::Problem>) {
+    let files = &listing.files;
+    if let Some(pb) = progress {
+        pb.set_length(files.len() as u64);
+    }
+    let (parts, mut problems) = load::load_models(dir, files, progress);
+    problems.extend(listing.problems.iter().cloned());
+    let mut runs = runs::split(parts);
+    if runs.is_empty() {
+        // Nothing readable: an empty run, so the report still lists the problems.
+        runs.push(runs::RunParts {
+            summary: runs::RunSummary {
+                id: String::new(),
+                source: String::new(),
+                processes: 0,
+                hosts: 0,
+                first_t_unix_ns: 0,
+                last_t_unix_ns: 0,
+                reported: false,
+            },
+            parts: Vec::new(),
+        });
+    }
+    (runs, problems)
+}
+
+/// The analysis part of [`analyze_dir`], for callers that read the dumps themselves.
+pub fn analyze_loaded(dir: &Path, loaded: load::Loaded) -> report::Report {
+    let job = model::JobModel::build(&loaded.dumps, |d| load::display_path(dir, &d.path));
+    let findings = rules::diagnose(&job);
+    report::Report::build(&job, findings, loaded.problems)
+}

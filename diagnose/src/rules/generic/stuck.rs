@@ -1,0 +1,887 @@
+//! Hang analysis per communicator, from the shim's calls and the profiler's events together:
+//! a rank is stuck INSIDE NCCL when a call on the communicator never returned or a collective's
+//! profiler record never stopped (or its kernel never ended); it is stuck OUTSIDE NCCL when its
+//! last call returned and it issued fewer collectives than the others — the rank everybody waits
+//! for, usually the one to debug. The profiler's running aggregates (operations started and
+//! completed per rank, never lost to wrap) are a third source of progress, and each hang
+//! finding states every rank's counts, so the rank with fewer operations than its peers is
+//! named by a number that covers the whole job.
+//!
+//! The profiler's events are read as NCCL emits them (`knowledge/profiler.toml`): Coll events
+//! are numbered per function, so a rank's progress is the count of its numbered collectives, not
+//! the highest number; P2p events carry no number; a send/recv to the rank itself never reports
+//! a GPU end, so its missing end is no hang; and a collective whose kernel ended on a peer did
+//! not hang on this rank either (the peer could not have finished it alone).
+
+use crate::model::{JobModel, ProcessModel};
+use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding};
+use crate::story::{NodeKind, Story};
+use ncclshim_format::CallId;
+use std::collections::{HashMap, HashSet};
+
+/// Where a rank is stuck inside NCCL.
+#[derive(Debug)]
+struct Inside {
+    /// `ncclAllReduce seq 5 never returned`, `collective seq 5 (AllReduce) its kernel never ended
+    /// (profiler)` (the profiler's number of that function), `Send to/from peer 3 ...`.
+    text: String,
+    /// The call or the profiler's function name.
+    op: String,
+    seq: Option<u64>,
+    /// `call_never_returned`, `kernel_never_ended` or `never_completed`.
+    state: &'static str,
+}
+
+#[derive(Debug)]
+struct RankState {
+    rank: u32,
+    process: usize,
+    /// Position of the last collective issued on the communicator, in one source's numbering
+    /// (see `check`).
+    issued: Option<u64>,
+    shim_seq: Option<u64>,
+    prof_seq: Option<u64>,
+    /// The profiler's running totals: operations started, and those whose kernel ended.
+    agg: Option<(u64, u64)>,
+    /// What it is stuck in, when inside NCCL.
+    inside: Option<Inside>,
+    last_call: Option<String>,
+}
+
+/// How many collectives the rank issued on `comm` as its profiler numbered them, minus one (the
+/// position of its last, comparable with a peer's): per-function numbering counts each
+/// function from 0, so the position is the sum over functions of their highest number + 1.
+/// None without numbered events.
+fn prof_position(pm: &ProcessModel, comm: u64) -> Option<u64> {
+    let mut highest: HashMap<Option<u64>, u64> = HashMap::new();
+    for o in pm.prof_ops.iter().filter(|o| o.comm_hash == Some(comm)) {
+        if let Some((func, seq)) = pm.prof_seq_key(o) {
+            let h = highest.entry(func).or_default();
+            *h = (*h).max(seq + 1);
+        }
+    }
+    (!highest.is_empty()).then(|| highest.values().sum::<u64>() - 1)
+}
+
+/// A collective as NCCL's profiler numbers it on a communicator (see `ProcessModel::prof_seq_key`).
+type NumberedColl = (Option<u64>, u64);
+
+/// The collectives of `comm` whose kernel ended on some rank. A collective cannot finish on one
+/// rank while another still runs it, so a rank whose record of such a collective lacks its end
+/// lost the record; it is not stuck there.
+fn ended_somewhere(job: &JobModel, members: &[(u32, usize)], comm: u64) -> HashSet<NumberedColl> {
+    let mut ended = HashSet::new();
+    for &(_, p) in members {
+        let pm = &job.processes[p];
+        ended.extend(
+            pm.prof_ops
+                .iter()
+                .filter(|o| o.comm_hash == Some(comm) && !o.p2p && o.kernel_stopped)
+                .filter_map(|o| pm.prof_seq_key(o)),
+        );
+    }
+    ended
+}
+
+fn state(
+    pm: &ProcessModel,
+    p: usize,
+    rank: u32,
+    comm: u64,
+    ended: &HashSet<NumberedColl>,
+) -> RankState {
+    let ptr = pm.comm_ptr(comm);
+    let shim_seq = pm
+        .ops
+        .iter()
+        // All ones: an operation the recorder could not number (ncclBroadcast inside ncclBcast).
+        .filter(|o| o.comm_hash == Some(comm) && o.seq != u64::MAX)
+        .map(|o| o.seq)
+        .max();
+    let prof_seq = prof_position(pm, comm);
+    let mut inside = None;
+    for c in pm.calls.iter().filter(|c| c.in_flight() && !c.nested) {
+        let on_comm =
+            (ptr != 0 && c.comm == ptr) || (c.is_init() && c.arg("uid_hash") == Some(comm));
+        if on_comm && c.call != Some(CallId::NcclCommGetAsyncError) {
+            let seq = c
+                .arg("seq")
+                .filter(|_| c.call.is_some_and(CallId::is_nccl_operation));
+            inside = Some(Inside {
+                text: match seq {
+                    Some(s) => format!("{} seq {s} never returned", c.name),
+                    None => format!("{} never returned", c.name),
+                },
+                op: c.name.to_string(),
+                seq,
+                state: "call_never_returned",
+            });
+        }
+    }
+    if inside.is_none() {
+        // A communicator's kernels end in issue order, so an operation started before one whose
+        // kernel ended is not where the rank is stuck, even when its own end was not recorded
+        // (its in-flight entry was reused, or its end record was overwritten). Issue order is
+        // start order: the profiler's numbers restart per function.
+        let newest_ended = pm
+            .prof_ops
+            .iter()
+            .filter(|o| o.comm_hash == Some(comm) && o.kernel_stopped)
+            .map(|o| o.t_start)
+            .max();
+        if let Some(o) = pm
+            .prof_ops
+            .iter()
+            .filter(|o| {
+                o.comm_hash == Some(comm) && (!o.stopped || (o.kernel_started && !o.kernel_stopped))
+            })
+            .filter(|o| !pm.gpu_end_never_reported(o))
+            .filter(|o| newest_ended.is_none_or(|n| o.t_start > n))
+            .filter(|o| pm.prof_seq_key(o).is_none_or(|k| !ended.contains(&k)))
+            .min_by_key(|o| o.t_start)
+        {
+            let (what, state) = if o.kernel_started && !o.kernel_stopped {
+                ("its kernel never ended", "kernel_never_ended")
+            } else {
+                ("never completed", "never_completed")
+            };
+            let func = crate::profnames::func_name(o.func);
+            inside = Some(Inside {
+                text: match (o.p2p, o.seq) {
+                    (true, _) => {
+                        format!("{func} to/from peer {} {what} (profiler)", o.root_or_peer)
+                    }
+                    // Per-function numbering: "seq 5 (AllReduce)" is the fifth AllReduce.
+                    (false, Some(s)) => format!("collective seq {s} ({func}) {what} (profiler)"),
+                    (false, None) => format!("collective ({func}) {what} (profiler)"),
+                },
+                op: func.to_string(),
+                seq: o.seq,
+                state,
+            });
+        }
+    }
+    // The communicator table keeps the last operation issued even when the thread's ring
+    // wrapped over every record of it.
+    let table = pm
+        .progress
+        .iter()
+        .filter(|c| c.comm_hash == comm && c.issued > 0)
+        .max_by_key(|c| c.issued);
+    let table_seq = table.map(|c| c.issued - 1);
+    let shim_seq = shim_seq.max(table_seq);
+    let last_call = pm
+        .ops
+        .iter()
+        .filter(|o| o.comm_hash == Some(comm))
+        .max_by_key(|o| o.seq)
+        .map(|o| (o.call.name(), o.seq))
+        .filter(|(_, s)| table_seq.is_none_or(|t| *s >= t))
+        .or_else(|| table.and_then(|c| Some((c.last_call?.name(), c.issued - 1))))
+        .map(|(name, seq)| format!("{name} seq {seq}"));
+    RankState {
+        rank,
+        process: p,
+        issued: shim_seq.max(prof_seq),
+        shim_seq,
+        prof_seq,
+        agg: pm
+            .aggregate(comm)
+            .map(|a| (a.totals.count, a.totals.timed_count)),
+        inside,
+        last_call,
+    }
+}
+
+/// Every rank's operation counts from the profiler's aggregates, one fact per distinct count
+/// (ranks with equal counts share it), when every rank has them and they differ or a rank is
+/// stuck: the rank that started fewer operations than the others is the one they wait for.
+fn aggregate_facts(job: &JobModel, comm: u64, states: &[RankState], f: &mut Finding) {
+    if states.is_empty() || states.iter().any(|s| s.agg.is_none()) {
+        return;
+    }
+    let most = states
+        .iter()
+        .filter_map(|s| s.agg)
+        .map(|a| a.0)
+        .max()
+        .unwrap_or(0);
+    for s in states {
+        let Some((started, ended)) = s.agg else {
+            continue;
+        };
+        let behind = most - started;
+        let text = if behind > 0 {
+            format!(
+                "comm {comm:#x}: the profiler counted {started} operations started ({ended} ended on the GPU), {behind} fewer than the others"
+            )
+        } else {
+            format!(
+                "comm {comm:#x}: the profiler counted {started} operations started ({ended} ended on the GPU)"
+            )
+        };
+        f.fact(
+            Evidence::new(EvidenceKind::Progress, text)
+                .value("comm", format!("{comm:#x}"))
+                .value("source", "profiler_aggregates")
+                .value("ops_started", started)
+                .value("ops_ended", ended)
+                .value("ops_behind", behind)
+                .of(job, s.process),
+        );
+    }
+}
+
+/// How long live ranks must have recorded nothing before an unfinished operation is a hang,
+/// unless the user chose otherwise (`ncclshim report --stall-after`): long enough that a slow
+/// step (a big all-reduce, a data-loader pause) of a job read while it runs is not called hung.
+pub const DEFAULT_STALL_NS: u64 = 10_000_000_000;
+
+/// Whether the communicator has stopped making progress: every rank's process is gone, or the
+/// newest record of any live rank is older than `stall_ns`.
+fn stalled(job: &JobModel, members: &[(u32, usize)], now: u64, stall_ns: u64) -> bool {
+    let live: Vec<&crate::model::ProcessModel> = members
+        .iter()
+        .map(|(_, p)| &job.processes[*p])
+        .filter(|p| p.alive)
+        .collect();
+    if live.is_empty() {
+        return true;
+    }
+    let newest = members
+        .iter()
+        .map(|(_, p)| job.processes[*p].last_t)
+        .max()
+        .unwrap_or(0);
+    now.saturating_sub(newest) >= stall_ns
+}
+
+/// The hang findings at the instant `now_ns`; `stall_ns`: how long live ranks must have been
+/// quiet (see [`DEFAULT_STALL_NS`]).
+pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for &comm in job.comms.keys() {
+        let members = job.comm_members(comm);
+        // Ranks that never arrived explain why the others wait (`missing_ranks`).
+        if members.len() < 2 || !job.comms[&comm].missing().is_empty() {
+            continue;
+        }
+        // Read while the job runs: an operation in progress is not a hang until the
+        // communicator's ranks have recorded nothing for a while.
+        if !stalled(job, &members, now_ns, stall_ns) {
+            continue;
+        }
+        // Hang analysis runs whatever else failed: the verdict decides whether the hang is the
+        // cause (a laggard the others' aborts follow from) or a consequence (ranks blocked
+        // after a peer crashed).
+        let stall = story.comm(comm).and_then(|c| c.stall.as_ref());
+        let ended = ended_somewhere(job, &members, comm);
+        let mut states: Vec<RankState> = members
+            .iter()
+            .map(|&(r, p)| state(&job.processes[p], p, r, comm, &ended))
+            .collect();
+        // The shim's and the profiler's sequence numbers are counted separately: compare ranks on
+        // one source when every rank has it.
+        if states.iter().all(|s| s.shim_seq.is_some()) {
+            states.iter_mut().for_each(|s| s.issued = s.shim_seq);
+        } else if states.iter().all(|s| s.prof_seq.is_some()) {
+            states.iter_mut().for_each(|s| s.issued = s.prof_seq);
+        } else if states.iter().all(|s| s.agg.is_some_and(|a| a.0 > 0)) {
+            // Only the aggregates cover every rank (records lost to wrap, v1-v3 plugins).
+            states
+                .iter_mut()
+                .for_each(|s| s.issued = s.agg.map(|a| a.0 - 1));
+        }
+        let max = states.iter().filter_map(|s| s.issued).max();
+        let any_inside = states.iter().any(|s| s.inside.is_some());
+        // The story's stall (collectives compared per function, as NCCL numbers them) names
+        // the ranks behind, and only those still in the job (a rank that left or crashed is
+        // its own finding); without one, the sequence numbers of the one source all ranks have.
+        let laggards: Vec<&RankState> = match stall {
+            Some(st) => states
+                .iter()
+                // A rank inside another operation that never completed is stuck inside NCCL
+                // (a desync: each side waits in its own collective), not outside it.
+                .filter(|s| {
+                    s.inside.is_none()
+                        && st.behind.iter().any(|b| b.1 == s.process)
+                        && story
+                            .nodes
+                            .iter()
+                            .any(|n| n.process == s.process && n.kind == NodeKind::Behind(comm))
+                })
+                .collect(),
+            None => states
+                .iter()
+                .filter(|s| s.inside.is_none() && s.issued < max)
+                .filter(|s| !job.processes[s.process].clean_exit)
+                .collect(),
+        };
+        // The ranks behind the stall left the job, crashed or vanished: their own findings
+        // tell it, and the waiters are no transport hang. (Ranks inside a different operation
+        // keep the finding: where each is stuck is the desync's evidence.)
+        // Ranks waiting in communicator init while a member failed (its init returned an
+        // error) wait for that member: its own finding tells why; this is no transport hang.
+        let waiting_in_init = story.comm(comm).is_some_and(|c| {
+            c.members
+                .iter()
+                .any(|m| matches!(m.place, crate::story::progress::Place::InInit { .. }))
+                && c.members.iter().all(|m| {
+                    matches!(m.place, crate::story::progress::Place::InInit { .. })
+                        || story.has_node(m.process)
+                })
+                && c.members.iter().any(|m| story.has_node(m.process))
+        });
+        if waiting_in_init {
+            continue;
+        }
+        let behind_inside = stall.is_some_and(|st| {
+            states
+                .iter()
+                .any(|s| s.inside.is_some() && st.behind.iter().any(|b| b.1 == s.process))
+        });
+        if stall.is_some_and(|st| {
+            st.behind
+                .iter()
+                .all(|b| b.2 == crate::story::progress::Behind::NeverIssued)
+        }) && laggards.is_empty()
+            && !behind_inside
+        {
+            continue;
+        }
+        let not_finished = members.iter().any(|(_, p)| !job.processes[*p].clean_exit);
+        if !(any_inside || (!laggards.is_empty() && not_finished)) {
+            continue;
+        }
+        let inside: Vec<&RankState> = states.iter().filter(|s| s.inside.is_some()).collect();
+        let mut f = if !laggards.is_empty() {
+            let rs: Vec<u32> = laggards.iter().map(|s| s.rank).collect();
+            let (noun, them) = if rs.len() == 1 {
+                ("rank", "it")
+            } else {
+                ("ranks", "them")
+            };
+            let mut f = Finding::new(
+                "stuck-outside-nccl",
+                None,
+                format!(
+                    "Hang: {noun} {} stopped issuing collectives (stuck outside NCCL); the others wait for {them}",
+                    rank_list(&rs)
+                ),
+                Confidence::High,
+            )
+            .remedy(
+                "Look at what the lagging rank(s) do instead of the next collective: a py-spy/gdb stack \
+                 of that process, a data-dependent branch or an exception swallowed on that rank, \
+                 uneven data so it ran out of batches, or a slow step (I/O, checkpoint).",
+            );
+            for s in &laggards {
+                f.involve(job, s.process);
+                let last = s.last_call.clone().unwrap_or_else(|| match s.issued {
+                    Some(q) => format!("seq {q}"),
+                    None => "no collective at all".into(),
+                });
+                f.fact(
+                    Evidence::new(
+                        EvidenceKind::Progress,
+                        format!(
+                            "comm {comm:#x}: last issued {last}, which completed; the others reached seq {}",
+                            max.map(|m| m.to_string()).unwrap_or("?".into())
+                        ),
+                    )
+                    .value("comm", format!("{comm:#x}"))
+                    .value("last_issued_seq", s.issued)
+                    .value("last_call", &s.last_call)
+                    .value("others_reached_seq", max)
+                    .of(job, s.process),
+                );
+            }
+            f
+        } else {
+            let same_seq = inside.iter().all(|s| s.issued == max);
+            // One operation: every rank inside the same function (a desync puts ranks in
+            // different ones even where the shim's per-communicator numbers agree).
+            let one_operation = inside.windows(2).all(|w| {
+                w[0].inside.as_ref().map(|i| &i.op) == w[1].inside.as_ref().map(|i| &i.op)
+            });
+            let all = inside.len() == states.len();
+            let mut f = Finding::new(
+                "stuck-inside-nccl",
+                None,
+                if all {
+                    format!("Hang: every rank of communicator {comm:#x} is stuck inside NCCL")
+                } else {
+                    let rs: Vec<u32> = inside.iter().map(|s| s.rank).collect();
+                    let (noun, verb) = if rs.len() == 1 { ("rank", "is") } else { ("ranks", "are") };
+                    format!("Hang: {noun} {} {verb} stuck inside NCCL", rank_list(&rs))
+                },
+                if all && same_seq { Confidence::Medium } else { Confidence::Low },
+            )
+            .remedy(if one_operation {
+                "All ranks entered the same operation and it never completed: suspect the transport. \
+                 Bisect with NCCL_P2P_DISABLE=1 (PCIe ACS/IOMMU, consumer-GPU P2P), NCCL_SHM_DISABLE=1, \
+                 NCCL_NET=Socket / NCCL_IB_DISABLE=1 (RoCE GID, link errors, firewall), and read NCCL_DEBUG=INFO \
+                 of the first run that hangs."
+            } else {
+                "The ranks wait inside different operations: each waits for peers that issued \
+                 something else. Make the sequence of collectives identical on every rank (a \
+                 rank-dependent branch around a collective); TORCH_DISTRIBUTED_DEBUG=DETAIL names \
+                 the Python call sites."
+            });
+            for s in &inside {
+                f.involve(job, s.process);
+            }
+            f
+        };
+        // Ranks stuck in the same place are one item (`Finding::fact` joins equal facts).
+        for s in &inside {
+            f.process_ids.insert(s.process);
+            let Some(i) = &s.inside else { continue };
+            f.fact(
+                Evidence::new(
+                    EvidenceKind::Progress,
+                    format!("comm {comm:#x}: {}", i.text),
+                )
+                .value("comm", format!("{comm:#x}"))
+                .value("op", &i.op)
+                .value("seq", i.seq)
+                .value("state", i.state)
+                .of(job, s.process),
+            );
+        }
+        aggregate_facts(job, comm, &states, &mut f);
+        out.push(f);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::rules::testutil::{analyze, find};
+
+    #[test]
+    fn live_ranks_must_be_quiet_before_a_hang_is_called() {
+        let (mut job, _) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22203);
+            s.init_world(22203);
+        });
+        let members = job.comm_members(ncclshim_fixtures::synth::WORLD_UID);
+        let newest = job.processes.iter().map(|p| p.last_t).max().unwrap();
+        assert!(
+            super::stalled(&job, &members, newest, super::DEFAULT_STALL_NS),
+            "dead ranks: always stalled"
+        );
+        job.processes[0].alive = true;
+        let stall = super::DEFAULT_STALL_NS;
+        assert!(!super::stalled(
+            &job,
+            &members,
+            newest + 1_000_000_000,
+            stall
+        ));
+        assert!(super::stalled(&job, &members, newest + stall, stall));
+        // A shorter threshold chosen by the user calls the same quiet period a hang.
+        assert!(super::stalled(
+            &job,
+            &members,
+            newest + 1_000_000_000,
+            1_000_000_000
+        ));
+    }
+    use ncclshim_format::CallId;
+
+    #[test]
+    fn one_rank_never_issues_the_collective() {
+        let (_, fs) = analyze(&["n0", "n0", "n1", "n1"], |s| {
+            s.snapshot_all(22203);
+            let comms = s.init_world(22203);
+            for (r, c) in s.ranks.iter_mut().zip(&comms) {
+                r.coll(CallId::NcclAllReduce, *c, 0, 4096, 7, 0, 0, 0, None);
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 4, u64::from(r.rank));
+                r.prof_coll(
+                    ncclshim_fixtures::synth::WORLD_UID,
+                    0,
+                    2,
+                    4096,
+                    7,
+                    0,
+                    true,
+                    true,
+                );
+                if r.rank != 2 {
+                    r.coll(CallId::NcclAllReduce, *c, 1, 4096, 7, 0, 0, 0, None);
+                    r.prof_coll(
+                        ncclshim_fixtures::synth::WORLD_UID,
+                        1,
+                        2,
+                        4096,
+                        7,
+                        0,
+                        false,
+                        false,
+                    );
+                }
+            }
+        });
+        let f = find(&fs, "stuck-outside-nccl").expect("stuck outside");
+        assert_eq!(f.ranks, vec![2]);
+        assert!(
+            f.evidence.iter().any(|e| e.ranks == [0, 1, 3]
+                && e.values["seq"] == 1
+                && e.text.contains("collective seq 1")),
+            "{:?}",
+            f.evidence
+        );
+    }
+
+    /// Only the profiler's aggregates cover every rank (no per-operation records survived):
+    /// their operation counts name the rank the others wait for, and every rank's counts are
+    /// evidence.
+    #[test]
+    fn the_aggregates_op_counts_name_the_lagging_rank() {
+        let (_, fs) = analyze(&["n0", "n0", "n1"], |s| {
+            s.snapshot_all(22803);
+            s.init_world(22803);
+            for r in s.ranks.iter_mut() {
+                let ops = if r.rank == 1 { 250 } else { 251 };
+                r.prof_aggregates(
+                    ncclshim_fixtures::synth::WORLD_UID,
+                    3,
+                    r.rank as i32,
+                    ops,
+                    250,
+                    4096,
+                    10_000,
+                );
+            }
+        });
+        let f = find(&fs, "stuck-outside-nccl").expect("stuck outside");
+        assert_eq!(f.ranks, vec![1]);
+        let counted = |rank: u32| {
+            f.evidence
+                .iter()
+                .find(|e| {
+                    e.ranks.contains(&rank)
+                        && e.values
+                            .get("source")
+                            .is_some_and(|v| v == "profiler_aggregates")
+                })
+                .unwrap_or_else(|| panic!("rank {rank}'s counts: {:?}", f.evidence))
+        };
+        assert_eq!(counted(1).values["ops_started"], 250);
+        assert_eq!(counted(1).values["ops_behind"], 1);
+        assert_eq!(counted(0).values["ops_started"], 251);
+        assert_eq!(counted(0).ranks, vec![0, 2], "equal counts are one fact");
+    }
+
+    #[test]
+    fn everyone_inside_the_same_collective() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22203);
+            s.init_world(22203);
+            for r in s.ranks.iter_mut() {
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_coll(
+                    ncclshim_fixtures::synth::WORLD_UID,
+                    0,
+                    2,
+                    4096,
+                    7,
+                    0,
+                    false,
+                    false,
+                );
+            }
+        });
+        let f = find(&fs, "stuck-inside-nccl").expect("stuck inside");
+        assert_eq!(f.ranks, vec![0, 1]);
+        assert!(find(&fs, "stuck-outside-nccl").is_none());
+    }
+
+    /// The diagnosis is a function of the job and the instant of analysis: the same dumps of
+    /// live ranks inside one collective are "still running" a second after the last record and
+    /// a hang once the stall threshold has passed.
+    #[test]
+    fn the_instant_of_analysis_is_an_input() {
+        let (mut job, _) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22203);
+            s.init_world(22203);
+            for r in s.ranks.iter_mut() {
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_coll(
+                    ncclshim_fixtures::synth::WORLD_UID,
+                    0,
+                    2,
+                    4096,
+                    7,
+                    0,
+                    false,
+                    false,
+                );
+            }
+        });
+        for p in &mut job.processes {
+            p.alive = true;
+        }
+        let newest = job.processes.iter().map(|p| p.last_t).max().unwrap();
+        let at = |now_ns| crate::rules::diagnose_with(&job, &crate::rules::Options::at(now_ns));
+        assert!(find(&at(newest + 1_000_000_000), "stuck-inside-nccl").is_none());
+        let later = at(newest + super::DEFAULT_STALL_NS);
+        assert_eq!(
+            find(&later, "stuck-inside-nccl").expect("hang").ranks,
+            vec![0, 1]
+        );
+    }
+
+    /// Kernels of one communicator end in issue order: an operation whose end was not recorded
+    /// (in-flight entry reused, end record overwritten) but which has a newer ended operation
+    /// after it is not where the ranks are stuck.
+    #[test]
+    fn an_older_operation_with_a_lost_end_is_not_the_stuck_one() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22203);
+            s.init_world(22203);
+            for r in s.ranks.iter_mut() {
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_coll(
+                    ncclshim_fixtures::synth::WORLD_UID,
+                    0,
+                    2,
+                    4096,
+                    7,
+                    0,
+                    true,
+                    false,
+                );
+                r.prof_coll(
+                    ncclshim_fixtures::synth::WORLD_UID,
+                    1,
+                    2,
+                    4096,
+                    7,
+                    0,
+                    true,
+                    true,
+                );
+                r.prof_coll(
+                    ncclshim_fixtures::synth::WORLD_UID,
+                    2,
+                    2,
+                    4096,
+                    7,
+                    0,
+                    true,
+                    false,
+                );
+            }
+        });
+        let f = find(&fs, "stuck-inside-nccl").expect("stuck inside");
+        assert!(
+            f.evidence
+                .iter()
+                .any(|e| e.text.contains("collective seq 2")),
+            "{:?}",
+            f.evidence
+        );
+        assert!(
+            !f.evidence
+                .iter()
+                .any(|e| e.text.contains("collective seq 0")),
+            "{:?}",
+            f.evidence
+        );
+    }
+
+    #[test]
+    fn a_finished_job_is_not_a_hang() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22203);
+            let comms = s.init_world(22203);
+            for (r, c) in s.ranks.iter().zip(&comms) {
+                r.coll(CallId::NcclAllReduce, *c, 0, 4096, 7, 0, 0, 0, None);
+                r.clean_exit();
+            }
+        });
+        assert!(fs.is_empty(), "{fs:?}");
+    }
+
+    fn func(name: &[u8]) -> u64 {
+        u64::from(ncclshim_format::profnames::NameTable::Func.code_of(name))
+    }
+
+    /// Two ranks that ran AllReduces and an all-to-all (whose send/recv to the rank itself
+    /// never reports a GPU end on a real NCCL) and then died: the self pair is no hang.
+    /// `other_peer_ends`: whether the send/recv pair with the other rank got its GPU end.
+    fn all_to_all_then_death(other_peer_ends: bool) -> Vec<crate::rules::Finding> {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            for r in s.ranks.iter_mut() {
+                let me = u64::from(r.rank);
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, me);
+                for seq in 0..3 {
+                    r.prof_coll(
+                        ncclshim_fixtures::synth::WORLD_UID,
+                        seq,
+                        func(b"AllReduce"),
+                        1024,
+                        7,
+                        0,
+                        true,
+                        true,
+                    );
+                }
+                for f in [&b"Send"[..], b"Recv"] {
+                    r.prof_p2p_summarized(
+                        ncclshim_fixtures::synth::WORLD_UID,
+                        f,
+                        512,
+                        1 - me,
+                        other_peer_ends,
+                    );
+                    r.prof_p2p_summarized(ncclshim_fixtures::synth::WORLD_UID, f, 512, me, false);
+                }
+            }
+        });
+        fs
+    }
+
+    #[test]
+    fn a_self_send_recv_without_gpu_end_is_no_hang() {
+        let fs = all_to_all_then_death(true);
+        assert!(find(&fs, "stuck-inside-nccl").is_none(), "{fs:#?}");
+        // The same dumps with the pair to the other rank unfinished: a hang, so the test above
+        // is not blind.
+        let fs = all_to_all_then_death(false);
+        let f = find(&fs, "stuck-inside-nccl").expect("the other pair never ended");
+        assert!(
+            f.evidence.iter().any(|e| e.text.contains("to/from peer")),
+            "{:#?}",
+            f.evidence
+        );
+    }
+
+    /// Rank 1 issued a Broadcast where rank 0 issued its sixth AllReduce: both kernels hang.
+    /// The profiler numbers the Broadcast 0, below the AllReduces' 4 that ended, so only start
+    /// order (not the number) says it is rank 1's newest operation.
+    #[test]
+    fn a_hang_in_a_functions_first_collective_after_others_ended_is_found() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            for r in s.ranks.iter_mut() {
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
+                for seq in 0..5 {
+                    r.prof_coll(
+                        ncclshim_fixtures::synth::WORLD_UID,
+                        seq,
+                        func(b"AllReduce"),
+                        1024,
+                        7,
+                        0,
+                        true,
+                        true,
+                    );
+                }
+                if r.rank == 0 {
+                    r.prof_coll(
+                        ncclshim_fixtures::synth::WORLD_UID,
+                        5,
+                        func(b"AllReduce"),
+                        1024,
+                        7,
+                        0,
+                        true,
+                        false,
+                    );
+                } else {
+                    r.prof_coll(
+                        ncclshim_fixtures::synth::WORLD_UID,
+                        0,
+                        func(b"Broadcast"),
+                        4096,
+                        7,
+                        0,
+                        true,
+                        false,
+                    );
+                }
+            }
+        });
+        let f = find(&fs, "stuck-inside-nccl").expect("stuck inside");
+        assert!(
+            f.evidence.iter().any(|e| e.ranks == [1]
+                && e.text
+                    .contains("collective seq 0 (Broadcast) its kernel never ended")),
+            "{:#?}",
+            f.evidence
+        );
+    }
+
+    /// Rank 0's record of AllReduce #3 lacks its end, but rank 1's AllReduce #3 ended: a
+    /// collective cannot end on one rank while another still runs it, so nothing hung.
+    #[test]
+    fn a_collective_that_ended_on_a_peer_is_no_hang() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            for r in s.ranks.iter_mut() {
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
+                for seq in 0..4 {
+                    let ended = !(r.rank == 0 && seq == 3);
+                    r.prof_coll(
+                        ncclshim_fixtures::synth::WORLD_UID,
+                        seq,
+                        func(b"AllReduce"),
+                        1024,
+                        7,
+                        0,
+                        true,
+                        ended,
+                    );
+                }
+            }
+        });
+        assert!(find(&fs, "stuck-inside-nccl").is_none(), "{fs:#?}");
+    }
+
+    /// Rank 0 issued AllReduce, Broadcast; rank 1 AllReduce, AllReduce. Per-function numbers
+    /// top out at 0 and 1: compared as bare numbers rank 0 would look one collective behind.
+    /// Both issued two collectives.
+    #[test]
+    fn progress_counts_collectives_across_functions() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            for r in s.ranks.iter_mut() {
+                r.prof_init(ncclshim_fixtures::synth::WORLD_UID, 2, u64::from(r.rank));
+                r.prof_coll(
+                    ncclshim_fixtures::synth::WORLD_UID,
+                    0,
+                    func(b"AllReduce"),
+                    1024,
+                    7,
+                    0,
+                    true,
+                    true,
+                );
+                if r.rank == 0 {
+                    r.prof_coll(
+                        ncclshim_fixtures::synth::WORLD_UID,
+                        0,
+                        func(b"Broadcast"),
+                        1024,
+                        7,
+                        0,
+                        true,
+                        true,
+                    );
+                } else {
+                    r.prof_coll(
+                        ncclshim_fixtures::synth::WORLD_UID,
+                        1,
+                        func(b"AllReduce"),
+                        1024,
+                        7,
+                        0,
+                        true,
+                        true,
+                    );
+                }
+            }
+        });
+        assert!(find(&fs, "stuck-outside-nccl").is_none(), "{fs:#?}");
+    }
+}

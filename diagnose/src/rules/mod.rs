@@ -1,0 +1,454 @@
+//! The rule set: one small module per failure-catalog case whose evidence the recorders capture
+//! (`cNN_*`), plus generic cross-rank checks (`generic`). Each rule reads the [`JobModel`] and
+//! returns findings that quote what was recorded; [`diagnose`] runs them all, gives every
+//! failure no rule explains an evidence-only finding, and decides which finding is primary
+//! (the one that explains the earliest failure in the job when no rule claims it outright).
+
+pub mod c01_net_ib;
+pub mod c02_unpaired_p2p;
+pub mod c03_version_mismatch;
+pub mod c04_cumem_import;
+pub mod c05_gdr_peermem;
+pub mod c06_duplicate_gpu;
+pub mod c07_dev_shm;
+pub mod c08_socket_ifname;
+pub mod c18_driver_runtime;
+pub mod c19_desync;
+pub mod c20_dead_peer;
+pub mod c23_two_libnccl;
+pub mod c26_env_tuning;
+pub mod c27_nranks;
+pub mod c28_local_rank;
+pub mod c35_no_libnccl;
+pub mod evidence;
+pub mod generic;
+pub mod message_facts;
+pub mod registry;
+pub mod signatures;
+pub mod verdict;
+
+use crate::model::{CallEvent, JobModel};
+pub use crate::rules::evidence::{Evidence, EvidenceKind, ProcessRef};
+use crate::story::Story;
+use rayon::prelude::*;
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// The root cause, or the first failure when no cause is known.
+    Primary,
+    /// A consequence of the primary failure, or a condition that made it likelier.
+    Contributing,
+    /// Worth knowing but not a failure (a rank that arrives late to every collective of a job
+    /// that ran): it explains no failure and does not make the report fail.
+    Advisory,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Confidence {
+    High,
+    Medium,
+    Low,
+}
+
+/// One verdict with its evidence.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub catalog: Option<&'static str>,
+    pub title: String,
+    pub severity: Severity,
+    pub ranks: Vec<u32>,
+    /// Every process involved (ranks alone are ambiguous across communicators).
+    pub processes: Vec<ProcessRef>,
+    /// What was recorded, one item per distinct fact with the processes it holds for.
+    pub evidence: Vec<Evidence>,
+    pub remedy: String,
+    pub confidence: Confidence,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixed_in: Option<String>,
+    /// (process, call index) of the failures this finding accounts for.
+    /// Indices into the report's `failure_order` of the failures this finding accounts for
+    /// (filled by the report).
+    pub explains_failures: Vec<usize>,
+    #[serde(skip)]
+    pub explains: Vec<(usize, usize)>,
+    #[serde(skip)]
+    pub process_ids: BTreeSet<usize>,
+    /// The failures it explains echo a failure elsewhere (a peer closed the connection,
+    /// teardown noise): such a finding is never chosen as primary while another explains a
+    /// failure, and sorts after its equals.
+    pub consequence: bool,
+    /// Its role in the job's story (declared in [`registry`], or set from the knowledge entry
+    /// that made it): what the verdict may make of it.
+    #[serde(skip)]
+    pub role: registry::Role,
+    /// The failure-graph nodes it explains besides its calls (declared in [`registry`]).
+    #[serde(skip)]
+    pub covers: &'static [crate::story::NodeClass],
+    /// A failure in its own right even when nothing else failed.
+    #[serde(skip)]
+    pub standalone: bool,
+    /// Names a specific mechanism (beats a generic finding on the same root).
+    #[serde(skip)]
+    pub specific: bool,
+    /// The job's failures it accounts for through the story (a primary accounts for the
+    /// consequences of the roots it explains).
+    #[serde(skip)]
+    pub accounts: Vec<(usize, crate::model::FailureWhat)>,
+}
+
+impl Finding {
+    /// A candidate finding: its severity is the verdict's to decide ([`verdict::decide`]);
+    /// its role and what it covers come from its declaration ([`registry::declared`]).
+    pub fn new(
+        id: &str,
+        catalog: Option<&'static str>,
+        title: impl Into<String>,
+        confidence: Confidence,
+    ) -> Self {
+        let declared = registry::declared(id);
+        Self {
+            id: id.to_owned(),
+            catalog,
+            title: title.into(),
+            severity: Severity::Contributing,
+            ranks: Vec::new(),
+            processes: Vec::new(),
+            evidence: Vec::new(),
+            remedy: String::new(),
+            confidence,
+            fixed_in: None,
+            explains_failures: Vec::new(),
+            explains: Vec::new(),
+            process_ids: BTreeSet::new(),
+            consequence: false,
+            role: declared.map_or(registry::Role::Cause, |d| d.role),
+            covers: declared.map_or(&[], |d| d.covers),
+            // Findings named by the knowledge files (error signatures, network verdicts)
+            // describe a failure: standalone unless declared otherwise.
+            standalone: declared.is_none_or(|d| d.standalone),
+            specific: declared.map_or(catalog.is_some(), |d| d.specific),
+            accounts: Vec::new(),
+        }
+    }
+
+    /// Records that this finding accounts for a failure of the job (set by the verdict for
+    /// what its roots explain).
+    pub fn account(&mut self, p: usize, what: crate::model::FailureWhat) {
+        if !self.accounts.contains(&(p, what)) {
+            self.accounts.push((p, what));
+        }
+    }
+
+    /// Sets the role (for findings made from knowledge entries, which carry their own).
+    pub fn with_role(mut self, role: registry::Role) -> Self {
+        self.role = role;
+        self
+    }
+
+    /// Adds a process (and its world rank) to the finding.
+    pub fn involve(&mut self, job: &JobModel, p: usize) {
+        if !self.process_ids.insert(p) {
+            return;
+        }
+        let pm = &job.processes[p];
+        if let Some(r) = pm.world_rank() {
+            // Kept sorted by inserting in place (a scan and a sort per rank was ranks x ranks
+            // for a finding that involves a whole large job).
+            if let Err(at) = self.ranks.binary_search(&r) {
+                self.ranks.insert(at, r);
+            }
+        }
+        self.processes.push(ProcessRef::of(job, p));
+    }
+
+    /// Adds a free-text evidence line (kind `note`, no structured values). Prefer [`Self::fact`]:
+    /// this stays for rules not yet converted to structured evidence.
+    pub fn evidence(&mut self, line: impl Into<String>) {
+        evidence::add(&mut self.evidence, Evidence::note(line));
+    }
+
+    /// Adds a recorded fact; one already present (same kind, values and wording) gains this
+    /// item's processes and hosts instead of a second line.
+    pub fn fact(&mut self, e: Evidence) {
+        evidence::add(&mut self.evidence, e);
+    }
+
+    /// [`Self::fact`] for each item, in order, with the same result; for a fact added once per
+    /// rank of a large job (each joined item's rank list is written once, not once per rank).
+    pub fn facts(&mut self, es: impl IntoIterator<Item = Evidence>) {
+        evidence::add_all(&mut self.evidence, es);
+    }
+
+    pub fn remedy(mut self, r: &str) -> Self {
+        self.remedy = r.to_owned();
+        self
+    }
+
+    pub fn explain(&mut self, p: usize, call: usize) {
+        if !self.explains.contains(&(p, call)) {
+            self.explains.push((p, call));
+        }
+    }
+}
+
+/// Case-insensitive substring test on NCCL's error text.
+/// Whether NCCL's message knowledge (`knowledge/messages.toml`) classifies a message of the
+/// call's error text as an entry of failure-catalog case `case`: the rules recognise NCCL's
+/// texts through that one table, never through word lists of their own.
+pub fn text_is_case(c: &CallEvent, case: &str) -> bool {
+    c.error_text.as_deref().is_some_and(|t| {
+        crate::knowledge::messages::classify_all(t)
+            .iter()
+            .any(|m| m.entry.catalog.iter().any(|x| x == case))
+    })
+}
+
+/// Whether a message of the call's error text is classified with role `role` (an echo of a
+/// failure elsewhere, teardown noise...).
+pub fn text_has_role(c: &CallEvent, role: crate::knowledge::messages::Role) -> bool {
+    c.error_text.as_deref().is_some_and(|t| {
+        crate::knowledge::messages::classify_all(t)
+            .iter()
+            .any(|m| m.entry.role == role)
+    })
+}
+
+pub fn text_has(c: &CallEvent, needles: &[&str]) -> bool {
+    c.error_text.as_deref().is_some_and(|t| {
+        let t = t.to_ascii_lowercase();
+        needles.iter().any(|n| t.contains(&n.to_ascii_lowercase()))
+    })
+}
+
+/// `rank 3 (host pid 12)` for evidence lines.
+pub fn who(job: &JobModel, p: usize) -> String {
+    job.processes[p].label()
+}
+
+/// Compact rank list: `0-3,5`.
+pub fn rank_list(ranks: &[u32]) -> String {
+    let mut v = ranks.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let start = v[i];
+        let mut end = start;
+        while i + 1 < v.len() && v[i + 1] == end + 1 {
+            i += 1;
+            end = v[i];
+        }
+        out.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    out.join(",")
+}
+
+/// Names processes by world rank where known, else by host/pid.
+pub fn name_processes(job: &JobModel, ps: &[usize]) -> String {
+    let ranks: Vec<u32> = ps
+        .iter()
+        .filter_map(|&p| job.processes[p].world_rank())
+        .collect();
+    let unranked: Vec<String> = ps
+        .iter()
+        .filter(|&&p| job.processes[p].world_rank().is_none())
+        .map(|&p| format!("{} pid {}", job.processes[p].host, job.processes[p].pid))
+        .collect();
+    let mut parts = Vec::new();
+    if !ranks.is_empty() {
+        parts.push(format!(
+            "{} {}",
+            if ranks.len() == 1 { "rank" } else { "ranks" },
+            rank_list(&ranks)
+        ));
+    }
+    parts.extend(unranked);
+    parts.join(", ")
+}
+
+/// Choices a user makes about the analysis (`ncclshim report --stall-after`), passed to the
+/// rules that depend on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// How long the live ranks of a communicator must have recorded nothing before an operation
+    /// that has not completed is called a hang ([`generic::stuck::DEFAULT_STALL_NS`] by default).
+    pub stall_after_ns: u64,
+    /// The time of the analysis (ns since the Unix epoch): the diagnosis is a pure function of
+    /// the job and this instant, so a test can replay "read while running" and "read later".
+    pub now_ns: u64,
+}
+
+impl Options {
+    /// The default options at the instant `now_ns`.
+    pub fn at(now_ns: u64) -> Self {
+        Self {
+            stall_after_ns: generic::stuck::DEFAULT_STALL_NS,
+            now_ns,
+        }
+    }
+}
+
+impl Default for Options {
+    /// The default options now: the one place the diagnosis reads the clock.
+    fn default() -> Self {
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        Self::at(now_ns)
+    }
+}
+
+type RuleFn = fn(&JobModel, &Story, &Options) -> Vec<Finding>;
+
+/// Every rule, in the order their findings are listed when equally ranked.
+pub const RULES: &[(&str, RuleFn)] = &[
+    ("C01", |j, _, _| c01_net_ib::check(j)),
+    ("C02", |j, _, _| c02_unpaired_p2p::check(j)),
+    ("C03", |j, _, _| c03_version_mismatch::check(j)),
+    ("C04", |j, _, _| c04_cumem_import::check(j)),
+    ("C05", |j, _, _| c05_gdr_peermem::check(j)),
+    ("C06", |j, _, _| c06_duplicate_gpu::check(j)),
+    ("C07", |j, _, _| c07_dev_shm::check(j)),
+    ("C08", |j, _, _| c08_socket_ifname::check(j)),
+    ("C18", |j, _, _| c18_driver_runtime::check(j)),
+    ("C19", |j, _, _| c19_desync::check(j)),
+    ("sizes", |j, s, _| {
+        generic::story_findings::size_mismatch(j, s)
+    }),
+    ("app-cuda", |j, _, _| generic::app_cuda::check(j)),
+    ("C20", |j, _, _| c20_dead_peer::check(j)),
+    ("C23", |j, _, _| c23_two_libnccl::check(j)),
+    ("C26", |j, _, _| c26_env_tuning::check(j)),
+    ("C27", |j, _, _| c27_nranks::check(j)),
+    ("C28", |j, _, _| c28_local_rank::check(j)),
+    ("C35", |j, _, _| c35_no_libnccl::check(j)),
+    ("signatures", |j, _, _| signatures::check(j)),
+    ("signal", |j, s, _| generic::fatal_signal::check(j, s)),
+    ("invalid-arg", |j, _, _| generic::invalid_argument::check(j)),
+    ("abrupt", |j, s, _| generic::abrupt_end::check(j, s)),
+    ("left-early", |j, s, _| {
+        generic::story_findings::left_early(j, s)
+    }),
+    ("missing", |j, s, _| generic::missing_ranks::check(j, s)),
+    ("network", |j, _, _| generic::network_path::check(j)),
+    ("threads", |j, _, _| generic::concurrent_comm::check(j)),
+    ("waiting", |j, _, _| generic::waiting_ranks::check(j)),
+    ("uid", |j, _, _| generic::uid_split::check(j)),
+    ("stuck", |j, s, o| {
+        generic::stuck::check(j, s, o.now_ns, o.stall_after_ns)
+    }),
+    ("late", |j, _, _| generic::late_rank::check(j)),
+    ("env", |j, _, _| generic::env_diff::check(j)),
+    ("libs", |j, _, _| generic::lib_diff::check(j)),
+];
+
+/// Runs every rule with the default [`Options`]; see [`diagnose_with`].
+pub fn diagnose(job: &JobModel) -> Vec<Finding> {
+    diagnose_with(job, &Options::default())
+}
+
+/// Tells the job's story once ([`Story::build`]), runs every rule over it and lets the verdict
+/// ([`verdict::decide`]) choose what is primary; see [`diagnose_story`].
+pub fn diagnose_with(job: &JobModel, options: &Options) -> Vec<Finding> {
+    let story = Story::build(job);
+    diagnose_story(job, &story, options)
+}
+
+/// The candidates of every rule over `story`, then the verdict. Four checks read what the other
+/// candidates explain (never their severity): the identifiers in an unexplained failure's text,
+/// known bugs of the version where the failing call matches them, every failure still
+/// unexplained, and what only the failing processes have when no clear cause covers them.
+pub fn diagnose_story(job: &JobModel, story: &Story, options: &Options) -> Vec<Finding> {
+    // The rules read the job and the story and nothing else, so they run side by side (each
+    // walks every process: at 16k ranks, one after another they were seconds of one core);
+    // their findings are gathered in the table's order, as before.
+    let per_rule: Vec<Vec<Finding>> = RULES
+        .par_iter()
+        .map(|(_, f)| f(job, story, options))
+        .collect();
+    let mut findings: Vec<Finding> = per_rule.into_iter().flatten().collect();
+    let xref = generic::cross_reference::check(job, &findings);
+    findings.extend(xref);
+    let known = generic::known_bug::check(job, &findings);
+    findings.extend(known);
+    findings.extend(generic::unknown::check(job, &findings));
+    let differential = generic::differential::check(job, &findings);
+    findings.extend(differential);
+    // What every identifier in an explained failure's text is in this job; which transport a
+    // transport hang was in.
+    findings.par_iter_mut().for_each(|f| {
+        generic::cross_reference::annotate(job, f);
+        if f.covers.contains(&crate::story::NodeClass::StuckInside) {
+            generic::transport_hang::annotate(job, f);
+        }
+    });
+    verdict::decide(job, story, &mut findings);
+    findings
+}
+
+/// Whether finding `f` accounts for failure `e`: it explains that call, or (a death or signal,
+/// which is no call) it is about that process.
+pub fn explains_failure(f: &Finding, e: &crate::model::JobFailure) -> bool {
+    if f.accounts.contains(&(e.process, e.what)) {
+        return true;
+    }
+    match e.what {
+        crate::model::FailureWhat::Call(i) | crate::model::FailureWhat::AsyncError(i) => {
+            f.explains.contains(&(e.process, i))
+        }
+        _ => f.process_ids.contains(&e.process),
+    }
+}
+
+/// The JSON contract check the CLI's integration tests use (`collector-cli/tests/support/schema.rs`).
+#[cfg(test)]
+#[path = "../../../collector-cli/tests/support/schema.rs"]
+#[allow(dead_code)]
+pub mod schema_support;
+
+#[cfg(test)]
+pub mod testutil {
+    use super::*;
+    use crate::load::{find_dumps, load_files};
+    use ncclshim_fixtures::synth::Scenario;
+
+    /// Builds a scenario in a fresh directory and returns its model and findings (whose report
+    /// is held to the JSON contract, `docs/schema/report.schema.json`).
+    pub fn analyze(hosts: &[&str], build: impl FnOnce(&mut Scenario)) -> (JobModel, Vec<Finding>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = Scenario::new(dir.path(), hosts).expect("scenario");
+        build(&mut s);
+        drop(s);
+        let files = find_dumps(dir.path()).expect("list");
+        let loaded = load_files(dir.path(), &files, None);
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        let job = JobModel::build(&loaded.dumps, |d| d.path.display().to_string());
+        let findings = diagnose(&job);
+        let report = crate::report::Report::build(&job, findings.clone(), Vec::new());
+        super::schema_support::report_json(&report);
+        (job, findings)
+    }
+
+    pub fn find<'a>(fs: &'a [Finding], id: &str) -> Option<&'a Finding> {
+        fs.iter().find(|f| f.id == id)
+    }
+
+    #[test]
+    fn rank_lists_compact() {
+        assert_eq!(rank_list(&[3, 0, 1, 2, 5]), "0-3,5");
+        assert_eq!(rank_list(&[]), "");
+    }
+}
