@@ -411,12 +411,14 @@ impl Report {
     pub fn build(job: &JobModel, mut findings: Vec<Finding>, problems: Vec<Problem>) -> Self {
         let firsts = job.first_failure_per_process();
         for f in &mut findings {
-            f.explains_failures = firsts
+            let cover = crate::rules::FailureCover::of(f);
+            let explained: Vec<usize> = firsts
                 .iter()
                 .enumerate()
-                .filter(|(_, e)| crate::rules::explains_failure(f, e))
+                .filter(|(_, e)| cover.explains(e))
                 .map(|(i, _)| i)
                 .collect();
+            f.explains_failures = explained;
         }
         let t0 = firsts.first().map(|f| f.t).unwrap_or(0);
         let failure_order: Vec<FailureLine> = firsts

@@ -1170,7 +1170,7 @@ impl ProcessModel {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FailureWhat {
     /// Index into `calls`: a call that returned an error.
     Call(usize),
@@ -1309,11 +1309,15 @@ impl JobModel {
                 }
             }
         }
-        let mut failures: Vec<JobFailure> = processes
-            .iter()
+        // Each process's own failures side by side (a scan of all its calls), then in process
+        // order as one loop would list them.
+        let per_process: Vec<Vec<FailureEvent>> =
+            processes.par_iter().map(ProcessModel::failures).collect();
+        let mut failures: Vec<JobFailure> = per_process
+            .into_iter()
             .enumerate()
-            .flat_map(|(i, p)| {
-                p.failures().into_iter().map(move |f| JobFailure {
+            .flat_map(|(i, fs)| {
+                fs.into_iter().map(move |f| JobFailure {
                     process: i,
                     t: f.t,
                     what: f.what,

@@ -32,7 +32,7 @@ pub use crate::rules::evidence::{Evidence, EvidenceKind, ProcessRef};
 use crate::story::Story;
 use rayon::prelude::*;
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -140,8 +140,21 @@ impl Finding {
     /// Records that this finding accounts for a failure of the job (set by the verdict for
     /// what its roots explain).
     pub fn account(&mut self, p: usize, what: crate::model::FailureWhat) {
-        if !self.accounts.contains(&(p, what)) {
-            self.accounts.push((p, what));
+        self.account_all([(p, what)]);
+    }
+
+    /// [`Self::account`] for each failure, in order, with the same result (a primary can
+    /// account for a failure on every rank of a large job: a scan per failure was quadratic).
+    pub fn account_all(
+        &mut self,
+        failures: impl IntoIterator<Item = (usize, crate::model::FailureWhat)>,
+    ) {
+        let mut listed: HashSet<(usize, crate::model::FailureWhat)> =
+            self.accounts.iter().copied().collect();
+        for failure in failures {
+            if listed.insert(failure) {
+                self.accounts.push(failure);
+            }
         }
     }
 
@@ -193,6 +206,18 @@ impl Finding {
     pub fn explain(&mut self, p: usize, call: usize) {
         if !self.explains.contains(&(p, call)) {
             self.explains.push((p, call));
+        }
+    }
+
+    /// [`Self::explain`] for each pair, in order, with the same result; for a finding that
+    /// explains a failure on every rank of a large job (a `contains` scan per pair was
+    /// ranks x ranks).
+    pub fn explain_all(&mut self, pairs: impl IntoIterator<Item = (usize, usize)>) {
+        let mut listed: HashSet<(usize, usize)> = self.explains.iter().copied().collect();
+        for pair in pairs {
+            if listed.insert(pair) {
+                self.explains.push(pair);
+            }
         }
     }
 }
@@ -402,14 +427,38 @@ pub fn diagnose_story(job: &JobModel, story: &Story, options: &Options) -> Vec<F
 /// Whether finding `f` accounts for failure `e`: it explains that call, or (a death or signal,
 /// which is no call) it is about that process.
 pub fn explains_failure(f: &Finding, e: &crate::model::JobFailure) -> bool {
-    if f.accounts.contains(&(e.process, e.what)) {
-        return true;
-    }
-    match e.what {
-        crate::model::FailureWhat::Call(i) | crate::model::FailureWhat::AsyncError(i) => {
-            f.explains.contains(&(e.process, i))
+    FailureCover::of(f).explains(e)
+}
+
+/// What a finding accounts for, as sets: [`explains_failure`] for many failures of one finding
+/// (a report names each finding's share of every rank's first failure).
+pub struct FailureCover<'a> {
+    finding: &'a Finding,
+    accounts: HashSet<(usize, crate::model::FailureWhat)>,
+    explains: HashSet<(usize, usize)>,
+}
+
+impl<'a> FailureCover<'a> {
+    pub fn of(finding: &'a Finding) -> Self {
+        FailureCover {
+            finding,
+            accounts: finding.accounts.iter().copied().collect(),
+            explains: finding.explains.iter().copied().collect(),
         }
-        _ => f.process_ids.contains(&e.process),
+    }
+
+    /// Whether the finding accounts for failure `e`: it explains that call, or (a death or
+    /// signal, which is no call) it is about that process.
+    pub fn explains(&self, e: &crate::model::JobFailure) -> bool {
+        if self.accounts.contains(&(e.process, e.what)) {
+            return true;
+        }
+        match e.what {
+            crate::model::FailureWhat::Call(i) | crate::model::FailureWhat::AsyncError(i) => {
+                self.explains.contains(&(e.process, i))
+            }
+            _ => self.finding.process_ids.contains(&e.process),
+        }
     }
 }
 

@@ -112,14 +112,11 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
     for (i, f) in findings.iter_mut().enumerate() {
         // `covered[i]` is ascending (built by a filter over the node indices).
         let covers = |n: usize| covered[i].binary_search(&n).is_ok();
-        for (n, node) in story.nodes.iter().enumerate() {
+        f.account_all(story.nodes.iter().enumerate().filter_map(|(n, node)| {
             let mine = covers(n) || (primary[i] && covers(root_of[n]));
-            if mine {
-                if let Some(what) = failure_what(node.kind) {
-                    f.account(node.process, what);
-                }
-            }
-        }
+            mine.then(|| Some((node.process, failure_what(node.kind)?)))
+                .flatten()
+        }));
     }
     for (i, f) in findings.iter_mut().enumerate() {
         f.severity = if primary[i] {

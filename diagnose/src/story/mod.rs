@@ -27,12 +27,12 @@ use crate::knowledge::messages;
 use crate::model::{FailureWhat, JobModel};
 use ending::Ending;
 use ncclshim_format::NcclResult;
-use progress::{Behind, CommStory, Place};
+use progress::{Behind, CommStory, Member, Place};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeSet;
 
 /// What a node of the failure graph is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NodeKind {
     /// A call that returned an error (index into the process's calls).
     Error(usize),
@@ -178,8 +178,14 @@ impl Story {
             })
             .collect();
         // Ranks behind a stalled operation: a laggard (alive, or stopped later) or one that left.
+        // Which (process, kind) nodes exist, looked up rather than searched (a stall on a
+        // 16k-rank communicator adds a node per rank).
+        let mut listed: FxHashSet<(usize, NodeKind)> =
+            nodes.iter().map(|n| (n.process, n.kind)).collect();
         for c in &self.comms {
             let Some(stall) = &c.stall else { continue };
+            let member_of: FxHashMap<usize, &Member> =
+                c.members.iter().rev().map(|m| (m.process, m)).collect();
             let waiters: Vec<usize> = stall.waiting.iter().map(|w| w.1).collect();
             let departure_seen = waiters.iter().any(|&w| saw_peer_leave(job, w));
             // A vanished rank lived on behind the stall when it showed signs of life (its
@@ -206,10 +212,8 @@ impl Story {
                 if any_departed && !departed(p) {
                     continue;
                 }
-                let last = c
-                    .members
-                    .iter()
-                    .find(|m| m.process == p)
+                let last = member_of
+                    .get(&p)
                     .and_then(|m| m.last_coll.values().map(|x| x.t).max())
                     .unwrap_or(stall.since);
                 let kind = match self.ends[p] {
@@ -225,7 +229,7 @@ impl Story {
                     NodeKind::LeftEarly => self.ends[p].time().unwrap_or(last),
                     _ => last,
                 };
-                if !nodes.iter().any(|n| n.process == p && n.kind == kind) {
+                if listed.insert((p, kind)) {
                     nodes.push(Node {
                         process: p,
                         t,
@@ -296,21 +300,17 @@ impl Story {
         }
         // A rank that stopped issuing or left after a failure of its own did so because of it:
         // its Behind / LeftEarly node comes after that failure.
-        let own_failure: Vec<Option<u64>> = (0..job.processes.len())
-            .map(|p| {
-                nodes
-                    .iter()
-                    .filter(|n| {
-                        n.process == p
-                            && matches!(
-                                n.kind,
-                                NodeKind::Error(_) | NodeKind::AsyncError(_) | NodeKind::Signal(_)
-                            )
-                    })
-                    .map(|n| n.t)
-                    .min()
-            })
-            .collect();
+        // (One pass over the nodes: a scan of all nodes per process was ranks x ranks.)
+        let mut own_failure: Vec<Option<u64>> = vec![None; job.processes.len()];
+        for n in &nodes {
+            if matches!(
+                n.kind,
+                NodeKind::Error(_) | NodeKind::AsyncError(_) | NodeKind::Signal(_)
+            ) {
+                let first = &mut own_failure[n.process];
+                *first = Some(first.map_or(n.t, |t| t.min(n.t)));
+            }
+        }
         for n in nodes.iter_mut() {
             if matches!(n.kind, NodeKind::Behind(_) | NodeKind::LeftEarly) {
                 if let Some(t) = own_failure[n.process] {

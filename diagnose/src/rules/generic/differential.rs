@@ -7,10 +7,11 @@
 //! named. This is how an expert reads a job they have never seen, so it runs when no rule
 //! explains the failure with high confidence, as a low-confidence lead, not a verdict.
 
-use crate::model::{FailureWhat, JobModel, ProcessModel};
+use crate::model::{FailureWhat, JobFailure, JobModel, ProcessModel};
 use crate::rules::registry::Role;
 use crate::rules::{name_processes, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
+use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Variables that differ per rank by design: they separate nothing.
@@ -88,21 +89,17 @@ fn features(pm: &ProcessModel) -> BTreeSet<(String, String)> {
     out
 }
 
-/// A process failed by itself: an error, an abort or a death that is not a peer's error echoed
-/// (ncclRemoteError, 6) or a stop request at the end of the job.
-fn failed_by_itself(job: &JobModel, p: usize) -> bool {
-    job.failures.iter().any(|f| {
-        f.process == p
-            && match f.what {
-                FailureWhat::Call(i) => {
-                    !job.processes[p].calls[i].returned(NcclResult::RemoteError)
-                }
-                FailureWhat::AsyncError(i) => {
-                    job.processes[p].calls[i].async_result() != Some(NcclResult::RemoteError)
-                }
-                FailureWhat::Signal(_) | FailureWhat::Died => true,
-            }
-    })
+/// A failure by the process itself: an error, an abort or a death that is not a peer's error
+/// echoed (ncclRemoteError, 6) or a stop request at the end of the job.
+fn by_itself(job: &JobModel, f: &JobFailure) -> bool {
+    let p = f.process;
+    match f.what {
+        FailureWhat::Call(i) => !job.processes[p].calls[i].returned(NcclResult::RemoteError),
+        FailureWhat::AsyncError(i) => {
+            job.processes[p].calls[i].async_result() != Some(NcclResult::RemoteError)
+        }
+        FailureWhat::Signal(_) | FailureWhat::Died => true,
+    }
 }
 
 pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
@@ -112,16 +109,22 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
     if clear {
         return Vec::new();
     }
+    // Per process: whether it failed at all, and by itself (one pass over the failures; a
+    // scan of all of them per process was ranks x ranks).
+    let mut failed = vec![false; job.processes.len()];
+    let mut failed_by_itself = vec![false; job.processes.len()];
+    for f in &job.failures {
+        failed[f.process] = true;
+        failed_by_itself[f.process] |= by_itself(job, f);
+    }
     let failing: Vec<usize> = (0..job.processes.len())
-        .filter(|&p| failed_by_itself(job, p))
+        .filter(|&p| failed_by_itself[p])
         .collect();
-    let healthy: Vec<usize> = (0..job.processes.len())
-        .filter(|&p| !job.failures.iter().any(|f| f.process == p))
-        .collect();
+    let healthy: Vec<usize> = (0..job.processes.len()).filter(|&p| !failed[p]).collect();
     if failing.is_empty() || healthy.is_empty() {
         return Vec::new();
     }
-    let feats: Vec<BTreeSet<(String, String)>> = job.processes.iter().map(features).collect();
+    let feats: Vec<BTreeSet<(String, String)>> = job.processes.par_iter().map(features).collect();
     // Values every failing process holds.
     let mut common = feats[failing[0]].clone();
     for &p in &failing[1..] {

@@ -11,7 +11,7 @@ use crate::knowledge::messages::{self, Fit, Match};
 use crate::model::{FailureWhat, JobModel};
 use crate::rules::message_facts::ProcessFacts;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// (call name, return code, error text): failures alike in all three are one finding.
 type Key = (String, i32, String);
@@ -19,10 +19,11 @@ type Key = (String, i32, String);
 pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
     // A condition (a known change of the version, a library that differs) explaining a failure
     // does not say what the failure is: its text still gets read.
-    let explained: HashSet<(usize, usize)> = found
+    // The processes with an explained failure (any covers the rest of their errors).
+    let explained_processes: HashSet<usize> = found
         .iter()
         .filter(|f| f.role != crate::rules::registry::Role::Condition)
-        .flat_map(|f| f.explains.iter().copied())
+        .flat_map(|f| f.explains.iter().map(|&(p, _)| p))
         .collect();
     let signalled: HashSet<usize> = found
         .iter()
@@ -34,13 +35,21 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
     let mut groups: BTreeMap<Key, Vec<(usize, usize, String)>> = BTreeMap::new();
     // The first failure of each process, where a driver call NCCL made is read through the
     // NCCL failure it belongs to (the outer call and NCCL's text drive the diagnosis).
+    // Per process, the latest time one of its NCCL calls failed: a nested driver failure at or
+    // before it belongs to an NCCL failure (looked up, not searched: a 16k-rank job can have a
+    // failure per rank).
+    let mut latest_nccl_failure: HashMap<usize, u64> = HashMap::new();
+    for g in &job.failures {
+        if job.failure_call(g).is_some_and(|c| !c.is_cuda) {
+            let t = latest_nccl_failure.entry(g.process).or_insert(g.t);
+            *t = (*t).max(g.t);
+        }
+    }
     let part_of_nccl_failure = |fl: &crate::model::JobFailure| {
         job.failure_call(fl).is_some_and(|c| c.is_cuda && c.nested)
-            && job.failures.iter().any(|g| {
-                g.process == fl.process
-                    && g.t >= fl.t
-                    && job.failure_call(g).is_some_and(|c| !c.is_cuda)
-            })
+            && latest_nccl_failure
+                .get(&fl.process)
+                .is_some_and(|&t| t >= fl.t)
     };
     let mut seen = std::collections::BTreeSet::new();
     let firsts: Vec<crate::model::JobFailure> = job
@@ -63,7 +72,7 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
                 .signals
                 .iter()
                 .any(|&(_, t)| t <= fl.t);
-        if signal_first || explained.iter().any(|(p, _)| *p == fl.process) {
+        if signal_first || explained_processes.contains(&fl.process) {
             continue;
         }
         let c = &job.processes[fl.process].calls[idx];
@@ -105,19 +114,22 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
                  failing rank and compare NCCL's WARN lines with the error text above.",
             ),
         };
+        // Added as one batch each: the group can hold every rank of a large job.
+        let mut facts = Vec::with_capacity(2 * members.len());
         for (p, i, _) in members {
             let pm = &job.processes[*p];
             f.involve(job, *p);
-            f.explain(*p, *i);
-            f.fact(Evidence::call(&pm.calls[*i]).of(job, *p));
+            facts.push(Evidence::call(&pm.calls[*i]).of(job, *p));
             if let Some(v) = pm.nccl_version_text() {
-                f.fact(
+                facts.push(
                     Evidence::new(EvidenceKind::Library, format!("NCCL {v}"))
                         .value("nccl_version", &v)
                         .of(job, *p),
                 );
             }
         }
+        f.explain_all(members.iter().map(|&(p, i, _)| (p, i)));
+        f.facts(facts);
         out.push(f);
     }
     out
