@@ -108,7 +108,7 @@ fn groups(fr: &FlightRecorder) -> BTreeMap<String, ProcessGroup> {
 /// per-file process models before they are joined into a job).
 pub fn comms_of_groups(parts: &[ProcessModel], fr: &FlightRecorder) -> BTreeMap<String, u64> {
     let mut votes: BTreeMap<String, BTreeMap<u64, usize>> = BTreeMap::new();
-    for p in parts.iter().filter(|p| p.has_shim) {
+    for p in parts.iter().filter(|p| super::has_shim_records(p)) {
         let Some(rank) = p.world_rank() else { continue };
         let Some(d) = fr.dumps.iter().find(|d| d.rank == rank) else {
             continue;

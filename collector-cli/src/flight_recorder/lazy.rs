@@ -2,8 +2,8 @@
 //! of pickles, minutes to read in full; BENCHMARKS.md "Reading PyTorch Flight Recorder dumps").
 //! Every dump is listed (cheap); a dump is read only where it can change what the report says:
 //!
-//! - a rank without a shim dump, or whose shim dump holds no communicator progress (the shim
-//!   cannot place it): its Flight Recorder dump is all the report knows of it;
+//! - a rank without a shim dump, or whose shim dump holds no communicator (the shim cannot
+//!   place it): its Flight Recorder dump is all the report knows of it;
 //! - on each communicator, the ranks' shim records fall into classes (same operations issued
 //!   and completed, same last call and count, same state); one rank per class is read and
 //!   stands for the others of its class ([`Cover`]);
@@ -23,6 +23,11 @@
 //! on the ranks read: a disagreement there reads the whole group (`annotate`).
 
 use crate::model::ProcessModel;
+
+/// Set (to anything), every dump is read as before this module: what the tests compare the
+/// planned reading with (`tests/flight_recorder_lazy.rs`), and a way out should a report ever
+/// need a dump this plan left unread.
+pub const READ_ALL_VAR: &str = "NCCLSHIM_FLIGHT_RECORDER_READ_ALL";
 use ncclshim_format::CallId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -52,6 +57,37 @@ pub struct Plan {
 /// What a rank's shim record says about one communicator; ranks with equal keys are one class.
 type ClassKey = (u64, u64, Option<CallId>, u64, &'static str);
 
+/// Where a rank got on communicator `comm`, from its own records (the writer's progress
+/// records are not in every dump): collectives issued and returned, the last one's function and
+/// count, and the communicator's state when the dump says it.
+fn class_key(p: &ProcessModel, comm: u64) -> ClassKey {
+    let mine = || {
+        p.ops
+            .iter()
+            .filter(move |o| o.comm_hash == Some(comm))
+            .filter(|o| !matches!(o.call, CallId::NcclSend | CallId::NcclRecv))
+    };
+    let issued = mine().map(|o| o.seq + 1).max().unwrap_or(0);
+    let completed = mine()
+        .filter(|o| p.calls.get(o.call_index).is_some_and(|c| !c.in_flight()))
+        .map(|o| o.seq + 1)
+        .max()
+        .unwrap_or(0);
+    let last = mine().max_by_key(|o| o.seq);
+    let state = p
+        .progress
+        .iter()
+        .find(|c| c.comm_hash == comm)
+        .map_or("", |c| c.state);
+    (
+        issued,
+        completed,
+        last.map(|o| o.call),
+        last.map_or(0, |o| o.count),
+        state,
+    )
+}
+
 /// Plans which of `files` ((path, rank), every Flight Recorder dump listed) to read, from the
 /// per-file process models `parts` (before they are joined into a job).
 pub fn plan(parts: &[ProcessModel], files: Vec<(PathBuf, u32)>) -> Plan {
@@ -60,18 +96,31 @@ pub fn plan(parts: &[ProcessModel], files: Vec<(PathBuf, u32)>) -> Plan {
     let mut shim_parts_of: BTreeMap<u32, usize> = BTreeMap::new();
     // Communicator → its ranks' (rank, class key, the process model).
     let mut per_comm: BTreeMap<u64, Vec<(u32, ClassKey, &ProcessModel)>> = BTreeMap::new();
-    for p in parts.iter().filter(|p| p.has_shim) {
-        let Some(rank) = p.world_rank() else { continue };
-        *shim_parts_of.entry(rank).or_default() += 1;
-        if p.progress.is_empty() {
-            must.insert(rank);
+    // Each rank's process: its dump with the most operations (a profiler dump of the same
+    // process, written by the same synthetic writer, holds none); two processes for one rank
+    // are left to the full read.
+    let mut process_of: BTreeMap<u32, Vec<&ProcessModel>> = BTreeMap::new();
+    for p in parts.iter().filter(|p| super::has_shim_records(p)) {
+        if let Some(rank) = p.world_rank() {
+            process_of.entry(rank).or_default().push(p);
         }
-        for c in &p.progress {
-            let key = (c.issued, c.completed, c.last_call, c.last_count, c.state);
+    }
+    for (rank, ps) in &process_of {
+        let keys: BTreeSet<_> = ps.iter().map(|p| p.key()).collect();
+        let Some(p) = ps.iter().max_by_key(|p| p.ops.len()) else {
+            continue;
+        };
+        if keys.len() == 1 {
+            shim_parts_of.insert(*rank, 1);
+        }
+        if p.memberships.is_empty() {
+            must.insert(*rank);
+        }
+        for m in &p.memberships {
             per_comm
-                .entry(c.comm_hash)
+                .entry(m.comm_hash)
                 .or_default()
-                .push((rank, key, p));
+                .push((*rank, class_key(p, m.comm_hash), p));
         }
     }
     // No shim dump, or two for one rank (which one to trust is not this module's call).

@@ -361,6 +361,13 @@ pub struct Joined {
     cover: lazy::Cover,
 }
 
+/// Whether a process model holds the shim's records: a shim dump, or one the scenario lab and
+/// the benchmarks write with the same records (`WriterKind::Synthetic`), which must join the
+/// Flight Recorder dumps as a shim's would (not be doubled by stand-ins).
+pub fn has_shim_records(p: &ProcessModel) -> bool {
+    p.has_shim || p.synthetic
+}
+
 /// Lists the dumps `source` names, reads those the report needs before its model is built
 /// ([`lazy::plan`]: every rank without a shim dump, one per class of agreeing shim records) and
 /// adds a stand-in process to `parts` for each rank that has a Flight Recorder dump but no shim
@@ -375,12 +382,15 @@ pub fn prepare(
     if files.is_empty() {
         return None;
     }
-    let plan = lazy::plan(parts, files);
+    let mut plan = lazy::plan(parts, files);
+    if std::env::var_os(lazy::READ_ALL_VAR).is_some() {
+        plan.read.append(&mut plan.listed_only);
+    }
     let fr = read_all(dir, plan.read);
     let comm_of = join::comms_of_groups(parts, &fr);
     let job_ranks: BTreeSet<u32> = parts
         .iter()
-        .filter(|p| p.has_shim || p.has_prof)
+        .filter(|p| has_shim_records(p) || p.has_prof)
         .filter_map(ProcessModel::world_rank)
         .collect();
     let stand_ins = join::stand_ins(&job_ranks, &fr, &comm_of);
