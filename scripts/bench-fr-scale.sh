@@ -29,7 +29,7 @@ timed() { # label, then the command
     local label="$1"
     shift
     /usr/bin/time -f "%e s wall, %U s user, %S s sys, %M KB max RSS" "$@" >"$out/report.json" 2>"$out/time.txt" || true
-    echo "$label: $(tail -1 "$out/time.txt"); $(grep -o '"dumps_read":[0-9]*,"dumps_listed_only":[0-9]*' "$out/report.json" || echo 'no dumps_read')"
+    echo "$label: $(tail -1 "$out/time.txt"); $(python3 -c "import json,sys; f=json.load(open(sys.argv[1])).get(\"flight_recorder\") or {}; print(\"read\", f.get(\"dumps_read\"), \"listed only\", f.get(\"dumps_listed_only\"))" "$out/report.json")"
 }
 for ((round = 1; round <= ${ROUNDS:-2}; round++)); do
     for bin in "${bins[@]}"; do
