@@ -161,6 +161,9 @@ pub fn plan(parts: &[ProcessModel], files: Vec<(PathBuf, u32)>) -> Plan {
     }
 }
 
+/// One collective as the shim recorded it: (seq, function, count, datatype, op, root or peer).
+type Collective = (u64, u64, u64, u64, u64, u64);
+
 /// Whether the ranks of communicator `comm` recorded the same collectives (function, count,
 /// datatype, op, root) at every sequence number all their shim rings still hold. A communicator
 /// with operations but no sequence number held by all cannot be checked: it counts as
@@ -185,7 +188,7 @@ fn records_agree(comm: u64, members: &[(u32, ClassKey, &ProcessModel)]) -> bool 
     };
     let (mut lo, mut hi) = (0u64, u64::MAX);
     let mut any = false;
-    let held: Vec<Vec<(u64, u64, u64, u64, u64, u64)>> = members
+    let held: Vec<Vec<Collective>> = members
         .iter()
         .map(|(_, _, p)| {
             let ops = collectives(p);
@@ -209,7 +212,7 @@ fn records_agree(comm: u64, members: &[(u32, ClassKey, &ProcessModel)]) -> bool 
     if lo > hi {
         return false;
     }
-    let window = |ops: &[(u64, u64, u64, u64, u64, u64)]| -> Vec<(u64, u64, u64, u64, u64, u64)> {
+    let window = |ops: &[Collective]| -> Vec<Collective> {
         let mut w: Vec<_> = ops
             .iter()
             .filter(|o| (lo..=hi).contains(&o.0))
