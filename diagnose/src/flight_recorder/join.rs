@@ -12,12 +12,13 @@
 //!   Python line, and the first sequence number where ranks disagree (type, sizes, dtypes).
 
 use super::format::FrEntry;
+use super::lazy::Cover;
 use super::{FlightRecorder, ProcessGroup, RankDump};
 use crate::model::{CallEvent, CommProgress, Membership, OpCall, ProcessModel};
 use crate::rules::{Evidence, EvidenceKind};
 use ncclshim_format::{args, ArgView, CallId};
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 /// NCCL's function for a PyTorch collective name (`fr_trace`'s `COLLECTIVES` and `P2P`
@@ -107,7 +108,7 @@ fn groups(fr: &FlightRecorder) -> BTreeMap<String, ProcessGroup> {
 /// per-file process models before they are joined into a job).
 pub fn comms_of_groups(parts: &[ProcessModel], fr: &FlightRecorder) -> BTreeMap<String, u64> {
     let mut votes: BTreeMap<String, BTreeMap<u64, usize>> = BTreeMap::new();
-    for p in parts.iter().filter(|p| p.has_shim) {
+    for p in parts.iter().filter(|p| super::has_shim_records(p)) {
         let Some(rank) = p.world_rank() else { continue };
         let Some(d) = fr.dumps.iter().find(|d| d.rank == rank) else {
             continue;
@@ -391,10 +392,125 @@ fn describe_entry(e: &FrEntry) -> String {
     s
 }
 
+/// Ranks of group `g` without a read dump that a read member stands for (rank → member), on
+/// communicator `comm` (the group's, when a rank with both dumps matched it).
+fn stood_for(
+    g: &ProcessGroup,
+    members: &[&RankDump],
+    comm: Option<u64>,
+    cover: &Cover,
+) -> BTreeMap<u32, u32> {
+    let Some(comm) = comm else {
+        return BTreeMap::new();
+    };
+    let read: HashSet<u32> = members.iter().map(|d| d.rank).collect();
+    g.ranks
+        .iter()
+        .filter(|r| !read.contains(r))
+        .filter_map(|r| {
+            let rep = cover.representative(comm, *r)?;
+            read.contains(&rep).then_some((*r, rep))
+        })
+        .collect()
+}
+
+/// The read dumps that hold group `g`.
+fn members_of<'a>(fr: &'a FlightRecorder, g: &ProcessGroup) -> Vec<&'a RankDump> {
+    fr.dumps
+        .iter()
+        .filter(|d| g.ranks.contains(&d.rank) && d.groups.iter().any(|x| x.name == g.name))
+        .collect()
+}
+
+/// Each sequence number of group `g`'s collectives with the (rank, entry) of each member there.
+fn by_seq<'a>(
+    members: &[&'a RankDump],
+    g: &ProcessGroup,
+) -> BTreeMap<i64, Vec<(u32, &'a FrEntry)>> {
+    let mut out: BTreeMap<i64, Vec<(u32, &FrEntry)>> = BTreeMap::new();
+    for d in members {
+        for e in d
+            .entries
+            .iter()
+            .filter(|e| !e.is_p2p && d.group_of(e).is_some_and(|x| x.name == g.name))
+        {
+            out.entry(e.collective_seq_id)
+                .or_default()
+                .push((d.rank, e));
+        }
+    }
+    out
+}
+
+/// The entries of one [`Signature`] at a sequence number, by rank.
+type SameKind<'a> = Vec<(u32, &'a FrEntry)>;
+
+/// The first sequence number where ranks disagree, with the ranks of each kind, the most
+/// common kind first.
+fn first_disagreement<'a>(
+    by_seq: &BTreeMap<i64, Vec<(u32, &'a FrEntry)>>,
+) -> Option<(i64, Vec<SameKind<'a>>)> {
+    for (seq, at) in by_seq {
+        let mut kinds: BTreeMap<Signature, SameKind<'a>> = BTreeMap::new();
+        for (r, e) in at {
+            kinds.entry(signature(e)).or_default().push((*r, e));
+        }
+        if kinds.len() < 2 {
+            continue;
+        }
+        let mut groups: Vec<SameKind<'a>> = kinds.into_values().collect();
+        groups.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        return Some((*seq, groups));
+    }
+    None
+}
+
+/// The listed-only ranks ([`super::lazy`]) the evidence needs read: in each group of the dumps
+/// read so far, a rank no read member stands for, and every rank of a group whose read members
+/// disagree on a collective (fr_trace's culprit is the minority against every rank).
+pub fn ranks_to_read(
+    fr: &FlightRecorder,
+    comm_of: &BTreeMap<String, u64>,
+    cover: &Cover,
+    listed_only: &[(std::path::PathBuf, u32)],
+) -> BTreeSet<u32> {
+    let listed: BTreeSet<u32> = listed_only.iter().map(|(_, r)| *r).collect();
+    let mut out = BTreeSet::new();
+    for g in groups(fr).values() {
+        let unread: Vec<u32> = g
+            .ranks
+            .iter()
+            .copied()
+            .filter(|r| listed.contains(r))
+            .collect();
+        if unread.is_empty() {
+            continue;
+        }
+        let members = members_of(fr, g);
+        let stood_for = stood_for(g, &members, comm_of.get(&g.name).copied(), cover);
+        if first_disagreement(&by_seq(&members, g)).is_some() {
+            out.extend(unread);
+        } else {
+            out.extend(unread.into_iter().filter(|r| !stood_for.contains_key(r)));
+        }
+    }
+    out
+}
+
 /// One line per process group with something to say: where each rank's last collective was
 /// (with the user's line), the first sequence number where ranks disagree, ranks without a
 /// dump. A group whose ranks all completed the same last collective says nothing.
 pub fn evidence(fr: &FlightRecorder, comm_of: &BTreeMap<String, u64>) -> Vec<Evidence> {
+    evidence_covering(fr, comm_of, &Cover::default())
+}
+
+/// As [`evidence`], where a rank whose dump was only listed counts as the read rank that stands
+/// for it ([`Cover`]; [`ranks_to_read`] has read every rank none stands for).
+pub fn evidence_covering(
+    fr: &FlightRecorder,
+    comm_of: &BTreeMap<String, u64>,
+    cover: &Cover,
+) -> Vec<Evidence> {
     let mut out = Vec::new();
     for g in groups(fr).values() {
         let comm = comm_of.get(&g.name).copied();
@@ -402,20 +518,22 @@ pub fn evidence(fr: &FlightRecorder, comm_of: &BTreeMap<String, u64>) -> Vec<Evi
             Some(h) => format!("process group {} (communicator {h:#018x})", g.label()),
             None => format!("process group {}", g.label()),
         };
-        let members: Vec<&RankDump> = fr
-            .dumps
-            .iter()
-            .filter(|d| g.ranks.contains(&d.rank) && d.groups.iter().any(|x| x.name == g.name))
-            .collect();
+        let members = members_of(fr, g);
+        let stood_for = stood_for(g, &members, comm, cover);
+        let read: HashSet<u32> = members.iter().map(|d| d.rank).collect();
         let missing: Vec<u32> = g
             .ranks
             .iter()
             .copied()
-            .filter(|r| !members.iter().any(|d| d.rank == *r))
+            .filter(|r| !read.contains(r) && !stood_for.contains_key(r))
             .collect();
+        let mut stands_for: HashMap<u32, Vec<u32>> = HashMap::new();
+        for (r, rep) in &stood_for {
+            stands_for.entry(*rep).or_default().push(*r);
+        }
         // (last seq, op, state, site) → ranks.
         let mut last: BTreeMap<(i64, String, String, String), Vec<u32>> = BTreeMap::new();
-        let mut by_seq: BTreeMap<i64, Vec<(u32, &FrEntry)>> = BTreeMap::new();
+        let by_seq = by_seq(&members, g);
         for d in &members {
             let mut mine = collectives(d, g).peekable();
             if mine.peek().is_none() {
@@ -423,24 +541,25 @@ pub fn evidence(fr: &FlightRecorder, comm_of: &BTreeMap<String, u64>) -> Vec<Evi
             }
             let mut latest: Option<&FrEntry> = None;
             for e in mine {
-                by_seq
-                    .entry(e.collective_seq_id)
-                    .or_default()
-                    .push((d.rank, e));
                 if latest.is_none_or(|l| e.collective_seq_id >= l.collective_seq_id) {
                     latest = Some(e);
                 }
             }
             if let Some(e) = latest {
-                last.entry((
+                let key = (
                     e.collective_seq_id,
                     e.op_name().to_owned(),
                     e.state.to_string(),
                     e.site().unwrap_or_default(),
-                ))
-                .or_default()
-                .push(d.rank);
+                );
+                // The ranks its dump stands for stopped where it did.
+                let ranks = last.entry(key).or_default();
+                ranks.push(d.rank);
+                ranks.extend(stands_for.get(&d.rank).into_iter().flatten());
             }
+        }
+        for ranks in last.values_mut() {
+            ranks.sort_unstable();
         }
         let all_done = last.len() == 1 && last.keys().all(|k| k.2 == "completed");
         if !all_done && !last.is_empty() {
@@ -462,7 +581,9 @@ pub fn evidence(fr: &FlightRecorder, comm_of: &BTreeMap<String, u64>) -> Vec<Evi
                     }
                 })
                 .collect();
-            let ranks: Vec<u32> = members.iter().map(|d| d.rank).collect();
+            let mut ranks: Vec<u32> = members.iter().map(|d| d.rank).collect();
+            ranks.extend(stood_for.keys());
+            ranks.sort_unstable();
             let hung: Vec<serde_json::Value> = last
                 .iter()
                 .map(|((seq, op, state, site), ranks)| {
@@ -482,16 +603,8 @@ pub fn evidence(fr: &FlightRecorder, comm_of: &BTreeMap<String, u64>) -> Vec<Evi
         }
         // The first sequence number where ranks disagree, with the odd rank named when the
         // others agree (fr_trace's "culprit").
-        for (seq, at) in &by_seq {
-            let mut kinds: BTreeMap<_, Vec<(u32, &FrEntry)>> = BTreeMap::new();
-            for (r, e) in at {
-                kinds.entry(signature(e)).or_default().push((*r, e));
-            }
-            if kinds.len() < 2 {
-                continue;
-            }
-            let mut groups: Vec<&Vec<(u32, &FrEntry)>> = kinds.values().collect();
-            groups.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        if let Some((seq, groups)) = first_disagreement(&by_seq) {
+            let seq = &seq;
             let parts: Vec<String> = groups
                 .iter()
                 .map(|v| {
@@ -529,7 +642,6 @@ pub fn evidence(fr: &FlightRecorder, comm_of: &BTreeMap<String, u64>) -> Vec<Evi
                 .value("mismatch", what)
                 .value("culprit_ranks", &culprit),
             );
-            break;
         }
         if !missing.is_empty() && !members.is_empty() {
             out.push(

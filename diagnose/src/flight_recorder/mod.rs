@@ -13,6 +13,7 @@
 pub mod decode;
 pub mod format;
 pub mod join;
+pub mod lazy;
 pub mod pickle;
 
 use crate::load::{display_path, Listing, Problem};
@@ -126,12 +127,16 @@ impl FlightRecorder {
 /// Finds and reads the dumps `source` names (nothing for [`Source::Off`]); `listing` is the job
 /// directory's.
 pub fn load(dir: &Path, source: &Source, listing: &Listing) -> FlightRecorder {
-    let files = match source {
-        Source::Off => return FlightRecorder::default(),
+    read_all(dir, list(source, listing))
+}
+
+/// The dumps `source` names ((path, rank)), none read; `listing` is the job directory's.
+pub fn list(source: &Source, listing: &Listing) -> Vec<(PathBuf, u32)> {
+    match source {
+        Source::Off => Vec::new(),
         Source::InJobDir => find_in_dir(listing),
         Source::Prefix(p) => find_by_prefix(p),
-    };
-    read_all(dir, files)
+    }
 }
 
 /// Whether `source` names any dump (files only, nothing read); `listing` is the job directory's.
@@ -171,6 +176,16 @@ pub fn read_all(dir: &Path, files: Vec<(PathBuf, u32)>) -> FlightRecorder {
     }
     out.dumps.sort_by_key(|d| d.rank);
     out
+}
+
+impl FlightRecorder {
+    /// Adds the dumps and problems of `more` (read later, of other ranks).
+    fn merge(&mut self, more: FlightRecorder) {
+        self.dumps.extend(more.dumps);
+        self.dumps.sort_by_key(|d| d.rank);
+        self.problems.extend(more.problems);
+        self.notes.extend(more.notes);
+    }
 }
 
 /// The rank a dump's file name ends with (`rank_12` is 12), as `fr_trace` reads it.
@@ -296,9 +311,17 @@ pub fn parse(bytes: &[u8], rank: u32, shown: String) -> Result<RankDump, String>
 /// What the report says about the Flight Recorder dumps (`flight_recorder` in the report JSON).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
-    /// Ranks whose dump was read.
+    /// Ranks with a dump: read, or only listed ([`Summary::ranks_listed_only`]).
     pub ranks_with_dump: Vec<u32>,
-    /// Members of the dumps' process groups with no readable dump.
+    /// How many dumps were read (parsed in full).
+    pub dumps_read: usize,
+    /// How many dumps were only listed, not read: their ranks' shim records match, on every
+    /// communicator, those of a rank whose dump was read, which stands for them
+    /// ([`lazy`] says why that gives the same verdicts).
+    pub dumps_listed_only: usize,
+    /// The ranks of those dumps.
+    pub ranks_listed_only: Vec<u32>,
+    /// Members of the dumps' process groups with no dump, or none that could be read.
     pub ranks_without_dump: Vec<u32>,
     /// Ranks known from their Flight Recorder dump only (no ncclshim dump).
     pub ranks_without_ncclshim: Vec<u32>,
@@ -330,24 +353,44 @@ pub struct Joined {
     /// Process group name → communicator hash.
     pub comm_of: BTreeMap<String, u64>,
     pub stand_in_ranks: Vec<u32>,
+    /// Where the dumps not read yet are read from (shown relative to it).
+    dir: PathBuf,
+    /// Dumps listed, not read (yet): [`lazy`].
+    listed_only: Vec<(PathBuf, u32)>,
+    /// Which read rank stands for which listed-only one, per communicator.
+    cover: lazy::Cover,
 }
 
-/// Reads the dumps `source` names and adds a stand-in process to `parts` for each rank that has
-/// a Flight Recorder dump but no shim dump. None when there are no dumps to read.
+/// Whether a process model holds the shim's records: a shim dump, or one the scenario lab and
+/// the benchmarks write with the same records (`WriterKind::Synthetic`), which must join the
+/// Flight Recorder dumps as a shim's would (not be doubled by stand-ins).
+pub fn has_shim_records(p: &ProcessModel) -> bool {
+    p.has_shim || p.synthetic
+}
+
+/// Lists the dumps `source` names, reads those the report needs before its model is built
+/// ([`lazy::plan`]: every rank without a shim dump, one per class of agreeing shim records) and
+/// adds a stand-in process to `parts` for each rank that has a Flight Recorder dump but no shim
+/// dump. None when there are no dumps.
 pub fn prepare(
     dir: &Path,
     source: &Source,
     listing: &Listing,
     parts: &mut Vec<ProcessModel>,
 ) -> Option<Joined> {
-    let fr = load(dir, source, listing);
-    if fr.is_empty() {
+    let files = list(source, listing);
+    if files.is_empty() {
         return None;
     }
+    let mut plan = lazy::plan(parts, files);
+    if std::env::var_os(lazy::READ_ALL_VAR).is_some() {
+        plan.read.append(&mut plan.listed_only);
+    }
+    let fr = read_all(dir, plan.read);
     let comm_of = join::comms_of_groups(parts, &fr);
     let job_ranks: BTreeSet<u32> = parts
         .iter()
-        .filter(|p| p.has_shim || p.has_prof)
+        .filter(|p| has_shim_records(p) || p.has_prof)
         .filter_map(ProcessModel::world_rank)
         .collect();
     let stand_ins = join::stand_ins(&job_ranks, &fr, &comm_of);
@@ -362,18 +405,62 @@ pub fn prepare(
         fr,
         comm_of,
         stand_in_ranks,
+        dir: dir.to_path_buf(),
+        listed_only: plan.listed_only,
+        cover: plan.cover,
     })
+}
+
+/// A finding naming more ranks than this speaks of classes of ranks (every survivor of a
+/// crash): the ranks read for their classes quote its lines, its ranks are not read one by one.
+const NAMED_RANKS_READ_PER_FINDING: usize = 64;
+
+/// Reads the listed-only dumps the report turned out to need ([`lazy`]): the ranks its findings
+/// name, and in each group the ranks no read dump stands for, until none is left.
+fn read_what_the_report_needs(report: &crate::report::Report, joined: &mut Joined) {
+    let mut wanted: BTreeSet<u32> = report
+        .findings
+        .iter()
+        .filter(|f| f.severity != crate::rules::Severity::Advisory)
+        .filter(|f| f.ranks.len() <= NAMED_RANKS_READ_PER_FINDING)
+        .flat_map(|f| f.ranks.iter().copied())
+        .collect();
+    while !joined.listed_only.is_empty() {
+        wanted.extend(join::ranks_to_read(
+            &joined.fr,
+            &joined.comm_of,
+            &joined.cover,
+            &joined.listed_only,
+        ));
+        if wanted.is_empty() {
+            break;
+        }
+        let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut joined.listed_only)
+            .into_iter()
+            .partition(|(_, r)| wanted.contains(r));
+        joined.listed_only = later;
+        wanted.clear();
+        if now.is_empty() {
+            break;
+        }
+        let more = read_all(&joined.dir, now);
+        joined.fr.merge(more);
+    }
 }
 
 /// Adds what the dumps say to the report: the summary, the problem lines, process-group names
 /// next to communicator hashes, and the per-group evidence quoted in the primary finding.
-pub fn annotate(report: &mut crate::report::Report, joined: Joined) {
+pub fn annotate(report: &mut crate::report::Report, mut joined: Joined) {
+    read_what_the_report_needs(report, &mut joined);
     let Joined {
         fr,
         comm_of,
         stand_in_ranks,
+        listed_only,
+        cover,
+        ..
     } = joined;
-    let evidence = join::evidence(&fr, &comm_of);
+    let evidence = join::evidence_covering(&fr, &comm_of, &cover);
     let mut groups: BTreeMap<String, ProcessGroup> = BTreeMap::new();
     for d in &fr.dumps {
         for g in &d.groups {
@@ -432,9 +519,23 @@ pub fn annotate(report: &mut crate::report::Report, joined: Joined) {
     }
     report.problems.extend(fr.problems.iter().cloned());
     report.problems.sort_by(|a, b| a.file.cmp(&b.file));
+    let mut ranks_listed_only: Vec<u32> = listed_only.iter().map(|(_, r)| *r).collect();
+    ranks_listed_only.sort_unstable();
+    ranks_listed_only.dedup();
+    let mut ranks_with_dump = fr.ranks();
+    ranks_with_dump.extend(&ranks_listed_only);
+    ranks_with_dump.sort_unstable();
+    ranks_with_dump.dedup();
     report.flight_recorder = Some(Summary {
-        ranks_with_dump: fr.ranks(),
-        ranks_without_dump: fr.ranks_without_dump(),
+        ranks_without_dump: fr
+            .ranks_without_dump()
+            .into_iter()
+            .filter(|r| ranks_listed_only.binary_search(r).is_err())
+            .collect(),
+        ranks_with_dump,
+        dumps_read: fr.dumps.len() + fr.problems.len(),
+        dumps_listed_only: listed_only.len(),
+        ranks_listed_only,
         ranks_without_ncclshim: stand_in_ranks,
         process_groups: groups
             .values()
@@ -475,6 +576,12 @@ pub fn render_text(s: &Summary, bold: &dyn Fn(&str) -> String) -> String {
     }
     o.push_str(&line);
     o.push('\n');
+    if s.dumps_listed_only > 0 {
+        o.push_str(&format!(
+            "  {} dumps read, {} only listed: their ranks' ncclshim records match a read rank's on every communicator, whose dump stands for them\n",
+            s.dumps_read, s.dumps_listed_only
+        ));
+    }
     for e in &s.evidence {
         o.push_str(&format!("  {}\n", safe(&e.text)));
     }
