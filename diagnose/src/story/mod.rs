@@ -28,6 +28,7 @@ use crate::model::{FailureWhat, JobModel};
 use ending::Ending;
 use ncclshim_format::NcclResult;
 use progress::{Behind, CommStory, Member, Place};
+use rayon::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeSet;
 
@@ -112,7 +113,7 @@ pub struct Story {
 
 impl Story {
     pub fn build(job: &JobModel) -> Story {
-        let ends: Vec<Ending> = job.processes.iter().map(ending::of).collect();
+        let ends: Vec<Ending> = job.processes.par_iter().map(ending::of).collect();
         let comms = progress::build(job);
         let mut s = Story {
             ends,
@@ -331,17 +332,21 @@ impl Story {
                 .max(job.processes[b].clock_uncertainty)
                 .max(1_000_000)
         };
-        let member_of = |p: usize| -> BTreeSet<u64> { comms_of(job, p) };
-        let memberships: Vec<BTreeSet<u64>> = (0..job.processes.len()).map(member_of).collect();
+        // Per process and per node, side by side (each a scan of a process's calls).
+        let memberships: Vec<BTreeSet<u64>> = (0..job.processes.len())
+            .into_par_iter()
+            .map(|p| comms_of(job, p))
+            .collect();
         // A reaction (a closed connection, an abort) explains nothing on another process.
         let reactions: Vec<bool> = self
             .nodes
-            .iter()
+            .par_iter()
             .map(|n| is_reaction(job, &self.ends, n))
             .collect();
         // A driver call NCCL made inside one of its calls belongs to that call's failure: the
         // outer call and NCCL's text drive the diagnosis.
         let outer: Vec<Option<usize>> = (0..self.nodes.len())
+            .into_par_iter()
             .map(|i| self.enclosing_failure(job, i))
             .collect();
         // Indexes for the searches below, each the same answer as a scan of the earlier nodes
