@@ -216,7 +216,7 @@ fn auto_color(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
 fn cmd_trace(dir: &std::path::Path, output: &std::path::Path) -> anyhow::Result<ExitCode> {
     let listing = ncclshim_diagnose::load::list_dumps(dir)
         .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", dir.display()))?;
-    let done = collector_cli::trace::input::trace_files(dir, &listing.files, output)?;
+    let done = collector_cli::trace::input::trace_files(dir, &listing, output)?;
     for p in done.problems.iter().chain(&listing.problems) {
         say!("ncclshim: skipped {}: {}", p.file, p.error);
     }

@@ -42,13 +42,15 @@ impl NamedGroup {
 }
 
 impl TraceFlightRecorder {
-    /// Reads the dumps in `dir` and joins them with the per-file process models `parts`
-    /// (before they are joined into a job). Empty when there are none.
-    pub fn load(dir: &std::path::Path, parts: &[ProcessModel]) -> Self {
-        // The trace is given its dump files, not the walk that found them: walk again for
-        // PyTorch's files (a directory that cannot be listed has none to add).
-        let listing = ncclshim_diagnose::job_dir::list_dumps(dir).unwrap_or_default();
-        let fr = flight_recorder::load(dir, &flight_recorder::Source::InJobDir, &listing);
+    /// Reads the Flight Recorder dumps `listing` found in `dir` (the one walk of the job
+    /// directory) and joins them with the per-file process models `parts` (before they are
+    /// joined into a job). Empty when there are none.
+    pub fn load(
+        dir: &std::path::Path,
+        listing: &ncclshim_diagnose::job_dir::Listing,
+        parts: &[ProcessModel],
+    ) -> Self {
+        let fr = flight_recorder::load(dir, &flight_recorder::Source::InJobDir, listing);
         if fr.dumps.is_empty() {
             return Self::default();
         }

@@ -6,7 +6,7 @@
 
 use super::flight_recorder::TraceFlightRecorder;
 use super::{write_trace_json, write_trace_to, DumpExtent};
-use ncclshim_diagnose::load::{display_path, Problem, KEEP_OPERATIONS};
+use ncclshim_diagnose::load::{display_path, Listing, Problem, KEEP_OPERATIONS};
 use ncclshim_diagnose::model::{JobModel, ProcessModel};
 use ncclshim_format::reader::{read_dump, Dump};
 use rayon::prelude::*;
@@ -64,9 +64,11 @@ fn problem(dir: &Path, p: &Path, e: impl std::fmt::Display) -> Problem {
     }
 }
 
-/// Writes the trace of the dumps `files` of `dir` where `output` says ([`write_trace_to`]).
-/// Writes nothing when no file is readable.
-pub fn trace_files(dir: &Path, files: &[PathBuf], output: &Path) -> anyhow::Result<TraceDone> {
+/// Writes the trace of the dumps `listing` found in `dir` where `output` says
+/// ([`write_trace_to`]); the same listing names the Flight Recorder dumps beside them. Writes
+/// nothing when no file is readable.
+pub fn trace_files(dir: &Path, listing: &Listing, output: &Path) -> anyhow::Result<TraceDone> {
+    let files = &listing.files;
     let budget = Budget {
         in_use: Mutex::new(0),
         freed: Condvar::new(),
@@ -113,7 +115,7 @@ pub fn trace_files(dir: &Path, files: &[PathBuf], output: &Path) -> anyhow::Resu
         parts.push(f.model);
     }
     // PyTorch Flight Recorder dumps in the job directory name the process groups.
-    let fr = TraceFlightRecorder::load(dir, &parts);
+    let fr = TraceFlightRecorder::load(dir, listing, &parts);
     let job = JobModel::from_processes(parts);
     // Each process's files, in listing order.
     let index: std::collections::HashMap<_, usize> = job

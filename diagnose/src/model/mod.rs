@@ -87,22 +87,20 @@ impl CallEvent {
 
     /// A completed call that returned an error (`ncclInProgress` is not one).
     pub fn failed(&self) -> bool {
-        !self.in_flight()
-            && match self.nccl_result() {
-                Some(r) => r.is_error(),
-                None => self.rc != 0,
-            }
+        !self.in_flight() && rc_is_error(self.is_cuda, self.rc)
     }
 
     /// What [`ProcessModel::compact`] may drop from a long history: a completed, successful
     /// collective made by the application (point-to-point calls stay: pairing sends with
     /// receives needs all of them).
     pub fn prunable(&self) -> bool {
-        self.call.is_some_and(|id| {
-            id.is_nccl_operation() && !matches!(id, CallId::NcclSend | CallId::NcclRecv)
-        }) && !self.in_flight()
-            && !self.reports_error()
-            && !self.nested
+        prunable(
+            self.call,
+            self.in_flight(),
+            self.is_cuda,
+            self.rc,
+            self.nested,
+        )
     }
 
     /// A failed call, or an `ncclCommGetAsyncError` that reported an error: everything that
@@ -1489,6 +1487,32 @@ impl JobModel {
 /// Start records without the flag (older plugins, other generators) are instants whose exit
 /// time says nothing; their stop is a separate `ProfStop` record.
 /// A call record as an event (without its error text, which [`ProcessModel::add_dump`] adds).
+/// Whether a return code is an error: a CUresult other than success, or an `ncclResult_t`
+/// error (`ncclInProgress` is not one).
+fn rc_is_error(is_cuda: bool, rc: i32) -> bool {
+    if is_cuda {
+        rc != 0
+    } else {
+        NcclResult::from_i32(rc).is_error()
+    }
+}
+
+/// [`CallEvent::prunable`] from the fields it reads, shared with [`calls_beyond_keep`], which
+/// decides on records before any event is built. An operation is never
+/// `ncclCommGetAsyncError`, so only its own return code can report an error.
+fn prunable(call: Option<CallId>, in_flight: bool, is_cuda: bool, rc: i32, nested: bool) -> bool {
+    call.is_some_and(|id| {
+        id.is_nccl_operation() && !matches!(id, CallId::NcclSend | CallId::NcclRecv)
+    }) && !in_flight
+        && !rc_is_error(is_cuda, rc)
+        && !nested
+}
+
+/// Whether a call record's return code is a CUresult (a driver call).
+fn record_is_cuda(r: &Record, call: Option<CallId>) -> bool {
+    r.flags & slot_flags::RC_IS_CUDA != 0 || call.is_some_and(CallId::is_cuda)
+}
+
 fn call_event(r: &Record, t_enter: u64, t_exit: Option<u64>) -> CallEvent {
     let call = r.call();
     CallEvent {
@@ -1498,7 +1522,7 @@ fn call_event(r: &Record, t_enter: u64, t_exit: Option<u64>) -> CallEvent {
             None => Cow::Owned(r.call_name()),
         },
         rc: r.rc,
-        is_cuda: r.flags & slot_flags::RC_IS_CUDA != 0 || call.is_some_and(CallId::is_cuda),
+        is_cuda: record_is_cuda(r, call),
         t_enter,
         t_exit,
         comm: r.comm,
@@ -1522,8 +1546,9 @@ fn calls_beyond_keep(records: &[&Record], keep: usize) -> Vec<bool> {
         if r.kind() != Some(RecordKind::Call) {
             continue;
         }
-        // Times do not decide whether a call may go; whether it has an exit does.
-        if call_event(r, 0, r.t_exit_ns.map(|_| 0)).prunable() {
+        let call = r.call();
+        let nested = r.flags & slot_flags::NESTED != 0;
+        if prunable(call, r.in_flight(), record_is_cuda(r, call), r.rc, nested) {
             let n = seen_per_tid.entry(r.tid).or_default();
             *n += 1;
             skip[j] = *n > keep;
