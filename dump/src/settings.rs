@@ -164,6 +164,16 @@ pub const LIB_DIR: Setting = Setting {
     read_by: "`ncclshim run`, `python -m ncclshim`",
 };
 
+/// Read by the report, not the recorder: a way to have every PyTorch Flight Recorder dump read
+/// (`diagnose/src/flight_recorder/lazy.rs` reads only those that can change the report), and what
+/// the tests compare the planned reading with.
+pub const FLIGHT_RECORDER_READ_ALL: Setting = Setting {
+    name: "NCCLSHIM_FLIGHT_RECORDER_READ_ALL",
+    default: "unset",
+    allowed: Allowed::Text("any value"),
+    read_by: "`ncclshim report`",
+};
+
 /// Every variable, in the README table's order.
 pub const SETTINGS: &[Setting] = &[
     DIR,
@@ -198,6 +208,7 @@ pub const SETTINGS: &[Setting] = &[
     },
     RUN_ID,
     LIB_DIR,
+    FLIGHT_RECORDER_READ_ALL,
 ];
 
 impl Setting {
