@@ -619,6 +619,9 @@ mod tests {
         assert!(!CallId::NcclAllReduce.is_cuda());
         assert!(CallId::NcclRecv.is_nccl_operation());
         assert!(!CallId::NcclGroupEnd.is_nccl_operation());
+        // The diagnosis prunes successful operations by their own return code alone
+        // (`prunable` in the diagnosis model): an async-error poll must never be one.
+        assert!(!CallId::NcclCommGetAsyncError.is_nccl_operation());
         assert_eq!(CallId::ProfKernelCh.profiler_type_bit(), Some(1 << 6));
         assert_eq!(
             CallId::from_profiler_bit_index(15),

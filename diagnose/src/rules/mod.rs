@@ -137,14 +137,9 @@ impl Finding {
         }
     }
 
-    /// Records that this finding accounts for a failure of the job (set by the verdict for
-    /// what its roots explain).
-    pub fn account(&mut self, p: usize, what: crate::model::FailureWhat) {
-        self.account_all([(p, what)]);
-    }
-
-    /// [`Self::account`] for each failure, in order, with the same result (a primary can
-    /// account for a failure on every rank of a large job: a scan per failure was quadratic).
+    /// Records that this finding accounts for each of these failures of the job, in order and
+    /// once each (set by the verdict for what its roots explain; a primary can account for a
+    /// failure on every rank of a large job, so a scan per failure would be quadratic).
     pub fn account_all(
         &mut self,
         failures: impl IntoIterator<Item = (usize, crate::model::FailureWhat)>,
@@ -424,14 +419,8 @@ pub fn diagnose_story(job: &JobModel, story: &Story, options: &Options) -> Vec<F
     findings
 }
 
-/// Whether finding `f` accounts for failure `e`: it explains that call, or (a death or signal,
-/// which is no call) it is about that process.
-pub fn explains_failure(f: &Finding, e: &crate::model::JobFailure) -> bool {
-    FailureCover::of(f).explains(e)
-}
-
-/// What a finding accounts for, as sets: [`explains_failure`] for many failures of one finding
-/// (a report names each finding's share of every rank's first failure).
+/// What a finding accounts for, as sets, for asking about many failures of one finding (a
+/// report names each finding's share of every rank's first failure).
 pub struct FailureCover<'a> {
     finding: &'a Finding,
     accounts: HashSet<(usize, crate::model::FailureWhat)>,
