@@ -120,3 +120,33 @@ fn only_the_dumps_the_report_needs_are_read_and_the_verdict_is_the_same() {
         "{lines}"
     );
 }
+
+/// The lazy plan knows a rank by its communicator membership: in a long job whose thread rings
+/// wrapped, the membership must still be there (the shim, and the synthetic writer the benchmark
+/// uses, keep communicator records in the keep ring). Without it every dump would be read.
+#[test]
+fn a_job_whose_rings_wrapped_still_knows_its_ranks_and_communicator() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let job = tmp.path().join("job");
+    let sizes = ncclshim_fixtures::scenarios::ScaleSizes {
+        colls: 300,
+        shim_slots: 64,
+        prof_slots: 0,
+    };
+    ncclshim_fixtures::scenarios::scale_job(&job, 16, sizes).expect("the job is written");
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .args(["report", "--json"])
+        .arg(&job)
+        .output()
+        .expect("the ncclshim binary runs");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("report --json is JSON");
+    assert_eq!(v["job"]["ranks"], 16, "{:#}", v["job"]);
+    assert_eq!(
+        v["job"]["communicators"].as_array().map(Vec::len),
+        Some(1),
+        "{:#}",
+        v["job"]
+    );
+    let primary = &v["findings"][0];
+    assert_eq!(primary["ranks"], serde_json::json!([8]), "{primary:#}");
+}

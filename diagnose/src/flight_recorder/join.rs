@@ -108,9 +108,11 @@ fn groups(fr: &FlightRecorder) -> BTreeMap<String, ProcessGroup> {
 /// per-file process models before they are joined into a job).
 pub fn comms_of_groups(parts: &[ProcessModel], fr: &FlightRecorder) -> BTreeMap<String, u64> {
     let mut votes: BTreeMap<String, BTreeMap<u64, usize>> = BTreeMap::new();
+    // By rank (a scan of the dumps per part was ranks x ranks when every dump is read).
+    let dump_of: HashMap<u32, &RankDump> = fr.dumps.iter().rev().map(|d| (d.rank, d)).collect();
     for p in parts.iter().filter(|p| super::has_shim_records(p)) {
         let Some(rank) = p.world_rank() else { continue };
-        let Some(d) = fr.dumps.iter().find(|d| d.rank == rank) else {
+        let Some(d) = dump_of.get(&rank) else {
             continue;
         };
         for g in &d.groups {

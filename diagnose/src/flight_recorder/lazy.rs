@@ -64,13 +64,13 @@ fn class_key(p: &ProcessModel, comm: u64) -> ClassKey {
     let mine = || {
         p.ops
             .iter()
-            .filter(move |o| o.comm_hash == Some(comm))
+            .filter(move |o| p.comm_of_op(o) == Some(comm))
             .filter(|o| !matches!(o.call, CallId::NcclSend | CallId::NcclRecv))
     };
-    let issued = mine().map(|o| o.seq + 1).max().unwrap_or(0);
+    let issued = mine().map(|o| o.seq.saturating_add(1)).max().unwrap_or(0);
     let completed = mine()
         .filter(|o| p.calls.get(o.call_index).is_some_and(|c| !c.in_flight()))
-        .map(|o| o.seq + 1)
+        .map(|o| o.seq.saturating_add(1))
         .max()
         .unwrap_or(0);
     let last = mine().max_by_key(|o| o.seq);
@@ -172,7 +172,7 @@ fn records_agree(comm: u64, members: &[(u32, ClassKey, &ProcessModel)]) -> bool 
     let collectives = |p: &'_ ProcessModel| {
         p.ops
             .iter()
-            .filter(|o| o.comm_hash == Some(comm))
+            .filter(|o| p.comm_of_op(o) == Some(comm))
             .filter(|o| !matches!(o.call, CallId::NcclSend | CallId::NcclRecv))
             .map(|o| {
                 (

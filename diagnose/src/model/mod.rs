@@ -387,6 +387,19 @@ impl ProcessModel {
         Some((span / RECENT as u64).max(1_000))
     }
 
+    /// The communicator (hash) operation `o` was issued on: its own once the process is
+    /// finished ([`JobModel::from_processes`]), else through this part's memberships (what a
+    /// plan made before the parts are joined sees).
+    pub fn comm_of_op(&self, o: &OpCall) -> Option<u64> {
+        o.comm_hash.or_else(|| {
+            let ptr = self.calls.get(o.call_index)?.comm;
+            self.memberships
+                .iter()
+                .find(|m| m.comm_ptr != 0 && m.comm_ptr == ptr)
+                .map(|m| m.comm_hash)
+        })
+    }
+
     /// The `ncclComm_t` this process used for communicator `comm` (0 when unknown).
     pub fn comm_ptr(&self, comm: u64) -> u64 {
         self.memberships
