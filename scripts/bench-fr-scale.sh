@@ -2,9 +2,10 @@
 # Times what PyTorch Flight Recorder dumps add to `ncclshim report` at scale (BENCHMARKS.md,
 # "Reading PyTorch Flight Recorder dumps", "At 2,048 and 16,384 ranks"): `scale_job` writes an
 # N-rank shim job (rank N/2 dies inside an all-reduce, the others see the connection reset and
-# exit), then N Flight Recorder dumps are made as hardlinks of one synthetic 2,000-entry dump
-# whose default group holds the N ranks (no disk cost), named `rank_<i>` in a folder outside the
-# job. Each binary is timed on the job without, then with, the dumps (`--flight-recorder`),
+# exit), then N Flight Recorder dumps are made as hardlinks (no disk cost) of two synthetic
+# 2,000-entry dumps whose default group holds the N ranks: the job's last all-reduces, all
+# completed, and for rank N/2 the last one never completed; named `rank_<i>` in a folder outside
+# the job. Each binary is timed on the job without, then with, the dumps (`--flight-recorder`),
 # binaries alternated, ROUNDS rounds; then everything generated is deleted.
 #   scripts/bench-fr-scale.sh DIR RANKS COLLS SHIM_SLOTS PROF_SLOTS BIN...
 #   ROUNDS=2 (default)
@@ -21,9 +22,13 @@ rm -rf "$job" "$fr"
 mkdir -p "$fr"
 target/release/examples/scale_job "$job" "$n" "$colls" "$shim_slots" "$prof_slots"
 du -sh "$job"
-python3 tests/fixtures/flight-recorder/make.py bench 2000 "$fr/one.pkl" "$n"
-for ((i = 0; i < n; i++)); do ln "$fr/one.pkl" "$fr/rank_$i"; done
-rm "$fr/one.pkl"
+# The Flight Recorder side of that job: 2,000 entries (the default buffer) of the last
+# all-reduces, completed on every rank but the victim, whose last one never completes.
+python3 tests/fixtures/flight-recorder/make.py scale-bench "$colls" "$n" 2000 "$fr/completed.pkl" "$fr/hung.pkl"
+for ((i = 0; i < n; i++)); do
+    if ((i == n / 2)); then ln "$fr/hung.pkl" "$fr/rank_$i"; else ln "$fr/completed.pkl" "$fr/rank_$i"; fi
+done
+rm "$fr/completed.pkl" "$fr/hung.pkl"
 find "$job" "$fr" -type f -exec cat {} + >/dev/null # into the page cache, as after a gather
 timed() { # label, then the command
     local label="$1"

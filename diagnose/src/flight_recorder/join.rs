@@ -329,21 +329,12 @@ fn stand_in(d: &RankDump, comm_of: &BTreeMap<String, u64>, fired: Option<u64>) -
     p
 }
 
-/// `ranks 0–1`, `rank 2`, `ranks 0, 3, 5`.
+/// `ranks 0-1`, `rank 2`, `ranks 0,3,5`, `ranks 0-31,33-63`.
 fn ranks_text(ranks: &[u32]) -> String {
     match ranks {
         [r] => format!("rank {r}"),
-        _ => {
-            let contiguous = ranks.windows(2).all(|w| w[1] == w[0] + 1);
-            if contiguous && ranks.len() > 2 {
-                format!("ranks {}-{}", ranks[0], ranks[ranks.len() - 1])
-            } else if contiguous && ranks.len() == 2 {
-                format!("ranks {}-{}", ranks[0], ranks[1])
-            } else {
-                let shown: Vec<String> = ranks.iter().map(u32::to_string).collect();
-                format!("ranks {}", shown.join(", "))
-            }
-        }
+        // In runs (`0-8191,8193-16383`): a group of every rank of a large job is one line.
+        _ => format!("ranks {}", crate::rules::rank_list(ranks)),
     }
 }
 
@@ -680,6 +671,7 @@ mod tests {
     fn rank_ranges() {
         assert_eq!(ranks_text(&[2]), "rank 2");
         assert_eq!(ranks_text(&[0, 1]), "ranks 0-1");
-        assert_eq!(ranks_text(&[0, 2]), "ranks 0, 2");
+        assert_eq!(ranks_text(&[0, 2]), "ranks 0,2");
+        assert_eq!(ranks_text(&[0, 1, 2, 4, 5, 6]), "ranks 0-2,4-6");
     }
 }

@@ -555,7 +555,8 @@ pub fn annotate(report: &mut crate::report::Report, mut joined: Joined) {
 /// The report's "Flight Recorder" section.
 pub fn render_text(s: &Summary, bold: &dyn Fn(&str) -> String) -> String {
     let safe = crate::terminal::escape_controls;
-    let list = |r: &[u32]| r.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    // In runs (`0-8191,8193-16383`): every rank of a large job stays one short line.
+    let list = |r: &[u32]| crate::rules::rank_list(r);
     let mut o = bold("PyTorch Flight Recorder");
     o.push('\n');
     let mut line = format!("  dumps from ranks {}", list(&s.ranks_with_dump));
