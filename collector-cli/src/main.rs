@@ -75,6 +75,11 @@ enum Command {
         /// ending in `.gz` for gzip-compressed JSON.
         #[arg(short, long, default_value = "trace.json")]
         output: PathBuf,
+        /// PyTorch Flight Recorder dumps whose process groups name the communicators and whose
+        /// entries (state, Python stack) go into each collective's args: as for `report`, the
+        /// prefix their ranks are appended to or their directory. Default: those found in DIR.
+        #[arg(long, value_name = "PATH_PREFIX")]
+        flight_recorder: Option<PathBuf>,
     },
     /// Run a command with the recorder preloaded, the profiler plugin and the dump directory set;
     /// print the report if the command fails or is stopped. SIGINT, SIGTERM, SIGHUP and SIGQUIT
@@ -145,14 +150,15 @@ fn main() -> ExitCode {
             if list_runs {
                 cmd_list_runs(&dir, json)
             } else {
-                let fr = match flight_recorder {
-                    Some(p) => ncclshim_diagnose::flight_recorder::Source::Prefix(p),
-                    None => ncclshim_diagnose::flight_recorder::Source::InJobDir,
-                };
+                let fr = flight_recorder_source(flight_recorder);
                 cmd_report(&dir, json, color, story, run.as_deref(), &options, &fr)
             }
         }
-        Command::Trace { dir, output } => cmd_trace(&dir, &output),
+        Command::Trace {
+            dir,
+            output,
+            flight_recorder,
+        } => cmd_trace(&dir, &output, flight_recorder),
         Command::Run {
             dir,
             no_plugin,
@@ -213,10 +219,23 @@ fn auto_color(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
     terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
-fn cmd_trace(dir: &std::path::Path, output: &std::path::Path) -> anyhow::Result<ExitCode> {
+/// Where the Flight Recorder dumps are: `--flight-recorder PATH_PREFIX`, else the job directory.
+fn flight_recorder_source(prefix: Option<PathBuf>) -> ncclshim_diagnose::flight_recorder::Source {
+    match prefix {
+        Some(p) => ncclshim_diagnose::flight_recorder::Source::Prefix(p),
+        None => ncclshim_diagnose::flight_recorder::Source::InJobDir,
+    }
+}
+
+fn cmd_trace(
+    dir: &std::path::Path,
+    output: &std::path::Path,
+    flight_recorder: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
     let listing = ncclshim_diagnose::load::list_dumps(dir)
         .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", dir.display()))?;
-    let done = collector_cli::trace::input::trace_files(dir, &listing, output)?;
+    let fr = flight_recorder_source(flight_recorder);
+    let done = collector_cli::trace::input::trace_files(dir, &listing, &fr, output)?;
     for p in done.problems.iter().chain(&listing.problems) {
         say!("ncclshim: skipped {}: {}", p.file, p.error);
     }

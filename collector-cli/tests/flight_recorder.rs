@@ -456,6 +456,63 @@ fn the_trace_names_process_groups_and_carries_each_collectives_python_stack() {
     }
 }
 
+/// The same with the Flight Recorder dumps outside the job directory: `trace --flight-recorder
+/// PREFIX` joins them as `report --flight-recorder` does; without it the trace names no group.
+#[test]
+fn the_trace_reads_flight_recorder_dumps_from_a_prefix_of_their_own() {
+    let (guard, case) = unpack("mr-hang");
+    let elsewhere = guard.path().join("fr-elsewhere");
+    std::fs::rename(case.join("flight-recorder"), &elsewhere).expect("move the dumps away");
+    let prefix = std::fs::read_dir(&elsewhere)
+        .expect("list")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find_map(|n| n.strip_suffix('0').map(str::to_owned))
+        .expect("rank 0's dump names the prefix");
+    let trace_of = |extra: &[std::ffi::OsString]| -> Vec<Value> {
+        let path = guard.path().join("trace.json");
+        let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+            .arg("trace")
+            .arg(&case)
+            .arg("-o")
+            .arg(&path)
+            .args(extra)
+            .output()
+            .expect("the ncclshim binary runs");
+        assert!(out.status.success(), "{out:?}");
+        let trace: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).expect("JSON");
+        collector_cli::trace::validate::validate(&trace).unwrap();
+        trace["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| {
+                e["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("ncclAllReduce"))
+            })
+            .cloned()
+            .collect()
+    };
+    let without = trace_of(&[]);
+    assert!(!without.is_empty());
+    assert!(
+        without
+            .iter()
+            .all(|e| e["args"].get("process_group").is_none()),
+        "no Flight Recorder dump in the job directory: no group names"
+    );
+    let with = trace_of(&["--flight-recorder".into(), elsewhere.join(&prefix).into()]);
+    assert!(
+        with.iter()
+            .all(|e| e["args"]["process_group"] == "0:default_pg"),
+        "{with:?}"
+    );
+    assert!(with
+        .iter()
+        .any(|e| e["args"]["flight_recorder"]["site"] == "mr.py:50"));
+}
+
 // ---- cost ------------------------------------------------------------------------------------
 
 /// The cost of reading Flight Recorder dumps (BENCHMARKS.md): `FR_BENCH_DUMP=<a dump>

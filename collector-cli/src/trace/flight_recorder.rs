@@ -1,5 +1,5 @@
-//! PyTorch Flight Recorder dumps in the trace (issue 25): when they lie in the job directory,
-//! each slice of a communicator is named by its process group (`0:default_pg`), and each
+//! PyTorch Flight Recorder dumps in the trace (issue 25): when they lie in the job directory
+//! (or where `--flight-recorder PATH_PREFIX` says, as for `report`), each slice of a communicator is named by its process group (`0:default_pg`), and each
 //! collective call carries the Flight Recorder entry of the same collective (its
 //! `collective_seq_id`, state and the Python stack that issued it) in its args, so the user's
 //! line is one click away from the call it made.
@@ -24,6 +24,8 @@ pub struct TraceFlightRecorder {
     comm_of: BTreeMap<String, u64>,
     /// Every process group any dump names, by name.
     groups: BTreeMap<String, ProcessGroup>,
+    /// Rank → its dump's index in `fr.dumps` (the first one read for that rank).
+    dump_index: HashMap<u32, usize>,
 }
 
 /// A process's communicator as a process group: its label and the group's name (the key of
@@ -42,15 +44,16 @@ impl NamedGroup {
 }
 
 impl TraceFlightRecorder {
-    /// Reads the Flight Recorder dumps `listing` found in `dir` (the one walk of the job
-    /// directory) and joins them with the per-file process models `parts` (before they are
-    /// joined into a job). Empty when there are none.
+    /// Reads the Flight Recorder dumps `source` names (those `listing` found in `dir`, the one
+    /// walk of the job directory, or a prefix of their own) and joins them with the per-file
+    /// process models `parts` (before they are joined into a job). Empty when there are none.
     pub fn load(
         dir: &std::path::Path,
+        source: &flight_recorder::Source,
         listing: &ncclshim_diagnose::job_dir::Listing,
         parts: &[ProcessModel],
     ) -> Self {
-        let fr = flight_recorder::load(dir, &flight_recorder::Source::InJobDir, listing);
+        let fr = flight_recorder::load(dir, source, listing);
         if fr.dumps.is_empty() {
             return Self::default();
         }
@@ -59,16 +62,21 @@ impl TraceFlightRecorder {
         for g in fr.dumps.iter().flat_map(|d| &d.groups) {
             groups.entry(g.name.clone()).or_insert_with(|| g.clone());
         }
+        let mut dump_index = HashMap::new();
+        for (i, d) in fr.dumps.iter().enumerate() {
+            dump_index.entry(d.rank).or_insert(i);
+        }
         Self {
             fr,
             comm_of,
             groups,
+            dump_index,
         }
     }
 
     fn dump_of(&self, p: &ProcessModel) -> Option<&RankDump> {
-        let rank = p.world_rank()?;
-        self.fr.dumps.iter().find(|d| d.rank == rank)
+        let i = *self.dump_index.get(&p.world_rank()?)?;
+        self.fr.dumps.get(i)
     }
 
     /// Process `p`'s communicators named by their process groups, by the communicator value

@@ -65,9 +65,14 @@ fn problem(dir: &Path, p: &Path, e: impl std::fmt::Display) -> Problem {
 }
 
 /// Writes the trace of the dumps `listing` found in `dir` where `output` says
-/// ([`write_trace_to`]); the same listing names the Flight Recorder dumps beside them. Writes
-/// nothing when no file is readable.
-pub fn trace_files(dir: &Path, listing: &Listing, output: &Path) -> anyhow::Result<TraceDone> {
+/// ([`write_trace_to`]), with the Flight Recorder dumps `fr` names (those beside them in the
+/// same listing, or a prefix of their own). Writes nothing when no file is readable.
+pub fn trace_files(
+    dir: &Path,
+    listing: &Listing,
+    fr: &ncclshim_diagnose::flight_recorder::Source,
+    output: &Path,
+) -> anyhow::Result<TraceDone> {
     let files = &listing.files;
     let budget = Budget {
         in_use: Mutex::new(0),
@@ -114,8 +119,8 @@ pub fn trace_files(dir: &Path, listing: &Listing, output: &Path) -> anyhow::Resu
         extents_by_file.push(f.extent);
         parts.push(f.model);
     }
-    // PyTorch Flight Recorder dumps in the job directory name the process groups.
-    let fr = TraceFlightRecorder::load(dir, listing, &parts);
+    // PyTorch Flight Recorder dumps name the process groups.
+    let fr = TraceFlightRecorder::load(dir, fr, listing, &parts);
     let job = JobModel::from_processes(parts);
     // Each process's files, in listing order.
     let index: std::collections::HashMap<_, usize> = job
