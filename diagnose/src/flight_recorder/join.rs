@@ -409,9 +409,12 @@ fn stood_for(
 
 /// The read dumps that hold group `g`.
 fn members_of<'a>(fr: &'a FlightRecorder, g: &ProcessGroup) -> Vec<&'a RankDump> {
+    // As a set: a scan of the group per dump was ranks x ranks for a job of Flight Recorder
+    // dumps only.
+    let ranks: HashSet<u32> = g.ranks.iter().copied().collect();
     fr.dumps
         .iter()
-        .filter(|d| g.ranks.contains(&d.rank) && d.groups.iter().any(|x| x.name == g.name))
+        .filter(|d| ranks.contains(&d.rank) && d.groups.iter().any(|x| x.name == g.name))
         .collect()
 }
 
