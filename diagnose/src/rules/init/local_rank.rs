@@ -5,10 +5,10 @@
 //! leaves from its parser (knowledge/visible_devices.rs: `-1`, `NoDevFiles` or a repeated index
 //! end the list).
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::launchers::{lookup, Role};
 use crate::knowledge::visible_devices::VisibleDevices;
 use crate::model::JobModel;
+use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 
 /// Number of devices `CUDA_VISIBLE_DEVICES` leaves visible (None when unset: all of them).
 pub fn visible_count(cvd: Option<&str>) -> Option<usize> {

@@ -2,8 +2,8 @@
 //! set differently across ranks — typically set on the launching node only — make peers
 //! disagree about message sizes: "message truncated" (Socket) or "collective mismatch error" (IB).
 
-use super::{text_is_case, Confidence, Evidence, Finding};
 use crate::model::JobModel;
+use crate::rules::{text_is_case, Confidence, Evidence, Finding};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Variables that must be identical on every rank.

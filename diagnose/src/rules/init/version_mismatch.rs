@@ -3,9 +3,9 @@
 //! AF_INET6(10)", ncclInternalError) or hangs. NCCL's own version check runs only after a
 //! successful bootstrap, so it never gets to say so.
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::{cuda_version_string, nccl_version_string};
+use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
 use std::collections::BTreeMap;
 
