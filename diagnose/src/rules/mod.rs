@@ -1,8 +1,33 @@
-//! The rule set: one small module per failure-catalog case whose evidence the recorders capture
-//! (`cNN_*`), plus generic cross-rank checks (`generic`). Each rule reads the [`JobModel`] and
-//! returns findings that quote what was recorded; [`diagnose`] runs them all, gives every
-//! failure no rule explains an evidence-only finding, and decides which finding is primary
-//! (the one that explains the earliest failure in the job when no rule claims it outright).
+//! The rule set. Each rule reads the [`JobModel`] (and the job's [`Story`]) and returns findings
+//! that quote what was recorded; [`diagnose`] runs them all, gives every failure no rule explains
+//! an evidence-only finding ([`unknown`]), and lets the verdict ([`verdict`]) decide which finding
+//! is primary (the one that explains the earliest failure in the job when no rule claims it
+//! outright).
+//!
+//! The rules are grouped by topic, one folder each, whose `mod.rs` says what the topic covers and
+//! which failure-catalog cases its rules implement:
+//! - [`init`]: communicator init (versions, duplicate GPUs, nranks, local rank, uniqueIds, ranks
+//!   that never arrived);
+//! - [`install`]: libnccl missing or twice, driver vs runtime, library differences, known bugs of
+//!   the recorded version;
+//! - [`network`]: a network NCCL cannot initialise, interface filters, peer addresses, survivors
+//!   of a dead peer;
+//! - [`cuda`]: cuMem imports, GPUDirect RDMA, `/dev/shm`, the application's own CUDA calls;
+//! - [`hang`]: stuck inside or outside NCCL, transport hangs, waiting and late ranks, one
+//!   communicator used from several threads;
+//! - [`mismatch`]: unpaired send/recv, collective desync;
+//! - [`config`]: NCCL variables differing across ranks, refused arguments, what only the failing
+//!   processes have;
+//! - [`process`]: how processes ended (fatal signal, abrupt end, left early) and size mismatches
+//!   read off the story.
+//!
+//! The catalog case is metadata, not a file name: the label in [`RULES`], `catalog` in the
+//! finding registry ([`registry`]), and "Catalog CNN" in the rule module's `//!` header. Besides
+//! the topics, at this level: checks that read every other rule's findings and belong to no one
+//! topic ([`cross_reference`]: the identifiers an error text names; [`unknown`]: the
+//! evidence-only finding), the error-signature rules read from the knowledge files
+//! ([`signatures`]), and the infrastructure (findings' [`evidence`], [`message_facts`],
+//! [`registry`], [`verdict`]).
 
 pub mod config;
 pub mod cross_reference;
@@ -326,7 +351,10 @@ impl Default for Options {
 
 type RuleFn = fn(&JobModel, &Story, &Options) -> Vec<Finding>;
 
-/// Every rule, in the order their findings are listed when equally ranked.
+/// Every rule, in the order their findings are listed when equally ranked. The label is the
+/// failure-catalog case the rule implements (`docs/catalog.md`), or a short name for a rule that
+/// is not one case: the case is the rule's metadata here and in its module header, not its file
+/// name (the modules are grouped by topic).
 pub const RULES: &[(&str, RuleFn)] = &[
     ("C01", |j, _, _| network::net_ib::check(j)),
     ("C02", |j, _, _| mismatch::unpaired_p2p::check(j)),
@@ -338,7 +366,7 @@ pub const RULES: &[(&str, RuleFn)] = &[
     ("C08", |j, _, _| network::socket_ifname::check(j)),
     ("C18", |j, _, _| install::driver_runtime::check(j)),
     ("C19", |j, _, _| mismatch::desync::check(j)),
-    ("sizes", |j, s, _| {
+    ("C19", |j, s, _| {
         process::story_findings::size_mismatch(j, s)
     }),
     ("app-cuda", |j, _, _| cuda::app_cuda::check(j)),
@@ -356,8 +384,8 @@ pub const RULES: &[(&str, RuleFn)] = &[
         process::story_findings::left_early(j, s)
     }),
     ("missing", |j, s, _| init::missing_ranks::check(j, s)),
-    ("network", |j, _, _| network::network_path::check(j)),
-    ("threads", |j, _, _| hang::concurrent_comm::check(j)),
+    ("C09-C10", |j, _, _| network::network_path::check(j)),
+    ("C25", |j, _, _| hang::concurrent_comm::check(j)),
     ("waiting", |j, _, _| hang::waiting_ranks::check(j)),
     ("uid", |j, _, _| init::uid_split::check(j)),
     ("stuck", |j, s, o| {

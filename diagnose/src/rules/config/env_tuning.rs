@@ -1,4 +1,4 @@
-//! C26: NCCL tuning variables (protocol, algorithm, buffer and chunk sizes, channels, threads)
+//! Catalog C26: NCCL tuning variables (protocol, algorithm, buffer and chunk sizes, channels, threads)
 //! set differently across ranks — typically set on the launching node only — make peers
 //! disagree about message sizes: "message truncated" (Socket) or "collective mismatch error" (IB).
 

@@ -1,4 +1,4 @@
-//! C04: containers on one machine that each see their GPU as device 0: NCCL treats the ranks as
+//! Catalog C04: containers on one machine that each see their GPU as device 0: NCCL treats the ranks as
 //! P2P peers and `cuMemImportFromShareableHandle` fails with CUDA 101 'invalid device ordinal'
 //! (a user-mode driver bug, R570), surfacing as ncclUnhandledCudaError.
 

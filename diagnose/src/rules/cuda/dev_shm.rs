@@ -1,4 +1,4 @@
-//! C07: `/dev/shm` too small (Docker's default 64 MiB) for NCCL's SHM transport buffers:
+//! Catalog C07: `/dev/shm` too small (Docker's default 64 MiB) for NCCL's SHM transport buffers:
 //! ncclSystemError at init with a shared-memory WARN whose wording depends on the version.
 
 use crate::model::JobModel;

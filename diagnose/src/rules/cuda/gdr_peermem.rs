@@ -1,4 +1,4 @@
-//! C05: GPUDirect RDMA silently off. NCCL before 2.23.4 looks for peermem only under
+//! Catalog C05: GPUDirect RDMA silently off. NCCL before 2.23.4 looks for peermem only under
 //! `/sys/kernel/mm/memory_peers/...`, which kernels ≥ 6.4 / new OFED no longer create; with
 //! `nvidia_peermem` loaded it still decides GDR is unsupported and stages through host memory.
 

@@ -1,4 +1,4 @@
-//! C06: several ranks of one communicator on the same GPU. NCCL ≤ 2.29 says "Duplicate GPU
+//! Catalog C06: several ranks of one communicator on the same GPU. NCCL ≤ 2.29 says "Duplicate GPU
 //! detected : rank X and rank Y both on CUDA device ..."; 2.30 rewords it ("Multiple ranks ...
 //! same GPU ... NCCL_MULTI_RANK_GPU_ENABLE") and allows it only on opt-in. ncclInvalidUsage.
 

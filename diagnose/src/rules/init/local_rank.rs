@@ -1,4 +1,4 @@
-//! C28: the local rank (LOCAL_RANK, SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK... whichever the
+//! Catalog C28: the local rank (LOCAL_RANK, SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK... whichever the
 //! launcher set) is not below the number of GPUs the process can see: "invalid device ordinal"
 //! before or at communicator init, and the other ranks hang waiting for it. Which variable carries
 //! the local rank comes from knowledge/launchers.toml, how many GPUs `CUDA_VISIBLE_DEVICES`

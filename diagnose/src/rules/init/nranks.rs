@@ -1,4 +1,4 @@
-//! C27: processes disagree on the number of ranks of one communicator (same uniqueId, different
+//! Catalog C27: processes disagree on the number of ranks of one communicator (same uniqueId, different
 //! `nranks`): "Bootstrap Root : mismatch in rank count" / "mismatch in info from procs".
 
 use crate::model::JobModel;

@@ -1,4 +1,4 @@
-//! C03: different NCCL versions in one job. Bootstrap wire formats differ between releases, so
+//! Catalog C03: different NCCL versions in one job. Bootstrap wire formats differ between releases, so
 //! one side decodes the other's socket address as garbage ("family 0 is neither AF_INET(2) nor
 //! AF_INET6(10)", ncclInternalError) or hangs. NCCL's own version check runs only after a
 //! successful bootstrap, so it never gets to say so.

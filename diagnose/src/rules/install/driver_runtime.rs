@@ -1,4 +1,4 @@
-//! C18: the CUDA driver is older than the CUDA runtime NCCL / the framework was built with:
+//! Catalog C18: the CUDA driver is older than the CUDA runtime NCCL / the framework was built with:
 //! "CUDA driver version is insufficient for CUDA runtime version" → ncclUnhandledCudaError.
 //! CUDA says exactly the same when there is no driver at all (a container started without GPUs,
 //! a login node): the host facts tell the two apart, and the finding says which.

@@ -1,4 +1,4 @@
-//! C35: the framework cannot load libnccl at all (JAX/XLA "Unable to load NCCL library"): no
+//! Catalog C35: the framework cannot load libnccl at all (JAX/XLA "Unable to load NCCL library"): no
 //! libnccl is mapped, although the process tried to use NCCL.
 
 use crate::model::JobModel;

@@ -1,4 +1,4 @@
-//! C23: two different libnccl builds mapped in one process (import order decides which one the
+//! Catalog C23: two different libnccl builds mapped in one process (import order decides which one the
 //! framework binds to; missing symbols or an unexpected version follow).
 
 use crate::model::JobModel;

@@ -1,4 +1,4 @@
-//! C19: collective desync. Ranks of one communicator issue different collectives at the same
+//! Catalog C19: collective desync. Ranks of one communicator issue different collectives at the same
 //! sequence number (op, count, datatype, reduction, root), or in a different order; NCCL cannot
 //! tell and hangs. Compared per communicator from the shim's calls and the profiler's Coll events.
 //!

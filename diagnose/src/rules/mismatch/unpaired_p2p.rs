@@ -1,4 +1,4 @@
-//! C02: point-to-point operations that do not pair up (rank A sends to B more often, or more
+//! Catalog C02: point-to-point operations that do not pair up (rank A sends to B more often, or more
 //! data, than B receives from A) deadlock; the proxy-thread WARNs seen at abort ("Could not
 //! receive type from localRank", "Connection closed by localRank") are teardown noise.
 

@@ -1,4 +1,4 @@
-//! C01: `NCCL_NET` forces a network (usually IB) that cannot initialise (no libibverbs, no HCA),
+//! Catalog C01: `NCCL_NET` forces a network (usually IB) that cannot initialise (no libibverbs, no HCA),
 //! so communicator init fails with ncclInvalidUsage. NCCL's WARN changed in 2.27: "network IB
 //! not found" (2.15–2.26) became "Failed to initialize any NET plugin".
 
