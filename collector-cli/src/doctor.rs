@@ -8,7 +8,7 @@
 
 use ncclshim_diagnose::knowledge::thresholds;
 use ncclshim_diagnose::names::nccl_version_string;
-use ncclshim_diagnose::rules::c08_socket_ifname::filter_matches;
+use ncclshim_diagnose::rules::network::socket_ifname::filter_matches;
 use ncclshim_host_facts::host::HostFacts;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 /// First NCCL that finds `nvidia_peermem` where current kernels put it (catalog C05).
 fn peermem_fixed_in() -> i64 {
-    ncclshim_diagnose::rules::c05_gdr_peermem::fixed_in() as i64
+    ncclshim_diagnose::rules::cuda::gdr_peermem::fixed_in() as i64
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]

@@ -2,7 +2,7 @@
 //! variables per version (`knowledge/nccl-versions.toml`).
 //!
 //! The report asks "which entries apply to the NCCL version this process ran", then matches their
-//! symptoms against what was recorded (rules/generic/known_bug.rs); single-purpose rules ask for one
+//! symptoms against what was recorded (rules/install/known_bug.rs); single-purpose rules ask for one
 //! version fact by id (the release that changed a return code, reworded a message or fixed a bug),
 //! so no rule carries a version literal; `doctor` lists the bugs an installed NCCL still has.
 
@@ -89,7 +89,7 @@ pub enum Impact {
 }
 
 /// Facts about a process (and its job) a known bug can depend on; derived from the recording by
-/// the rule that matches entries (`rules/generic/known_bug.rs`).
+/// the rule that matches entries (`rules/install/known_bug.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Feature {

@@ -27,7 +27,7 @@ pub struct LargeScale {
     pub source: String,
 }
 
-/// When a rank counts as late to a communicator's collectives (`rules::generic::late_rank`).
+/// When a rank counts as late to a communicator's collectives (`rules::hang::late_rank`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LateRank {

@@ -7,7 +7,7 @@
 //! ([`crate::knowledge::references`]); this module reads them out of any text ([`references_in`])
 //! and answers what each one is in this job ([`resolve`]). Rules turn the answers into evidence
 //! and, where an answer changes the diagnosis (a device the host does not have, a rank that does
-//! not exist), into findings (`rules/generic/cross_reference.rs`). Addresses and the uniqueId's
+//! not exist), into findings (`rules/cross_reference.rs`). Addresses and the uniqueId's
 //! root are resolved by [`super::endpoints`].
 
 use super::{FailureWhat, JobModel, Membership};

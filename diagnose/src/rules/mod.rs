@@ -1,30 +1,48 @@
-//! The rule set: one small module per failure-catalog case whose evidence the recorders capture
-//! (`cNN_*`), plus generic cross-rank checks (`generic`). Each rule reads the [`JobModel`] and
-//! returns findings that quote what was recorded; [`diagnose`] runs them all, gives every
-//! failure no rule explains an evidence-only finding, and decides which finding is primary
-//! (the one that explains the earliest failure in the job when no rule claims it outright).
+//! The rule set. Each rule reads the [`JobModel`] (and the job's [`Story`]) and returns findings
+//! that quote what was recorded; [`diagnose`] runs them all, gives every failure no rule explains
+//! an evidence-only finding ([`unknown`]), and lets the verdict ([`verdict`]) decide which finding
+//! is primary (the one that explains the earliest failure in the job when no rule claims it
+//! outright).
+//!
+//! The rules are grouped by topic, one folder each, whose `mod.rs` says what the topic covers and
+//! which failure-catalog cases its rules implement:
+//! - [`init`]: communicator init (versions, duplicate GPUs, nranks, local rank, uniqueIds, ranks
+//!   that never arrived);
+//! - [`install`]: libnccl missing or twice, driver vs runtime, library differences, known bugs of
+//!   the recorded version;
+//! - [`network`]: a network NCCL cannot initialise, interface filters, peer addresses, survivors
+//!   of a dead peer;
+//! - [`cuda`]: cuMem imports, GPUDirect RDMA, `/dev/shm`, the application's own CUDA calls;
+//! - [`hang`]: stuck inside or outside NCCL, transport hangs, waiting and late ranks, one
+//!   communicator used from several threads;
+//! - [`mismatch`]: unpaired send/recv, collective desync;
+//! - [`config`]: NCCL variables differing across ranks, refused arguments, what only the failing
+//!   processes have;
+//! - [`process`]: how processes ended (fatal signal, abrupt end, left early) and size mismatches
+//!   read off the story.
+//!
+//! The catalog case is metadata, not a file name: the label in [`RULES`], `catalog` in the
+//! finding registry ([`registry`]), and "Catalog CNN" in the rule module's `//!` header. Besides
+//! the topics, at this level: checks that read every other rule's findings and belong to no one
+//! topic ([`cross_reference`]: the identifiers an error text names; [`unknown`]: the
+//! evidence-only finding), the error-signature rules read from the knowledge files
+//! ([`signatures`]), and the infrastructure (findings' [`evidence`], [`message_facts`],
+//! [`registry`], [`verdict`]).
 
-pub mod c01_net_ib;
-pub mod c02_unpaired_p2p;
-pub mod c03_version_mismatch;
-pub mod c04_cumem_import;
-pub mod c05_gdr_peermem;
-pub mod c06_duplicate_gpu;
-pub mod c07_dev_shm;
-pub mod c08_socket_ifname;
-pub mod c18_driver_runtime;
-pub mod c19_desync;
-pub mod c20_dead_peer;
-pub mod c23_two_libnccl;
-pub mod c26_env_tuning;
-pub mod c27_nranks;
-pub mod c28_local_rank;
-pub mod c35_no_libnccl;
+pub mod config;
+pub mod cross_reference;
+pub mod cuda;
 pub mod evidence;
-pub mod generic;
+pub mod hang;
+pub mod init;
+pub mod install;
 pub mod message_facts;
+pub mod mismatch;
+pub mod network;
+pub mod process;
 pub mod registry;
 pub mod signatures;
+pub mod unknown;
 pub mod verdict;
 
 use crate::model::{CallEvent, JobModel};
@@ -303,7 +321,7 @@ pub fn name_processes(job: &JobModel, ps: &[usize]) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
     /// How long the live ranks of a communicator must have recorded nothing before an operation
-    /// that has not completed is called a hang ([`generic::stuck::DEFAULT_STALL_NS`] by default).
+    /// that has not completed is called a hang ([`hang::stuck::DEFAULT_STALL_NS`] by default).
     pub stall_after_ns: u64,
     /// The time of the analysis (ns since the Unix epoch): the diagnosis is a pure function of
     /// the job and this instant, so a test can replay "read while running" and "read later".
@@ -314,7 +332,7 @@ impl Options {
     /// The default options at the instant `now_ns`.
     pub fn at(now_ns: u64) -> Self {
         Self {
-            stall_after_ns: generic::stuck::DEFAULT_STALL_NS,
+            stall_after_ns: hang::stuck::DEFAULT_STALL_NS,
             now_ns,
         }
     }
@@ -333,46 +351,49 @@ impl Default for Options {
 
 type RuleFn = fn(&JobModel, &Story, &Options) -> Vec<Finding>;
 
-/// Every rule, in the order their findings are listed when equally ranked.
+/// Every rule, in the order their findings are listed when equally ranked. The label is the
+/// failure-catalog case the rule implements (`docs/catalog.md`), or a short name for a rule that
+/// is not one case: the case is the rule's metadata here and in its module header, not its file
+/// name (the modules are grouped by topic).
 pub const RULES: &[(&str, RuleFn)] = &[
-    ("C01", |j, _, _| c01_net_ib::check(j)),
-    ("C02", |j, _, _| c02_unpaired_p2p::check(j)),
-    ("C03", |j, _, _| c03_version_mismatch::check(j)),
-    ("C04", |j, _, _| c04_cumem_import::check(j)),
-    ("C05", |j, _, _| c05_gdr_peermem::check(j)),
-    ("C06", |j, _, _| c06_duplicate_gpu::check(j)),
-    ("C07", |j, _, _| c07_dev_shm::check(j)),
-    ("C08", |j, _, _| c08_socket_ifname::check(j)),
-    ("C18", |j, _, _| c18_driver_runtime::check(j)),
-    ("C19", |j, _, _| c19_desync::check(j)),
-    ("sizes", |j, s, _| {
-        generic::story_findings::size_mismatch(j, s)
+    ("C01", |j, _, _| network::net_ib::check(j)),
+    ("C02", |j, _, _| mismatch::unpaired_p2p::check(j)),
+    ("C03", |j, _, _| init::version_mismatch::check(j)),
+    ("C04", |j, _, _| cuda::cumem_import::check(j)),
+    ("C05", |j, _, _| cuda::gdr_peermem::check(j)),
+    ("C06", |j, _, _| init::duplicate_gpu::check(j)),
+    ("C07", |j, _, _| cuda::dev_shm::check(j)),
+    ("C08", |j, _, _| network::socket_ifname::check(j)),
+    ("C18", |j, _, _| install::driver_runtime::check(j)),
+    ("C19", |j, _, _| mismatch::desync::check(j)),
+    ("C19", |j, s, _| {
+        process::story_findings::size_mismatch(j, s)
     }),
-    ("app-cuda", |j, _, _| generic::app_cuda::check(j)),
-    ("C20", |j, _, _| c20_dead_peer::check(j)),
-    ("C23", |j, _, _| c23_two_libnccl::check(j)),
-    ("C26", |j, _, _| c26_env_tuning::check(j)),
-    ("C27", |j, _, _| c27_nranks::check(j)),
-    ("C28", |j, _, _| c28_local_rank::check(j)),
-    ("C35", |j, _, _| c35_no_libnccl::check(j)),
+    ("app-cuda", |j, _, _| cuda::app_cuda::check(j)),
+    ("C20", |j, _, _| network::dead_peer::check(j)),
+    ("C23", |j, _, _| install::two_libnccl::check(j)),
+    ("C26", |j, _, _| config::env_tuning::check(j)),
+    ("C27", |j, _, _| init::nranks::check(j)),
+    ("C28", |j, _, _| init::local_rank::check(j)),
+    ("C35", |j, _, _| install::no_libnccl::check(j)),
     ("signatures", |j, _, _| signatures::check(j)),
-    ("signal", |j, s, _| generic::fatal_signal::check(j, s)),
-    ("invalid-arg", |j, _, _| generic::invalid_argument::check(j)),
-    ("abrupt", |j, s, _| generic::abrupt_end::check(j, s)),
+    ("signal", |j, s, _| process::fatal_signal::check(j, s)),
+    ("invalid-arg", |j, _, _| config::invalid_argument::check(j)),
+    ("abrupt", |j, s, _| process::abrupt_end::check(j, s)),
     ("left-early", |j, s, _| {
-        generic::story_findings::left_early(j, s)
+        process::story_findings::left_early(j, s)
     }),
-    ("missing", |j, s, _| generic::missing_ranks::check(j, s)),
-    ("network", |j, _, _| generic::network_path::check(j)),
-    ("threads", |j, _, _| generic::concurrent_comm::check(j)),
-    ("waiting", |j, _, _| generic::waiting_ranks::check(j)),
-    ("uid", |j, _, _| generic::uid_split::check(j)),
+    ("missing", |j, s, _| init::missing_ranks::check(j, s)),
+    ("C09-C10", |j, _, _| network::network_path::check(j)),
+    ("C25", |j, _, _| hang::concurrent_comm::check(j)),
+    ("waiting", |j, _, _| hang::waiting_ranks::check(j)),
+    ("uid", |j, _, _| init::uid_split::check(j)),
     ("stuck", |j, s, o| {
-        generic::stuck::check(j, s, o.now_ns, o.stall_after_ns)
+        hang::stuck::check(j, s, o.now_ns, o.stall_after_ns)
     }),
-    ("late", |j, _, _| generic::late_rank::check(j)),
-    ("env", |j, _, _| generic::env_diff::check(j)),
-    ("libs", |j, _, _| generic::lib_diff::check(j)),
+    ("late", |j, _, _| hang::late_rank::check(j)),
+    ("env", |j, _, _| config::env_diff::check(j)),
+    ("libs", |j, _, _| install::lib_diff::check(j)),
 ];
 
 /// Runs every rule with the default [`Options`]; see [`diagnose_with`].
@@ -400,19 +421,19 @@ pub fn diagnose_story(job: &JobModel, story: &Story, options: &Options) -> Vec<F
         .map(|(_, f)| f(job, story, options))
         .collect();
     let mut findings: Vec<Finding> = per_rule.into_iter().flatten().collect();
-    let xref = generic::cross_reference::check(job, &findings);
+    let xref = cross_reference::check(job, &findings);
     findings.extend(xref);
-    let known = generic::known_bug::check(job, &findings);
+    let known = install::known_bug::check(job, &findings);
     findings.extend(known);
-    findings.extend(generic::unknown::check(job, &findings));
-    let differential = generic::differential::check(job, &findings);
+    findings.extend(unknown::check(job, &findings));
+    let differential = config::differential::check(job, &findings);
     findings.extend(differential);
     // What every identifier in an explained failure's text is in this job; which transport a
     // transport hang was in.
     findings.par_iter_mut().for_each(|f| {
-        generic::cross_reference::annotate(job, f);
+        cross_reference::annotate(job, f);
         if f.covers.contains(&crate::story::NodeClass::StuckInside) {
-            generic::transport_hang::annotate(job, f);
+            hang::transport_hang::annotate(job, f);
         }
     });
     verdict::decide(job, story, &mut findings);

@@ -1,8 +1,8 @@
-//! C23: two different libnccl builds mapped in one process (import order decides which one the
+//! Catalog C23: two different libnccl builds mapped in one process (import order decides which one the
 //! framework binds to; missing symbols or an unexpected version follow).
 
-use super::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(

@@ -1,11 +1,11 @@
-//! C03: different NCCL versions in one job. Bootstrap wire formats differ between releases, so
+//! Catalog C03: different NCCL versions in one job. Bootstrap wire formats differ between releases, so
 //! one side decodes the other's socket address as garbage ("family 0 is neither AF_INET(2) nor
 //! AF_INET6(10)", ncclInternalError) or hangs. NCCL's own version check runs only after a
 //! successful bootstrap, so it never gets to say so.
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::{cuda_version_string, nccl_version_string};
+use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
 use std::collections::BTreeMap;
 

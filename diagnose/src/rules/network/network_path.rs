@@ -1,4 +1,4 @@
-//! Connection failures explained by what the peer's address *is* in this job.
+//! Catalog C09, C10: connection failures explained by what the peer's address *is* in this job.
 //!
 //! A failed connect names its peer (`Connect to 10.0.0.2<45763> failed : Connection refused`).
 //! Resolved against every host's recorded interfaces ([`crate::model::endpoints`]), the address

@@ -1,14 +1,14 @@
-//! C28: the local rank (LOCAL_RANK, SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK... whichever the
+//! Catalog C28: the local rank (LOCAL_RANK, SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK... whichever the
 //! launcher set) is not below the number of GPUs the process can see: "invalid device ordinal"
 //! before or at communicator init, and the other ranks hang waiting for it. Which variable carries
 //! the local rank comes from knowledge/launchers.toml, how many GPUs `CUDA_VISIBLE_DEVICES`
 //! leaves from its parser (knowledge/visible_devices.rs: `-1`, `NoDevFiles` or a repeated index
 //! end the list).
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::launchers::{lookup, Role};
 use crate::knowledge::visible_devices::VisibleDevices;
 use crate::model::JobModel;
+use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 
 /// Number of devices `CUDA_VISIBLE_DEVICES` leaves visible (None when unset: all of them).
 pub fn visible_count(cvd: Option<&str>) -> Option<usize> {

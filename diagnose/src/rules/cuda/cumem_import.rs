@@ -1,10 +1,10 @@
-//! C04: containers on one machine that each see their GPU as device 0: NCCL treats the ranks as
+//! Catalog C04: containers on one machine that each see their GPU as device 0: NCCL treats the ranks as
 //! P2P peers and `cuMemImportFromShareableHandle` fails with CUDA 101 'invalid device ordinal'
 //! (a user-mode driver bug, R570), surfacing as ncclUnhandledCudaError.
 
-use super::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::{CallId, NcclResult};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {

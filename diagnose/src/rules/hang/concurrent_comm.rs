@@ -1,4 +1,4 @@
-//! One communicator used by several threads at once (catalog C25).
+//! Catalog C25: one communicator used by several threads at once.
 //!
 //! NCCL communicators are not thread-safe: operations on one communicator must be issued by one
 //! thread at a time, in the same order on every rank. The shim records the thread and the

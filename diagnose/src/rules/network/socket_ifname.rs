@@ -1,11 +1,11 @@
-//! C08: `NCCL_SOCKET_IFNAME` matches no interface. NCCL says "Bootstrap : no socket interface
+//! Catalog C08: `NCCL_SOCKET_IFNAME` matches no interface. NCCL says "Bootstrap : no socket interface
 //! found" (ncclInternalError ≤ 2.23, ncclInvalidUsage from 2.24), or, on some versions, fails
 //! later with a garbage address family — the same text as a version mismatch (C03), which is why
 //! this rule compares the value with the recorded interfaces instead of trusting the message.
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::facts::NetIf;
 use crate::model::JobModel;
+use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 
 /// Whether NCCL's interface filter (`^` excludes, `=` exact, comma list, else prefix) selects
 /// at least one of `ifs` that is up.

@@ -1,9 +1,9 @@
-//! C01: `NCCL_NET` forces a network (usually IB) that cannot initialise (no libibverbs, no HCA),
+//! Catalog C01: `NCCL_NET` forces a network (usually IB) that cannot initialise (no libibverbs, no HCA),
 //! so communicator init fails with ncclInvalidUsage. NCCL's WARN changed in 2.27: "network IB
 //! not found" (2.15–2.26) became "Failed to initialize any NET plugin".
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
+use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
 
 const OLD_TEXT: &str = "network IB not found";

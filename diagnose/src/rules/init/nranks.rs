@@ -1,8 +1,8 @@
-//! C27: processes disagree on the number of ranks of one communicator (same uniqueId, different
+//! Catalog C27: processes disagree on the number of ranks of one communicator (same uniqueId, different
 //! `nranks`): "Bootstrap Root : mismatch in rank count" / "mismatch in info from procs".
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
+use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out = Vec::new();

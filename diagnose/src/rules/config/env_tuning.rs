@@ -1,9 +1,9 @@
-//! C26: NCCL tuning variables (protocol, algorithm, buffer and chunk sizes, channels, threads)
+//! Catalog C26: NCCL tuning variables (protocol, algorithm, buffer and chunk sizes, channels, threads)
 //! set differently across ranks — typically set on the launching node only — make peers
 //! disagree about message sizes: "message truncated" (Socket) or "collective mismatch error" (IB).
 
-use super::{text_is_case, Confidence, Evidence, Finding};
 use crate::model::JobModel;
+use crate::rules::{text_is_case, Confidence, Evidence, Finding};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Variables that must be identical on every rank.

@@ -1,4 +1,4 @@
-//! C19: collective desync. Ranks of one communicator issue different collectives at the same
+//! Catalog C19: collective desync. Ranks of one communicator issue different collectives at the same
 //! sequence number (op, count, datatype, reduction, root), or in a different order; NCCL cannot
 //! tell and hangs. Compared per communicator from the shim's calls and the profiler's Coll events.
 //!
@@ -7,9 +7,9 @@
 //! events are compared at equal (function, number), never an AllReduce of one rank against a
 //! Broadcast of another that happen to carry the same number.
 
-use super::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::{datatype_name, redop_name};
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::progress::reduction_and_root;
 use ncclshim_format::CallId;
 use std::collections::hash_map::Entry;

@@ -1,11 +1,11 @@
-//! C20: a peer died and the survivors report ncclRemoteError / "Connection closed by remote
+//! Catalog C20: a peer died and the survivors report ncclRemoteError / "Connection closed by remote
 //! peer" / "Connection reset by peer". Those errors are secondary: the primary failure is on the
 //! rank that died or failed first, which this rule names (its own finding comes from the rule
 //! that explains it, or from `abrupt_end`).
 
-use super::{text_has_role, Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::messages::Role;
 use crate::model::JobModel;
+use crate::rules::{text_has_role, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {

@@ -1,10 +1,10 @@
-//! C02: point-to-point operations that do not pair up (rank A sends to B more often, or more
+//! Catalog C02: point-to-point operations that do not pair up (rank A sends to B more often, or more
 //! data, than B receives from A) deadlock; the proxy-thread WARNs seen at abort ("Could not
 //! receive type from localRank", "Connection closed by localRank") are teardown noise.
 
-use super::{text_has_role, Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::messages::Role;
 use crate::model::JobModel;
+use crate::rules::{text_has_role, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::CallId;
 use std::collections::BTreeMap;
 

@@ -3,7 +3,7 @@
 //! debug file names, host ids).
 
 use crate::model::JobModel;
-use crate::rules::c26_env_tuning::{differing, values_evidence, TUNING};
+use crate::rules::config::env_tuning::{differing, values_evidence, TUNING};
 use crate::rules::{Confidence, Finding};
 use std::collections::BTreeSet;
 

@@ -1,8 +1,8 @@
-//! C35: the framework cannot load libnccl at all (JAX/XLA "Unable to load NCCL library"): no
+//! Catalog C35: the framework cannot load libnccl at all (JAX/XLA "Unable to load NCCL library"): no
 //! libnccl is mapped, although the process tried to use NCCL.
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
+use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(

@@ -1,5 +1,6 @@
 //! Findings read straight off the job's story: a rank that left the job (exited, any status)
-//! while its peers still waited for it, and one operation issued with different arguments.
+//! while its peers still waited for it, and one operation issued with different arguments
+//! (catalog C19: collective and point-to-point size mismatches).
 
 use crate::model::JobModel;
 use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding};

@@ -1,10 +1,10 @@
-//! C05: GPUDirect RDMA silently off. NCCL before 2.23.4 looks for peermem only under
+//! Catalog C05: GPUDirect RDMA silently off. NCCL before 2.23.4 looks for peermem only under
 //! `/sys/kernel/mm/memory_peers/...`, which kernels ≥ 6.4 / new OFED no longer create; with
 //! `nvidia_peermem` loaded it still decides GDR is unsupported and stages through host memory.
 
-use super::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::nccl_version_string;
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 
 /// The known bug (knowledge/nccl-versions.toml) whose fixed-in release also checks
 /// `/sys/module/nvidia_peermem/version`.

@@ -1,11 +1,11 @@
-//! C18: the CUDA driver is older than the CUDA runtime NCCL / the framework was built with:
+//! Catalog C18: the CUDA driver is older than the CUDA runtime NCCL / the framework was built with:
 //! "CUDA driver version is insufficient for CUDA runtime version" → ncclUnhandledCudaError.
 //! CUDA says exactly the same when there is no driver at all (a container started without GPUs,
 //! a login node): the host facts tell the two apart, and the finding says which.
 
-use super::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
+use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(

@@ -1,11 +1,11 @@
-//! C06: several ranks of one communicator on the same GPU. NCCL ≤ 2.29 says "Duplicate GPU
+//! Catalog C06: several ranks of one communicator on the same GPU. NCCL ≤ 2.29 says "Duplicate GPU
 //! detected : rank X and rank Y both on CUDA device ..."; 2.30 rewords it ("Multiple ranks ...
 //! same GPU ... NCCL_MULTI_RANK_GPU_ENABLE") and allows it only on opt-in. ncclInvalidUsage.
 
-use super::{text_is_case, Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::launchers::{lookup, Role};
 use crate::knowledge::visible_devices::VisibleDevices;
 use crate::model::JobModel;
+use crate::rules::{text_is_case, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
 use std::collections::BTreeMap;
 
