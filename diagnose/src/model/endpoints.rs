@@ -320,13 +320,14 @@ pub fn local_route<'a>(job: &'a JobModel, p: usize, addr: &IpAddr) -> Option<Hos
 
 /// Machines with recorded interfaces, one process each.
 pub fn machines_with_interfaces(job: &JobModel) -> Vec<usize> {
-    let mut seen: Vec<&str> = Vec::new();
+    // A set: a list scanned per process was processes x machines (2,048 machines of 8 ranks).
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
     let mut out = Vec::new();
     for (p, pm) in job.processes.iter().enumerate() {
-        if seen.contains(&pm.machine()) || host_addresses(job, p).is_empty() {
+        if seen.contains(pm.machine()) || host_addresses(job, p).is_empty() {
             continue;
         }
-        seen.push(pm.machine());
+        seen.insert(pm.machine());
         out.push(p);
     }
     out

@@ -89,12 +89,17 @@ pub struct Finding {
     pub confidence: Confidence,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fixed_in: Option<String>,
-    /// (process, call index) of the failures this finding accounts for.
     /// Indices into the report's `failure_order` of the failures this finding accounts for
     /// (filled by the report).
     pub explains_failures: Vec<usize>,
+    /// (process, call index) of the failed calls this finding explains, in the order explained.
     #[serde(skip)]
     pub explains: Vec<(usize, usize)>,
+    /// `explains` as a set, so that [`Self::explain`] stays constant-time when a finding
+    /// explains a failure on every rank of a large job (a list scan per call was ranks x ranks
+    /// in every rule that explains its calls one by one).
+    #[serde(skip)]
+    explained: HashSet<(usize, usize)>,
     #[serde(skip)]
     pub process_ids: BTreeSet<usize>,
     /// The failures it explains echo a failure elsewhere (a peer closed the connection,
@@ -143,6 +148,7 @@ impl Finding {
             fixed_in: None,
             explains_failures: Vec::new(),
             explains: Vec::new(),
+            explained: HashSet::new(),
             process_ids: BTreeSet::new(),
             consequence: false,
             role: declared.map_or(registry::Role::Cause, |d| d.role),
@@ -217,20 +223,15 @@ impl Finding {
     }
 
     pub fn explain(&mut self, p: usize, call: usize) {
-        if !self.explains.contains(&(p, call)) {
+        if self.explained.insert((p, call)) {
             self.explains.push((p, call));
         }
     }
 
-    /// [`Self::explain`] for each pair, in order, with the same result; for a finding that
-    /// explains a failure on every rank of a large job (a `contains` scan per pair was
-    /// ranks x ranks).
+    /// [`Self::explain`] for each pair, in order.
     pub fn explain_all(&mut self, pairs: impl IntoIterator<Item = (usize, usize)>) {
-        let mut listed: HashSet<(usize, usize)> = self.explains.iter().copied().collect();
-        for pair in pairs {
-            if listed.insert(pair) {
-                self.explains.push(pair);
-            }
+        for (p, call) in pairs {
+            self.explain(p, call);
         }
     }
 }

@@ -12,6 +12,7 @@
 use crate::model::{JobModel, ProcessModel};
 use crate::names::datatype_size;
 use ncclshim_format::CallId;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 
 /// Where one rank was on one communicator at its end.
@@ -282,13 +283,19 @@ fn stall(comm: u64, members: &[Member]) -> Option<Stall> {
 fn coll_mismatches(job: &JobModel, comm: u64) -> Vec<Mismatch> {
     // (function, op_seq) → every rank's issue of it.
     type Issues = Vec<(u32, usize, IssuedColl)>;
+    let members = job.comm_members(comm);
+    let disputed = disputed_collectives(job, comm, &members);
+    if disputed.is_empty() {
+        return Vec::new();
+    }
     let mut at: BTreeMap<(CallId, u64), Issues> = BTreeMap::new();
-    for (rank, p) in job.comm_members(comm) {
+    for &(rank, p) in &members {
         let pm = &job.processes[p];
         for c in collectives(pm, comm) {
-            at.entry((function(c.call), c.op_seq))
-                .or_default()
-                .push((rank, p, c));
+            let at_key = (function(c.call), c.op_seq);
+            if disputed.contains(&at_key) {
+                at.entry(at_key).or_default().push((rank, p, c));
+            }
         }
     }
     let mut out = Vec::new();
@@ -346,6 +353,43 @@ fn coll_mismatches(job: &JobModel, comm: u64) -> Vec<Mismatch> {
     }
     out.sort_by_key(|m| m.t);
     out
+}
+
+/// The (function, op_seq) at which members issued collectives with different arguments. Every
+/// member's collectives are compared in parallel against the first arguments seen at each
+/// number (a map of sides per number for every rank was the story's largest serial cost at
+/// 16,384 ranks); [`coll_mismatches`] gathers the sides of these alone.
+fn disputed_collectives(
+    job: &JobModel,
+    comm: u64,
+    members: &[(u32, usize)],
+) -> FxHashSet<(CallId, u64)> {
+    use rayon::prelude::*;
+    type Seen = FxHashMap<(CallId, u64), (CollKey, bool)>;
+    let merge = |mut a: Seen, b: Seen| {
+        for (at, (key, differs)) in b {
+            a.entry(at)
+                .and_modify(|e| e.1 |= differs || e.0 != key)
+                .or_insert((key, differs));
+        }
+        a
+    };
+    members
+        .par_iter()
+        .fold(Seen::default, |mut seen, &(_, p)| {
+            for c in collectives(&job.processes[p], comm) {
+                let key = c.key();
+                seen.entry((function(c.call), c.op_seq))
+                    .and_modify(|e| e.1 |= e.0 != key)
+                    .or_insert((key, false));
+            }
+            seen
+        })
+        .reduce(Seen::default, merge)
+        .into_iter()
+        .filter(|(_, (_, differs))| *differs)
+        .map(|(at, _)| at)
+        .collect()
 }
 
 /// Sends and receives that pair up (k-th send from A to B, k-th receive at B from A) with
@@ -412,11 +456,15 @@ pub fn build(job: &JobModel) -> Vec<CommStory> {
     job.comms
         .keys()
         .map(|&comm| {
-            let members: Vec<Member> = job
-                .comm_members(comm)
-                .into_iter()
-                .map(|(r, p)| member(job, comm, r, p))
-                .collect();
+            // Each member's place is its own records' (in parallel: a walk of every rank's
+            // calls, serial, was a second of a 16,384-rank job).
+            let members: Vec<Member> = {
+                use rayon::prelude::*;
+                job.comm_members(comm)
+                    .into_par_iter()
+                    .map(|(r, p)| member(job, comm, r, p))
+                    .collect()
+            };
             let mut mismatches = coll_mismatches(job, comm);
             mismatches.extend(p2p_mismatches(job, comm));
             let mut stall = if members.len() >= 2 {

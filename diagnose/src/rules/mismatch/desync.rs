@@ -12,8 +12,9 @@ use crate::names::{datatype_name, redop_name};
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::progress::reduction_and_root;
 use ncclshim_format::CallId;
+use rustc_hash::FxHashMap;
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::hash::Hash;
 
 /// What must agree across ranks for one collective.
@@ -71,28 +72,56 @@ fn shim_key(c: CallId, count: u64, dt: u64, op: u64, root: u64) -> Key {
     }
 }
 
-/// The smallest number at which two ranks disagree. One pass: the first rank seen at a number
-/// sets the reference, every other rank is compared with it. `N` is the source's numbering: a
+/// The smallest number at which two ranks disagree. The first rank seen at a number sets the
+/// reference, every other rank is compared with it; the members are compared in parallel, each
+/// share with its own references, merged after (the one serial pass over every collective of
+/// every rank was a large part of the rules at 16,384 ranks). `N` is the source's numbering: a
 /// bare sequence number (the shim's), or (function, number) for a profiler that counts per
 /// function; numbers order by their sequence number first.
-fn first_divergence<N: Copy + Ord + Hash>(entries: impl Iterator<Item = (N, Key)>) -> Option<N> {
-    let mut reference: HashMap<N, Key> = HashMap::new();
-    let mut first: Option<N> = None;
-    for (seq, key) in entries {
-        if first.is_some_and(|f| seq >= f) {
-            continue;
+fn first_divergence<N, I>(
+    members: &[(u32, usize)],
+    entries_of: impl Fn(usize) -> I + Sync,
+) -> Option<N>
+where
+    N: Copy + Ord + Hash + Send,
+    I: Iterator<Item = (N, Key)>,
+{
+    use rayon::prelude::*;
+    type Share<N> = (FxHashMap<N, Key>, Option<N>);
+    let earliest = |a: Option<N>, b: Option<N>| match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
+    };
+    let note = |share: &mut Share<N>, seq: N, key: Key| {
+        if share.1.is_some_and(|f| seq >= f) {
+            return;
         }
-        match reference.entry(seq) {
+        match share.0.entry(seq) {
             Entry::Vacant(v) => {
                 v.insert(key);
             }
             Entry::Occupied(o) => {
                 if *o.get() != key {
-                    first = Some(seq);
+                    share.1 = Some(seq);
                 }
             }
         }
-    }
+    };
+    let (_, first) = members
+        .par_iter()
+        .fold(Share::<N>::default, |mut share, &(_, p)| {
+            for (seq, key) in entries_of(p) {
+                note(&mut share, seq, key);
+            }
+            share
+        })
+        .reduce(Share::<N>::default, |mut a, b| {
+            a.1 = earliest(a.1, b.1);
+            for (seq, key) in b.0 {
+                note(&mut a, seq, key);
+            }
+            a
+        });
     first
 }
 
@@ -122,14 +151,14 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         // The shim's and the profiler's sequence numbers are counted by different code and are
         // only compared with their own kind; the profiler's only between ranks whose NCCL
         // numbers alike (a job mixing releases is C03's to report).
-        let shim_div = first_divergence(members.iter().flat_map(|&(_, p)| {
+        let shim_div = first_divergence(&members, |p| {
             shim_ops(p).map(|o| {
                 (
                     o.seq,
                     shim_key(o.call, o.count, o.datatype, o.op, o.root_or_peer),
                 )
             })
-        }));
+        });
         let one_numbering = members.windows(2).all(|w| {
             job.processes[w[0].1].profiler_era().coll_seq
                 == job.processes[w[1].1].profiler_era().coll_seq
@@ -137,7 +166,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         // Ordered by number first, then function: the earliest divergence of any function.
         let prof_div = one_numbering
             .then(|| {
-                first_divergence(members.iter().flat_map(|&(_, p)| {
+                first_divergence(&members, |p| {
                     prof_ops(p).map(|((func, seq), o)| {
                         (
                             (seq, func),
@@ -150,7 +179,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                             },
                         )
                     })
-                }))
+                })
             })
             .flatten();
         let (seq, prof_func, source) = match (shim_div, prof_div) {

@@ -47,9 +47,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut calls = Vec::with_capacity(remote.len());
     for &(p, i, _) in &remote {
         f.involve(job, p);
-        f.explain(p, i);
         calls.push(Evidence::call(&job.processes[p].calls[i]).of(job, p));
     }
+    f.explain_all(remote.iter().map(|&(p, i, _)| (p, i)));
     f.facts(calls);
     // Culprits: a process that failed (non-remote) before the first remote error, or whose dump
     // stops before it without a clean exit.

@@ -8,22 +8,30 @@ use crate::names::signal_name;
 use crate::rules::evidence::{name_refs, ProcessRef};
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::Story;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
     // signal → the processes it reached, in process order: one finding for the job, its title
     // naming each signal with the ranks it reached ("ranks 3-5 on node2 received SIGSEGV"), since
     // one crash sweeping several ranks is one cause, not one finding per rank.
     let mut by_signal: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    // Processes a termination signal stopped (one pass: a scan of the job's failures per
+    // process was processes x failures).
+    let stopped: HashSet<usize> = job
+        .failures
+        .iter()
+        .filter(|f| matches!(f.what, FailureWhat::Signal(s) if is_termination_signal(s)))
+        .map(|f| f.process)
+        .collect();
     for (p, pm) in job.processes.iter().enumerate() {
         // A framework that gave up (aborted its communicator, then SIGABRT) did not crash:
         // its end follows from what it gave up on.
-        if matches!(story.ends[p], crate::story::ending::Ending::Aborted { .. }) {
+        if pm.signals.is_empty()
+            || matches!(story.ends[p], crate::story::ending::Ending::Aborted { .. })
+        {
             continue;
         }
-        let stopped_early = job.failures.iter().any(|f| {
-            f.process == p && matches!(f.what, FailureWhat::Signal(s) if is_termination_signal(s))
-        });
+        let stopped_early = stopped.contains(&p);
         if let Some(&(signo, _)) = pm
             .signals
             .iter()
