@@ -296,6 +296,9 @@ pub struct ProcessModel {
     /// The launcher's name for the run (`slurm`, `12345.0`; both empty when none named it).
     pub run_source: String,
     pub run_id: String,
+    /// Indices of the calls that report an error, made on first use by [`Self::error_calls`]
+    /// (emptied by whatever changes `calls`).
+    pub(crate) error_index: std::sync::OnceLock<Vec<u32>>,
 }
 
 /// A fatal signal as the shim's handler recorded it.
@@ -494,6 +497,30 @@ impl ProcessModel {
         !self.clean_exit && !self.alive
     }
 
+    /// The calls that report an error ([`CallEvent::reports_error`]: a failed call, or an
+    /// async-error poll that returned one), in call order with their indices. Indexed on first
+    /// use: rule after rule asks for them, and a scan of every call of every process per rule
+    /// was most of the rules' time at 16,384 ranks.
+    pub fn error_calls(&self) -> impl Iterator<Item = (usize, &CallEvent)> {
+        self.error_index
+            .get_or_init(|| {
+                self.calls
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.reports_error())
+                    .map(|(i, _)| i as u32)
+                    .collect()
+            })
+            .iter()
+            .map(|&i| (i as usize, &self.calls[i as usize]))
+    }
+
+    /// The calls that returned an error ([`CallEvent::failed`]), in call order with their
+    /// indices (from [`Self::error_calls`]' index).
+    pub fn failed_calls(&self) -> impl Iterator<Item = (usize, &CallEvent)> {
+        self.error_calls().filter(|(_, c)| c.failed())
+    }
+
     pub fn in_flight_calls(&self) -> impl Iterator<Item = (usize, &CallEvent)> {
         self.calls
             .iter()
@@ -539,6 +566,7 @@ impl ProcessModel {
     /// communicator table's progress counters that never wrap. `pruned` counts the calls
     /// dropped.
     pub fn compact(&mut self, keep: usize) {
+        self.error_index = Default::default();
         let mut seen_per_tid: FxHashMap<u32, usize> = FxHashMap::default();
         let mut keep_call = vec![true; self.calls.len()];
         for (i, c) in self.calls.iter().enumerate().rev() {
@@ -665,6 +693,7 @@ impl ProcessModel {
     pub fn absorb(&mut self, mut o: ProcessModel) {
         // One process, one CLOCK_MONOTONIC: put the other part on this part's calibration.
         o.rebase(self.clock_offset, self.clock_uncertainty);
+        self.error_index = Default::default();
         let off = self.calls.len();
         self.files.extend(o.files);
         self.synthetic |= o.synthetic;

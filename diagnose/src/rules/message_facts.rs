@@ -87,10 +87,8 @@ impl Facts for ProcessFacts<'_> {
     fn failed_calls(&self) -> Option<Vec<String>> {
         self.0.has_shim.then(|| {
             self.0
-                .calls
-                .iter()
-                .filter(|c| c.reports_error())
-                .map(|c| c.name.to_string())
+                .error_calls()
+                .map(|(_, c)| c.name.to_string())
                 .collect()
         })
     }

@@ -233,10 +233,7 @@ fn error_calls(job: &JobModel) -> Vec<ErrorCall> {
     let mut out = Vec::new();
     for (p, pm) in job.processes.iter().enumerate() {
         let facts = ProcessFacts(pm);
-        for (i, c) in pm.calls.iter().enumerate() {
-            if !c.reports_error() {
-                continue;
-            }
+        for (i, c) in pm.error_calls() {
             let text = c.error_text.as_deref();
             let classified = text.and_then(|t| {
                 by_text

@@ -88,8 +88,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         f.involve(job, p);
     }
     for (p, pm) in job.processes.iter().enumerate() {
-        for (i, c) in pm.calls.iter().enumerate() {
-            if c.reports_error() && text_is_case(c, "C26") {
+        for (i, c) in pm.error_calls() {
+            if text_is_case(c, "C26") {
                 f.explain(p, i);
                 f.fact(Evidence::call(c).of(job, p));
                 f.confidence = Confidence::High;

@@ -11,10 +11,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out = Vec::new();
     for (p, pm) in job.processes.iter().enumerate() {
         let Some((first, c)) = pm
-            .calls
-            .iter()
-            .enumerate()
-            .find(|(_, c)| c.failed() && c.returned(NcclResult::InvalidArgument))
+            .failed_calls()
+            .find(|(_, c)| c.returned(NcclResult::InvalidArgument))
         else {
             continue;
         };
@@ -70,8 +68,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             );
         }
         // The failures that follow in this process with the same code are its echo.
-        for (i, x) in pm.calls.iter().enumerate().skip(first + 1) {
-            if x.failed() && x.returned(NcclResult::InvalidArgument) {
+        for (i, x) in pm.failed_calls().filter(|(i, _)| *i > first) {
+            if x.returned(NcclResult::InvalidArgument) {
                 f.explain(p, i);
                 f.fact(Evidence::call_worded(x, "then ", "").of(job, p));
             }

@@ -9,8 +9,8 @@ use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out: Vec<Finding> = Vec::new();
     for (p, pm) in job.processes.iter().enumerate() {
-        for (i, c) in pm.calls.iter().enumerate() {
-            if !c.is_cuda || c.nested || !c.failed() {
+        for (i, c) in pm.failed_calls() {
+            if !c.is_cuda || c.nested {
                 continue;
             }
             let mut f = Finding::new(

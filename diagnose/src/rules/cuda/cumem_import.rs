@@ -21,12 +21,11 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     );
     let mut importers = Vec::new();
     for (p, pm) in job.processes.iter().enumerate() {
-        let Some((i, c)) = pm.calls.iter().enumerate().find(|(_, c)| {
+        let Some((i, c)) = pm.failed_calls().find(|(_, c)| {
             matches!(
                 c.call,
                 Some(CallId::CuMemImportFromShareableHandle | CallId::CuIpcOpenMemHandle)
-            ) && c.failed()
-                && c.rc == 101
+            ) && c.rc == 101
         }) else {
             continue;
         };

@@ -26,8 +26,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         // The same threshold `doctor` warns at (knowledge/thresholds.toml).
         let small = shm.is_some_and(crate::knowledge::thresholds::dev_shm_too_small);
         let local = per_machine[pm.machine()];
-        for (i, c) in pm.calls.iter().enumerate() {
-            if !c.failed() || c.is_cuda {
+        for (i, c) in pm.failed_calls() {
+            if c.is_cuda {
                 continue;
             }
             let by_text = text_is_case(c, "C07");

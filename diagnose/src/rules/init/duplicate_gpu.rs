@@ -96,12 +96,11 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         }
     }
     for (p, pm) in job.processes.iter().enumerate() {
-        for (i, c) in pm.calls.iter().enumerate() {
-            if c.failed()
-                && (text_is_case(c, "C06")
-                    || (f.process_ids.contains(&p)
-                        && c.is_init()
-                        && c.returned(NcclResult::InvalidUsage)))
+        for (i, c) in pm.failed_calls() {
+            if text_is_case(c, "C06")
+                || (f.process_ids.contains(&p)
+                    && c.is_init()
+                    && c.returned(NcclResult::InvalidUsage))
             {
                 f.involve(job, p);
                 f.explain(p, i);

@@ -38,13 +38,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             continue;
         };
         let failing: Vec<usize> = pm
-            .calls
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| {
-                c.failed()
-                    && ((c.is_cuda && c.rc == 101) || text_has(c, &["invalid device ordinal"]))
-            })
+            .failed_calls()
+            .filter(|(_, c)| (c.is_cuda && c.rc == 101) || text_has(c, &["invalid device ordinal"]))
             .map(|(i, _)| i)
             .collect();
         if lr < n {

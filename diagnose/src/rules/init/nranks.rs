@@ -12,15 +12,12 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             .iter()
             .enumerate()
             .flat_map(|(p, pm)| {
-                pm.calls
-                    .iter()
-                    .enumerate()
+                pm.failed_calls()
                     .filter(|(_, c)| {
-                        c.failed()
-                            && text_has(
-                                c,
-                                &["mismatch in rank count", "mismatch in info from procs"],
-                            )
+                        text_has(
+                            c,
+                            &["mismatch in rank count", "mismatch in info from procs"],
+                        )
                     })
                     .filter(move |(_, c)| c.arg("uid_hash") == Some(comm))
                     .map(move |(i, _)| (p, i))
@@ -63,8 +60,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         // Every failed or stuck init on this communicator is this problem.
         for ps in view.nranks_claims.values() {
             for &p in ps {
-                for (i, c) in job.processes[p].calls.iter().enumerate() {
-                    if c.is_init() && c.failed() && c.arg("uid_hash") == Some(comm) {
+                for (i, c) in job.processes[p].failed_calls() {
+                    if c.is_init() && c.arg("uid_hash") == Some(comm) {
                         f.explain(p, i);
                     }
                 }

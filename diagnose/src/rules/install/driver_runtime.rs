@@ -27,8 +27,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         );
         let older = matches!((drv, rt), (Some(d), Some(r)) if d > 0 && d < r);
         let mut hit = false;
-        for (i, c) in pm.calls.iter().enumerate() {
-            if c.reports_error() && text_has(c, &["driver version is insufficient"]) {
+        for (i, c) in pm.error_calls() {
+            if text_has(c, &["driver version is insufficient"]) {
                 f.explain(p, i);
                 f.fact(Evidence::call(c).of(job, p));
                 hit = true;

@@ -17,18 +17,15 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     );
     for (p, pm) in job.processes.iter().enumerate() {
         let texts: Vec<usize> = pm
-            .calls
-            .iter()
-            .enumerate()
+            .failed_calls()
             .filter(|(_, c)| {
-                c.failed()
-                    && text_has(
-                        c,
-                        &[
-                            "Unable to load NCCL library",
-                            "libnccl.so.2: cannot open shared object",
-                        ],
-                    )
+                text_has(
+                    c,
+                    &[
+                        "Unable to load NCCL library",
+                        "libnccl.so.2: cannot open shared object",
+                    ],
+                )
             })
             .map(|(i, _)| i)
             .collect();
@@ -41,8 +38,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             .libs
             .as_ref()
             .is_some_and(|l| l.nccl_paths.is_empty() && !l.nccl_static);
-        if texts.is_empty() && note.is_none() && !(unmapped && pm.calls.iter().any(|c| c.failed()))
-        {
+        if texts.is_empty() && note.is_none() && !(unmapped && pm.failed_calls().next().is_some()) {
             continue;
         }
         f.involve(job, p);

@@ -12,7 +12,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     // (process, call index, time) of every remote-looking error.
     let mut remote = Vec::new();
     for (p, pm) in job.processes.iter().enumerate() {
-        for (i, c) in pm.calls.iter().enumerate() {
+        // A failed call or an async error: both are error reports.
+        for (i, c) in pm.error_calls() {
             let async_remote = c.async_result() == Some(NcclResult::RemoteError);
             if (c.failed()
                 && !c.is_cuda

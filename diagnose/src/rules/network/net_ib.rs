@@ -37,10 +37,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         let no_verbs = host.and_then(|h| h.libibverbs_dlopen) == Some(false);
         let no_hca =
             host.is_some_and(|h| h.infiniband.is_empty() && h.dev_infiniband == Some(false));
-        for (i, c) in pm.calls.iter().enumerate() {
-            if !(c.is_init() || c.call == Some(ncclshim_format::CallId::NcclGroupEnd))
-                || !c.failed()
-            {
+        for (i, c) in pm.failed_calls() {
+            if !(c.is_init() || c.call == Some(ncclshim_format::CallId::NcclGroupEnd)) {
                 continue;
             }
             let by_text = text_has(c, &[OLD_TEXT, NEW_TEXT]);

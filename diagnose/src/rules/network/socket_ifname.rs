@@ -132,9 +132,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 .of(job, p),
             );
         }
-        for (i, c) in pm.calls.iter().enumerate() {
-            if c.failed()
-                && !c.is_cuda
+        for (i, c) in pm.failed_calls() {
+            if !c.is_cuda
                 && (text_has(c, &["no socket interface found", "is neither AF_INET"])
                     || c.call == Some(ncclshim_format::CallId::NcclGetUniqueId)
                     || c.is_init())
@@ -147,8 +146,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     if f.process_ids.is_empty() {
         // The message alone, without the facts to check it against.
         for (p, pm) in job.processes.iter().enumerate() {
-            for (i, c) in pm.calls.iter().enumerate() {
-                if c.failed() && text_has(c, &["no socket interface found"]) {
+            for (i, c) in pm.failed_calls() {
+                if text_has(c, &["no socket interface found"]) {
                     f.involve(job, p);
                     f.explain(p, i);
                     f.confidence = Confidence::Medium;
