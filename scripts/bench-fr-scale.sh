@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Times what PyTorch Flight Recorder dumps add to `ncclshim report` at scale (BENCHMARKS.md,
-# "Reading PyTorch Flight Recorder dumps", "At 2,048 and 16,384 ranks"): `scale_job` writes an
+# "Reading PyTorch Flight Recorder dumps", "Fourth pass"): `scale_job` writes an
 # N-rank shim job (rank N/2 dies inside an all-reduce, the others see the connection reset and
 # exit), then N Flight Recorder dumps are made as hardlinks (no disk cost) of two synthetic
 # 2,000-entry dumps whose default group holds the N ranks: the job's last all-reduces, all
