@@ -8,7 +8,7 @@
 use crate::knowledge::launchers::{lookup, Role};
 use crate::knowledge::visible_devices::VisibleDevices;
 use crate::model::JobModel;
-use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
 
 /// Number of devices `CUDA_VISIBLE_DEVICES` leaves visible (None when unset: all of them).
 pub fn visible_count(cvd: Option<&str>) -> Option<usize> {
@@ -39,7 +39,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         };
         let failing: Vec<usize> = pm
             .failed_calls()
-            .filter(|(_, c)| (c.is_cuda && c.rc == 101) || text_has(c, &["invalid device ordinal"]))
+            .filter(|(_, c)| {
+                (c.is_cuda && c.rc == 101) || text_is_entry(c, &["cuda-invalid-device"])
+            })
             .map(|(i, _)| i)
             .collect();
         if lr < n {

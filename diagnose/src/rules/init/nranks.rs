@@ -2,7 +2,7 @@
 //! `nranks`): "Bootstrap Root : mismatch in rank count" / "mismatch in info from procs".
 
 use crate::model::JobModel;
-use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -13,12 +13,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             .enumerate()
             .flat_map(|(p, pm)| {
                 pm.failed_calls()
-                    .filter(|(_, c)| {
-                        text_has(
-                            c,
-                            &["mismatch in rank count", "mismatch in info from procs"],
-                        )
-                    })
+                    .filter(|(_, c)| text_is_entry(c, &["bootstrap-rank-count-mismatch"]))
                     .filter(move |(_, c)| c.arg("uid_hash") == Some(comm))
                     .map(move |(i, _)| (p, i))
             })

@@ -5,7 +5,7 @@
 
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
-use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(
@@ -28,7 +28,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         let older = matches!((drv, rt), (Some(d), Some(r)) if d > 0 && d < r);
         let mut hit = false;
         for (i, c) in pm.error_calls() {
-            if text_has(c, &["driver version is insufficient"]) {
+            if text_is_entry(c, &["cuda-driver-too-old"]) {
                 f.explain(p, i);
                 f.fact(Evidence::call(c).of(job, p));
                 hit = true;

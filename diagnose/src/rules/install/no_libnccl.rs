@@ -2,7 +2,7 @@
 //! libnccl is mapped, although the process tried to use NCCL.
 
 use crate::model::JobModel;
-use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(
@@ -18,15 +18,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     for (p, pm) in job.processes.iter().enumerate() {
         let texts: Vec<usize> = pm
             .failed_calls()
-            .filter(|(_, c)| {
-                text_has(
-                    c,
-                    &[
-                        "Unable to load NCCL library",
-                        "libnccl.so.2: cannot open shared object",
-                    ],
-                )
-            })
+            .filter(|(_, c)| text_is_entry(c, &["libnccl-not-loadable"]))
             .map(|(i, _)| i)
             .collect();
         let note = pm.notes.iter().find(|n| {

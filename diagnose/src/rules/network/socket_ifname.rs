@@ -5,7 +5,7 @@
 
 use crate::model::facts::NetIf;
 use crate::model::JobModel;
-use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
 
 /// Whether NCCL's interface filter (`^` excludes, `=` exact, comma list, else prefix) selects
 /// at least one of `ifs` that is up.
@@ -134,7 +134,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         }
         for (i, c) in pm.failed_calls() {
             if !c.is_cuda
-                && (text_has(c, &["no socket interface found", "is neither AF_INET"])
+                && (text_is_entry(c, &["socket-no-interface", "socket-address-family"])
                     || c.call == Some(ncclshim_format::CallId::NcclGetUniqueId)
                     || c.is_init())
             {
@@ -147,7 +147,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         // The message alone, without the facts to check it against.
         for (p, pm) in job.processes.iter().enumerate() {
             for (i, c) in pm.failed_calls() {
-                if text_has(c, &["no socket interface found"]) {
+                if text_is_entry(c, &["socket-no-interface"]) {
                     f.involve(job, p);
                     f.explain(p, i);
                     f.confidence = Confidence::Medium;
