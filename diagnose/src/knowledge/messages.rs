@@ -874,6 +874,33 @@ mod tests {
         "cuda",
     ];
 
+    /// Texts as real captures recorded them, cut short or from the framework, still classify
+    /// as the entry the rules name them by (`rules::text_is_entry`).
+    #[test]
+    fn real_texts_cut_short_or_from_the_framework_classify() {
+        let id = |t: &str| classify_message(t).map(|m| m.entry.id.clone());
+        // mr-version (2026-11-27): rank 1's text as its dump holds it.
+        let cut = "NCCL version mismatch with remote peer 127.0.0.1<39488> (local: 22803, remot";
+        assert_eq!(id(cut).as_deref(), Some("init-version-mismatch"));
+        let whole =
+            "NCCL version mismatch with remote peer 10.0.0.2<4000> (local: 22803, remote 22809)";
+        let m = classify_message(whole).expect("classified");
+        assert_eq!(m.entry.id, "init-version-mismatch");
+        assert!(m
+            .captures
+            .iter()
+            .any(|c| c.name == "peer_version" && c.value == "22809"));
+        assert_eq!(
+            id("Unable to load NCCL library. Multi-GPU collectives will not work.").as_deref(),
+            Some("libnccl-not-loadable")
+        );
+        assert_eq!(
+            id("libnccl.so.2: cannot open shared object file: No such file or directory")
+                .as_deref(),
+            Some("libnccl-not-loadable")
+        );
+    }
+
     #[test]
     fn file_loads_and_validates() {
         let m = messages();

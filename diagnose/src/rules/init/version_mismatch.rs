@@ -5,11 +5,9 @@
 
 use crate::model::JobModel;
 use crate::names::{cuda_version_string, nccl_version_string};
-use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
 use std::collections::BTreeMap;
-
-pub const FAMILY_TEXT: &str = "is neither AF_INET";
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut by_version: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
@@ -85,11 +83,10 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             if c.is_init() && c.in_flight() {
                 f.fact(Evidence::call(c).of(job, p));
             }
+            // A peer's address decoded in another release's wire format, or NCCL's own check.
             if c.failed()
-                && (text_has(
-                    c,
-                    &[FAMILY_TEXT, "version mismatch", "Mismatched NCCL version"],
-                ) || (c.is_init() && c.returned(NcclResult::InternalError)))
+                && (text_is_entry(c, &["socket-address-family", "init-version-mismatch"])
+                    || (c.is_init() && c.returned(NcclResult::InternalError)))
             {
                 f.explain(p, i);
                 f.fact(Evidence::call(c).of(job, p));
