@@ -268,10 +268,9 @@ pub fn text_has_role(c: &CallEvent, role: crate::knowledge::messages::Role) -> b
     })
 }
 
-/// Case-insensitive substring test on NCCL's error text. Left where a knowledge entry's pattern
-/// would miss a real text: C01's check of which wording a version prints
-/// (`network::net_ib::expected_text`, from the version facts) and C03's version texts, which a
-/// real capture shows cut short ("... (local: 22803, remot"), past what the entry's pattern needs.
+/// Case-insensitive substring test on NCCL's error text: left for C01 alone, which tells the two
+/// wordings of one message apart by the version that prints each (`network::net_ib::expected_text`,
+/// from the version facts); both wordings are one entry of the message knowledge.
 pub fn text_has(c: &CallEvent, needles: &[&str]) -> bool {
     c.error_text.as_deref().is_some_and(|t| {
         let t = t.to_ascii_lowercase();
