@@ -240,31 +240,31 @@ impl Finding {
 /// call's error text as an entry of failure-catalog case `case`: the rules recognise NCCL's
 /// texts through that one table, never through word lists of their own.
 pub fn text_is_case(c: &CallEvent, case: &str) -> bool {
-    c.error_text.as_deref().is_some_and(|t| {
-        crate::knowledge::messages::classify_all(t)
-            .iter()
-            .any(|m| m.entry.catalog.iter().any(|x| x == case))
-    })
+    text_classified_as(c, |m| m.entry.catalog.iter().any(|x| x == case))
 }
 
 /// Whether a message of the call's error text is classified as one of the message-knowledge
 /// entries `ids` (`knowledge/messages.toml`): for a rule that relies on particular messages of a
 /// case, named by their entries, never by words of its own.
 pub fn text_is_entry(c: &CallEvent, ids: &[&str]) -> bool {
-    c.error_text.as_deref().is_some_and(|t| {
-        crate::knowledge::messages::classify_all(t)
-            .iter()
-            .any(|m| ids.contains(&m.entry.id.as_str()))
-    })
+    text_classified_as(c, |m| ids.contains(&m.entry.id.as_str()))
 }
 
 /// Whether a message of the call's error text is classified with role `role` (an echo of a
 /// failure elsewhere, teardown noise...).
 pub fn text_has_role(c: &CallEvent, role: crate::knowledge::messages::Role) -> bool {
+    text_classified_as(c, |m| m.entry.role == role)
+}
+
+/// Whether any message of the call's error text classifies as an entry `wanted` accepts.
+fn text_classified_as(
+    c: &CallEvent,
+    wanted: impl Fn(&crate::knowledge::messages::Match) -> bool,
+) -> bool {
     c.error_text.as_deref().is_some_and(|t| {
         crate::knowledge::messages::classify_all(t)
             .iter()
-            .any(|m| m.entry.role == role)
+            .any(wanted)
     })
 }
 

@@ -583,14 +583,13 @@ pub fn comms_of(job: &JobModel, p: usize) -> BTreeSet<u64> {
 /// Whether process `p` recorded an error saying a peer left (a closed or reset connection, a
 /// remote error): the peer's departure was seen.
 fn saw_peer_leave(job: &JobModel, p: usize) -> bool {
-    job.processes[p].calls.iter().any(|c| {
-        c.reports_error()
-            && (c.returned(NcclResult::RemoteError)
-                || c.async_result() == Some(NcclResult::RemoteError)
-                || c.error_text
-                    .as_deref()
-                    .and_then(messages::classify)
-                    .is_some_and(|m| m.entry.role == messages::Role::Consequence))
+    job.processes[p].error_calls().any(|(_, c)| {
+        c.returned(NcclResult::RemoteError)
+            || c.async_result() == Some(NcclResult::RemoteError)
+            || c.error_text
+                .as_deref()
+                .and_then(messages::classify)
+                .is_some_and(|m| m.entry.role == messages::Role::Consequence)
     })
 }
 

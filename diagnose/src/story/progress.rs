@@ -365,27 +365,27 @@ fn disputed_collectives(
     members: &[(u32, usize)],
 ) -> FxHashSet<(CallId, u64)> {
     use rayon::prelude::*;
+    // Per number: the first arguments seen, and whether any other differed.
     type Seen = FxHashMap<(CallId, u64), (CollKey, bool)>;
-    let merge = |mut a: Seen, b: Seen| {
-        for (at, (key, differs)) in b {
-            a.entry(at)
-                .and_modify(|e| e.1 |= differs || e.0 != key)
-                .or_insert((key, differs));
-        }
-        a
+    let note = |seen: &mut Seen, at: (CallId, u64), key: CollKey, differs: bool| {
+        seen.entry(at)
+            .and_modify(|e| e.1 |= differs || e.0 != key)
+            .or_insert((key, differs));
     };
     members
         .par_iter()
         .fold(Seen::default, |mut seen, &(_, p)| {
             for c in collectives(&job.processes[p], comm) {
-                let key = c.key();
-                seen.entry((function(c.call), c.op_seq))
-                    .and_modify(|e| e.1 |= e.0 != key)
-                    .or_insert((key, false));
+                note(&mut seen, (function(c.call), c.op_seq), c.key(), false);
             }
             seen
         })
-        .reduce(Seen::default, merge)
+        .reduce(Seen::default, |mut a, b| {
+            for (at, (key, differs)) in b {
+                note(&mut a, at, key, differs);
+            }
+            a
+        })
         .into_iter()
         .filter(|(_, (_, differs))| *differs)
         .map(|(at, _)| at)
