@@ -35,6 +35,7 @@
 //! ```
 
 pub mod flight_recorder;
+pub mod invariants;
 pub mod job_dir;
 pub mod knowledge;
 pub mod load;

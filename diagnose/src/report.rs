@@ -21,7 +21,7 @@ pub fn count(n: usize, one: &str, many: &str) -> String {
 
 /// `rank 3`, `ranks 0-2,5`.
 /// `12.0 MiB`, `512 B`.
-fn human_bytes(b: u64) -> String {
+pub fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = b as f64;
     let mut u = 0;

@@ -109,6 +109,10 @@ pub struct HostFacts {
     pub memlock_soft_bytes: Option<u64>,
     pub memlock_hard_bytes: Option<u64>,
     pub memlock_unlimited: bool,
+    /// RLIMIT_NOFILE soft limit (None: unlimited): NCCL opens sockets and shared-memory files
+    /// per peer and channel, so a small limit fails a large communicator's connect phase.
+    #[serde(default)]
+    pub nofile_soft: Option<u64>,
     pub peermem: Vec<PathFact>,
     /// Whether `libibverbs.so.1` can be found by the loader (mapped, LD_LIBRARY_PATH, ld.so.cache, default dirs).
     pub libibverbs_dlopen: bool,
@@ -202,16 +206,21 @@ pub fn fs_size(path: &str) -> Option<(u64, u64)> {
 }
 
 fn memlock() -> (Option<u64>, Option<u64>) {
+    limit(libc::RLIMIT_MEMLOCK).unwrap_or((Some(0), Some(0)))
+}
+
+/// A resource limit's (soft, hard) values, None for unlimited; None when getrlimit fails.
+fn limit(resource: libc::__rlimit_resource_t) -> Option<(Option<u64>, Option<u64>)> {
     let mut rl = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: rl is a valid out-pointer.
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) } != 0 {
-        return (Some(0), Some(0));
+    if unsafe { libc::getrlimit(resource, &mut rl) } != 0 {
+        return None;
     }
     let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v);
-    (f(rl.rlim_cur), f(rl.rlim_max))
+    Some((f(rl.rlim_cur), f(rl.rlim_max)))
 }
 
 fn path_fact(path: &str) -> PathFact {
@@ -456,6 +465,7 @@ pub fn collect_host_facts() -> HostFacts {
         memlock_soft_bytes: soft,
         memlock_hard_bytes: hard,
         memlock_unlimited: soft.is_none(),
+        nofile_soft: limit(libc::RLIMIT_NOFILE).and_then(|l| l.0),
         peermem: PEERMEM_FILES.iter().map(|p| path_fact(p)).collect(),
         libibverbs_dlopen: verbs.is_some(),
         libibverbs_path: verbs,

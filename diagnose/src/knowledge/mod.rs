@@ -26,6 +26,7 @@ pub fn parse<T: DeserializeOwned>(name: &str, text: &str) -> T {
 
 pub mod bugs;
 pub mod codes;
+pub mod driver_paths;
 pub mod flight_recorder;
 pub mod launchers;
 pub mod profiler;

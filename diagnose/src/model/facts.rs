@@ -30,6 +30,8 @@ pub struct HostFacts {
     pub dev_shm_bytes: Option<u64>,
     pub memlock_soft_bytes: Option<u64>,
     pub memlock_unlimited: Option<bool>,
+    /// RLIMIT_NOFILE soft limit; None: unlimited or not recorded.
+    pub nofile_soft: Option<u64>,
     /// (path, exists) of the peermem files NCCL probes.
     pub peermem: Vec<(String, bool)>,
     pub libibverbs_dlopen: Option<bool>,
@@ -148,6 +150,7 @@ pub fn parse_host(v: &Value) -> HostFacts {
         dockerenv: bool_of(&container, &["dockerenv"]).unwrap_or(false),
         dev_shm_bytes: int_of(v, &["dev_shm_bytes"]).map(|x| x as u64),
         memlock_soft_bytes: int_of(v, &["memlock_soft_bytes"]).map(|x| x as u64),
+        nofile_soft: int_of(v, &["nofile_soft"]).map(|x| x as u64),
         memlock_unlimited: bool_of(v, &["memlock_unlimited"]),
         peermem: v
             .get("peermem")

@@ -123,6 +123,16 @@ pub struct Finding {
     /// consequences of the roots it explains).
     #[serde(skip)]
     pub accounts: Vec<(usize, crate::model::FailureWhat)>,
+    /// A violated invariant's finding (`crate::invariants`): how far it reaches. The verdict
+    /// ranks these after specific rules and before generic findings, nearest scope first.
+    #[serde(skip)]
+    pub invariant_scope: Option<crate::invariants::Scope>,
+    /// Processes whose story nodes (of the classes in `covers`) it explains besides its own
+    /// processes, from `reach_since` on (an invariant reaching a communicator or host).
+    #[serde(skip)]
+    pub reach: BTreeSet<usize>,
+    #[serde(skip)]
+    pub reach_since: u64,
 }
 
 impl Finding {
@@ -158,7 +168,28 @@ impl Finding {
             standalone: declared.is_none_or(|d| d.standalone),
             specific: declared.map_or(catalog.is_some(), |d| d.specific),
             accounts: Vec::new(),
+            invariant_scope: None,
+            reach: BTreeSet::new(),
+            reach_since: 0,
         }
+    }
+
+    /// Whether it covers a story node of process `p` at time `t` that is no call (a signal, a
+    /// hang, a departure), given the node's class.
+    pub fn covers_node(&self, class: crate::story::NodeClass, p: usize, t: u64) -> bool {
+        self.covers.contains(&class)
+            && (self.process_ids.contains(&p) || (self.reach.contains(&p) && t >= self.reach_since))
+    }
+
+    /// Folds `other` (the same finding about other processes) into this one: its processes,
+    /// evidence and what it explains.
+    pub fn absorb(&mut self, job: &JobModel, other: Finding) {
+        for &p in &other.process_ids {
+            self.involve(job, p);
+        }
+        self.facts(other.evidence);
+        self.explain_all(other.explains);
+        self.reach.extend(other.reach);
     }
 
     /// Records that this finding accounts for each of these failures of the job, in order and
@@ -442,6 +473,10 @@ pub fn diagnose_story(job: &JobModel, story: &Story, options: &Options) -> Vec<F
     findings.extend(unknown::check(job, &findings));
     let differential = config::differential::check(job, &findings);
     findings.extend(differential);
+    // The violated invariants come last: they read no other finding, and no check above reads
+    // theirs (a message's meaning stays readable beside the invariant that explains it).
+    findings.extend(crate::invariants::findings(job, story));
+    let mut findings = merge_alike(job, findings);
     // What every identifier in an explained failure's text is in this job; which transport a
     // transport hang was in.
     findings.par_iter_mut().for_each(|f| {
@@ -451,7 +486,36 @@ pub fn diagnose_story(job: &JobModel, story: &Story, options: &Options) -> Vec<F
         }
     });
     verdict::decide(job, story, &mut findings);
+    // A failed job always has a primary: when no finding explains a root of the story, one
+    // that says what failed first and which fact would decide its cause.
+    if let Some(f) = verdict::cause_not_recorded(job, story, &findings) {
+        findings.push(f);
+        verdict::decide(job, story, &mut findings);
+    }
+    // A violated invariant that explains none of the job's failures is no finding.
+    findings.retain(|f| {
+        f.invariant_scope.is_none() || f.severity == Severity::Primary || !f.accounts.is_empty()
+    });
     findings
+}
+
+/// One finding per fact: findings alike in id, title and remedy (the same conclusion reached
+/// for several ranks) become one, with every rank, its evidence and what it explains.
+fn merge_alike(job: &JobModel, findings: Vec<Finding>) -> Vec<Finding> {
+    let mut out: Vec<Finding> = Vec::with_capacity(findings.len());
+    let mut index: std::collections::HashMap<(String, String, String), usize> =
+        std::collections::HashMap::new();
+    for f in findings {
+        let key = (f.id.clone(), f.title.clone(), f.remedy.clone());
+        match index.get(&key) {
+            Some(&i) => out[i].absorb(job, f),
+            None => {
+                index.insert(key, out.len());
+                out.push(f);
+            }
+        }
+    }
+    out
 }
 
 /// What a finding accounts for, as sets, for asking about many failures of one finding (a

@@ -97,6 +97,7 @@ declare_findings! {
     "named-rank-out-of-range", None, Cause, [], standalone true, specific false, "the error names a rank or peer at or beyond the communicator's nranks";
     "named-device-not-visible", None, Cause, [], standalone true, specific false, "the error names a CUDA device ordinal beyond the GPUs the process can see (CUDA_VISIBLE_DEVICES, the driver's GPU list)";
     "unexplained-error", None, Cause, [], standalone false, specific false, "a failure no rule explains: the recorded call and NCCL's text, no invented cause";
+    "cause-not-recorded", None, Cause, [Signal, Vanished, LeftEarly, Behind, Mismatch, Desync, StuckInside], standalone false, specific false, "the earliest failure of a failed job that no finding explains: what failed first, that its cause was not recorded, and which fact would decide it (never a report of a failed job without a primary)";
 }
 
 /// The declaration of `id`, when a rule of this crate declares it.
@@ -109,6 +110,10 @@ pub const FAMILIES: &[(&str, &str)] = &[
     (
         "known-<entry>",
         "a known bug or behaviour change of the recorded NCCL version matches the symptom (`<entry>`: its id in `diagnose/knowledge/nccl-versions.toml`; `known-crash-bugs`, `known-hang-bugs`... group weak matches of one impact)",
+    ),
+    (
+        "invariant-<id>",
+        "a violated invariant of NCCL's contract (`<id>`: its declaration in `diagnose/src/invariants/`, with its family, statement, the facts it reads and its source), a candidate cause even when no knowledge entry knows the error text; ranked after the specific rules, nearest scope first",
     ),
     (
         "nccl-message-<entry>",

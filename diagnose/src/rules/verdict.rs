@@ -56,7 +56,7 @@ fn covers_directly(
     let n = &story.nodes[i];
     match n.kind {
         NodeKind::Error(c) | NodeKind::AsyncError(c) => explains.contains(&(n.process, c)),
-        k => f.covers.contains(&k.class()) && f.process_ids.contains(&n.process),
+        k => f.covers_node(k.class(), n.process, n.t),
     }
 }
 
@@ -83,8 +83,23 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
     order.sort_by_key(|&i| {
         let f = &findings[i];
         // A specific cause, then a specific condition (two libraries: the mechanism of a
-        // failure a text only names), then generic causes and conditions.
-        (!f.specific, f.role, f.confidence, first_root_t(i), i)
+        // failure a text only names), then the violated invariants (nearest scope first), then
+        // generic causes and conditions.
+        let tier = if f.specific {
+            0
+        } else if f.invariant_scope.is_some() {
+            1
+        } else {
+            2
+        };
+        (
+            tier,
+            f.role,
+            f.invariant_scope,
+            f.confidence,
+            first_root_t(i),
+            i,
+        )
     });
     let mut explained_roots: BTreeSet<usize> = BTreeSet::new();
     let mut primary = vec![false; findings.len()];
@@ -180,4 +195,88 @@ fn failure_what(k: NodeKind) -> Option<crate::model::FailureWhat> {
         NodeKind::Vanished => Some(FailureWhat::Died),
         _ => None,
     }
+}
+
+/// When nothing explains a root of the story (no finding is primary while something failed):
+/// a finding that names the earliest root, says its cause was not recorded, and which fact would
+/// decide it. None when the job has no root or already has a primary.
+pub fn cause_not_recorded(job: &JobModel, story: &Story, findings: &[Finding]) -> Option<Finding> {
+    let roots = story.roots();
+    let &r = roots.first()?;
+    if findings.iter().any(|f| f.severity == Severity::Primary) {
+        return None;
+    }
+    let n = &story.nodes[r];
+    let p = n.process;
+    let who = super::who(job, p);
+    let pm = &job.processes[p];
+    let decide = match n.kind {
+        NodeKind::Error(c) | NodeKind::AsyncError(c) => {
+            let text = pm.calls[c].error_text.as_deref().unwrap_or("");
+            let peers: Vec<String> = crate::model::endpoints::endpoints_in(text)
+                .into_iter()
+                .map(|e| {
+                    let owners = crate::model::endpoints::owners(job, &e.addr);
+                    match owners.first() {
+                        Some(o) => format!(
+                            "the dump and log of {} ({}), which owns {}: whether it failed or left before this",
+                            o.host,
+                            super::name_processes(job, &o.processes),
+                            e.addr
+                        ),
+                        None => format!(
+                            "what owns {}: no recorded host of this job has that address",
+                            e.addr
+                        ),
+                    }
+                })
+                .collect();
+            if peers.is_empty() {
+                format!("NCCL's own log of {who} (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET: the WARN lines before the failure)")
+            } else {
+                peers.join("; ")
+            }
+        }
+        NodeKind::Signal(s) => format!(
+            "the stack where {} was raised in {who} (a core dump, PYTHONFAULTHANDLER=1, or gdb)",
+            crate::names::signal_name(s)
+        ),
+        NodeKind::Vanished => format!(
+            "the kernel log of {} at that time (dmesg: the OOM killer, a node loss) and the launcher's log: the dump ends without a mark",
+            pm.host
+        ),
+        NodeKind::LeftEarly => {
+            format!("the program's own log of {who}: why it exited while its peers waited")
+        }
+        NodeKind::Behind(_) => format!(
+            "a stack of {who} while its peers waited (py-spy dump --pid {}): where it was instead of NCCL",
+            pm.pid
+        ),
+        NodeKind::StuckInside(_) => "NCCL_DEBUG=INFO logs of the transport (NET/IB, P2P) and a GPU stack (cuda-gdb): a network stall or a device hang".to_owned(),
+        NodeKind::Mismatch { .. } => {
+            "the application's code path on the odd ranks (TORCH_DISTRIBUTED_DEBUG=DETAIL)".to_owned()
+        }
+    };
+    let mut f = Finding::new(
+        "cause-not-recorded",
+        None,
+        format!(
+            "{who} failed first ({}); what caused it was not recorded",
+            describe(job, story, r)
+        ),
+        super::Confidence::Low,
+    )
+    .remedy(&format!(
+        "The dumps show where the job failed first but not why. What would decide it: {decide}."
+    ));
+    f.involve(job, p);
+    if let NodeKind::Error(c) | NodeKind::AsyncError(c) = n.kind {
+        f.explain(p, c);
+        f.fact(Evidence::call(&pm.calls[c]).of(job, p));
+    }
+    f.fact(Evidence::new(
+        EvidenceKind::Inference,
+        format!("no rule and no invariant of NCCL's contract explains it; what would decide it: {decide}"),
+    ));
+    Some(f)
 }

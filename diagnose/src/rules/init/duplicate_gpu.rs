@@ -21,6 +21,13 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
          device_id= in init_process_group); fix the launcher's GPU assignment; run no more processes \
          per node than GPUs. Only if sharing is intended, on NCCL ≥ 2.30: NCCL_MULTI_RANK_GPU_ENABLE=1.",
     );
+    // Ranks on different MIG instances of one GPU are not this case: the devices invariant
+    // (`invariants::devices`) names them.
+    let partitioned: std::collections::BTreeSet<usize> =
+        crate::invariants::devices::partitioned_groups(job)
+            .into_iter()
+            .flat_map(|g| g.2)
+            .collect();
     // (machine, pci bus id) → processes.
     let mut by_gpu: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
     for (p, pm) in job.processes.iter().enumerate() {
@@ -32,7 +39,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         }
     }
     for ((_, bus), ps) in &by_gpu {
-        if ps.len() < 2 {
+        if ps.len() < 2 || ps.iter().all(|p| partitioned.contains(p)) {
             continue;
         }
         // Only ranks of one job communicator matter (two jobs may time-share a GPU).
@@ -96,6 +103,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         }
     }
     for (p, pm) in job.processes.iter().enumerate() {
+        if partitioned.contains(&p) {
+            continue;
+        }
         for (i, c) in pm.failed_calls() {
             if text_is_case(c, "C06")
                 || (f.process_ids.contains(&p)

@@ -99,6 +99,12 @@ unsafe fn create(
     let a = enter(call, parent, args);
     let rc = forward(fwd);
     *out = Some(rc);
+    // A failed init may have loaded plugins or set variables (NCCL's env plugin, a net plugin
+    // that then failed) that the snapshot above could not see: take it again (an unchanged
+    // snapshot costs a hash and writes nothing, see `snapshot::take`).
+    if rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS {
+        snapshot_at_init();
+    }
     (a, rc, out_comm(newcomm, rc))
 }
 

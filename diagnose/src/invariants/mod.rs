@@ -1,0 +1,301 @@
+//! NCCL's contract as declared invariants: what every well-formed NCCL job satisfies, one
+//! declaration per invariant ([`INVARIANTS`]), each with the facts it reads, the remedy when it
+//! is broken and where the rule comes from (NCCL's documentation, headers or release notes; how
+//! launchers and hosts are set up).
+//!
+//! A violated invariant is a candidate cause even when no knowledge entry knows the error text:
+//! the diagnosis of a failure it has never seen starts from what the job did that NCCL does not
+//! allow. Each check reads the job model and the story and returns [`Violation`]s; [`findings`]
+//! turns them into findings (`invariant-<id>`) that explain the failures of the processes in the
+//! violation's scope. The verdict ranks them after the specific rules (a named mechanism) and
+//! before generic findings (a call NCCL rejected, ranks stuck inside NCCL), nearest scope first
+//! (the failing process itself, then its communicator, its host, the job).
+//!
+//! The families, one module each:
+//! - [`identity`]: uniqueIds, ranks and nranks against communicators, processes and the
+//!   launcher's own variables;
+//! - [`lifecycle`]: each communicator handle's life on each rank, in the order NCCL's API
+//!   allows;
+//! - [`consistency`]: what the ranks of one communicator must agree on (the paths NCCL's init
+//!   chose through the driver);
+//! - [`endpoints`]: every address in a recorded text belongs to this job; the route NCCL uses
+//!   is unambiguous;
+//! - [`devices`]: one physical GPU per rank unless sharing is declared;
+//! - [`resources`]: limits against what the job's transports need;
+//! - [`plugins`]: the plugins the job asked for are the ones NCCL loaded; the launcher's layout
+//!   is what NCCL was told.
+
+pub mod consistency;
+pub mod devices;
+pub mod endpoints;
+pub mod identity;
+pub mod lifecycle;
+pub mod plugins;
+pub mod resources;
+
+use crate::model::JobModel;
+use crate::rules::{Confidence, Evidence, Finding};
+use crate::story::{NodeClass, Story};
+use serde::Serialize;
+
+/// The families of invariants (the list; `docs/internals.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    Identity,
+    Lifecycle,
+    Consistency,
+    Endpoints,
+    Devices,
+    Resources,
+    Plugins,
+}
+
+/// How far a violation reaches: which failures it may explain. Nearer scopes win when several
+/// invariants are broken around one failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    /// The violating processes themselves.
+    Process,
+    /// Every member of the communicator it concerns.
+    Communicator,
+    /// Every process on the host it concerns.
+    Host,
+    /// Every process of the job.
+    Job,
+}
+
+/// One declared invariant.
+pub struct Invariant {
+    /// Stable id; the finding is `invariant-<id>`.
+    pub id: &'static str,
+    pub family: Family,
+    /// What a well-formed job satisfies, in one sentence.
+    pub statement: &'static str,
+    /// The recorded facts it reads.
+    pub reads: &'static [&'static str],
+    /// What to change when it is broken (a violation may word it for its facts).
+    pub remedy: &'static str,
+    /// Where the rule comes from.
+    pub source: &'static str,
+    /// A failure in its own right even when nothing else failed (a silent fallback); otherwise
+    /// a violation matters only for the failures it explains.
+    pub standalone: bool,
+    pub check: fn(&JobModel, &Story) -> Vec<Violation>,
+}
+
+/// One broken invariant, with the facts that show it.
+pub struct Violation {
+    pub invariant: &'static Invariant,
+    /// What is wrong, in the diagnosis' own words (never NCCL's text alone).
+    pub title: String,
+    /// The processes that broke it (the finding's ranks).
+    pub processes: Vec<usize>,
+    pub scope: Scope,
+    /// The processes whose failures it may explain (by `scope`; the violating ones included).
+    pub reach: Vec<usize>,
+    pub facts: Vec<Evidence>,
+    /// The remedy worded for these facts; the declaration's when None.
+    pub remedy: Option<String>,
+    pub confidence: Confidence,
+    /// Failures before this instant are not its doing (a misuse after a failure explains what
+    /// followed it, not the failure itself).
+    pub since: u64,
+}
+
+impl Violation {
+    pub fn new(invariant: &'static Invariant, title: String, processes: Vec<usize>) -> Self {
+        Self {
+            invariant,
+            title,
+            reach: processes.clone(),
+            processes,
+            scope: Scope::Process,
+            facts: Vec::new(),
+            remedy: None,
+            confidence: Confidence::High,
+            since: 0,
+        }
+    }
+
+    /// Explains only failures from `t` on.
+    pub fn since(mut self, t: u64) -> Self {
+        self.since = t;
+        self
+    }
+
+    /// Widens what it may explain to `reach` (a communicator's members, a host's processes).
+    pub fn reaching(mut self, scope: Scope, reach: impl IntoIterator<Item = usize>) -> Self {
+        self.scope = scope;
+        let mut all = self.processes.clone();
+        all.extend(reach);
+        all.sort_unstable();
+        all.dedup();
+        self.reach = all;
+        self
+    }
+
+    pub fn fact(mut self, e: Evidence) -> Self {
+        self.facts.push(e);
+        self
+    }
+
+    pub fn remedy(mut self, r: impl Into<String>) -> Self {
+        self.remedy = Some(r.into());
+        self
+    }
+
+    pub fn confidence(mut self, c: Confidence) -> Self {
+        self.confidence = c;
+        self
+    }
+}
+
+/// Every invariant, by family.
+pub const INVARIANTS: &[&Invariant] = &[
+    &identity::RANK_WITHIN_NRANKS,
+    &identity::ONE_PROCESS_PER_RANK,
+    &identity::UNIQUE_ID_SINGLE_USE,
+    &lifecycle::NO_USE_AFTER_DESTROY,
+    &lifecycle::NO_CALL_AFTER_FAILED_INIT,
+    &consistency::DRIVER_PATHS_AGREE,
+    &endpoints::PEER_ADDRESS_IN_JOB,
+    &endpoints::ROUTE_UNAMBIGUOUS,
+    &devices::ONE_PHYSICAL_GPU_PER_RANK,
+    &resources::MEMLOCK_FOR_RDMA,
+    &resources::DEV_SHM_ROOM,
+    &plugins::REQUESTED_PLUGIN_LOADED,
+    &plugins::LAUNCHER_LAYOUT_MATCHES,
+];
+
+/// The finding id of an invariant.
+pub fn finding_id(inv: &Invariant) -> String {
+    format!("invariant-{}", inv.id)
+}
+
+/// Every violation in the job.
+pub fn violations(job: &JobModel, story: &Story) -> Vec<Violation> {
+    use rayon::prelude::*;
+    INVARIANTS
+        .par_iter()
+        .map(|inv| (inv.check)(job, story))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// The violations as findings: each explains the failures of the processes it reaches (their
+/// failed calls; their hangs, departures and deaths through the story's nodes).
+pub fn findings(job: &JobModel, story: &Story) -> Vec<Finding> {
+    violations(job, story)
+        .into_iter()
+        .map(|v| to_finding(job, v))
+        .collect()
+}
+
+fn to_finding(job: &JobModel, v: Violation) -> Finding {
+    let inv = v.invariant;
+    let mut f = Finding::new(&finding_id(inv), None, v.title, v.confidence);
+    f.remedy = v.remedy.unwrap_or_else(|| inv.remedy.to_owned());
+    f.invariant_scope = Some(v.scope);
+    f.standalone = inv.standalone;
+    for &p in &v.processes {
+        f.involve(job, p);
+    }
+    f.facts(v.facts);
+    f.fact(
+        Evidence::new(
+            crate::rules::EvidenceKind::Inference,
+            format!("NCCL's contract: {} ({})", inv.statement, inv.source),
+        )
+        .value("invariant", inv.id)
+        .value("family", inv.family),
+    );
+    // What it may explain: the failed calls of every process it reaches; the story's other
+    // nodes of those processes through `reach` (see `Finding::reach`).
+    for &p in &v.reach {
+        let calls: Vec<usize> = job.processes[p]
+            .error_calls()
+            .filter(|(_, c)| c.fail_time() >= v.since)
+            .map(|(i, _)| i)
+            .collect();
+        f.explain_all(calls.into_iter().map(|i| (p, i)));
+    }
+    f.reach = v.reach.into_iter().collect();
+    f.reach_since = v.since;
+    f.covers = REACHED_NODES;
+    f
+}
+
+/// The story's nodes an invariant's finding explains on the processes it reaches, besides
+/// their failed calls: their hangs, departures, deaths and signals (a mismatch or desync is the
+/// mismatch rules' to explain).
+const REACHED_NODES: &[NodeClass] = &[
+    NodeClass::Signal,
+    NodeClass::Vanished,
+    NodeClass::LeftEarly,
+    NodeClass::Behind,
+    NodeClass::StuckInside,
+];
+
+/// The launcher's variables a process carries (`knowledge/launchers.toml`: torchrun, Open MPI,
+/// Slurm, PMI...), as (variable, value), for the evidence of identity and layout violations.
+pub fn launcher_facts(job: &JobModel, p: usize) -> Vec<(String, String)> {
+    use crate::knowledge::launchers::{lookup, Role};
+    let Some(env) = job.processes[p].env.as_ref() else {
+        return Vec::new();
+    };
+    [
+        Role::WorldSize,
+        Role::GlobalRank,
+        Role::NodeRank,
+        Role::LocalRank,
+        Role::LocalWorldSize,
+        Role::NodeCount,
+        Role::MasterAddr,
+    ]
+    .into_iter()
+    .filter_map(|r| lookup(env, r))
+    .map(|v| (v.var.to_owned(), v.value.to_owned()))
+    .collect()
+}
+
+/// A launcher role's numeric value as a process sees it, with the variable that says it.
+pub fn launcher_number(
+    job: &JobModel,
+    p: usize,
+    role: crate::knowledge::launchers::Role,
+) -> Option<(String, u64)> {
+    let env = job.processes[p].env.as_ref()?;
+    let v = crate::knowledge::launchers::lookup(env, role)?;
+    Some((v.var.to_owned(), v.number()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_and_every_family_has_one() {
+        let mut ids: Vec<&str> = INVARIANTS.iter().map(|i| i.id).collect();
+        ids.sort_unstable();
+        let n = ids.len();
+        ids.dedup();
+        assert_eq!(n, ids.len());
+        for fam in [
+            Family::Identity,
+            Family::Lifecycle,
+            Family::Consistency,
+            Family::Endpoints,
+            Family::Devices,
+            Family::Resources,
+            Family::Plugins,
+        ] {
+            assert!(INVARIANTS.iter().any(|i| i.family == fam), "{fam:?}");
+        }
+        for i in INVARIANTS {
+            assert!(!i.source.is_empty() && !i.remedy.is_empty() && !i.reads.is_empty());
+        }
+    }
+}

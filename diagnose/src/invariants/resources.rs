@@ -1,0 +1,129 @@
+//! Resources: the process limits and host sizes against what the job's transports need
+//! (`knowledge/thresholds.toml`): locked memory for RDMA registration, `/dev/shm` for the
+//! shared-memory transport between ranks of one host. Judged on processes that failed, whatever
+//! NCCL's text said (catalog rules C07 and C11 read the texts).
+
+use super::{Family, Invariant, Violation};
+use crate::knowledge::thresholds::thresholds;
+use crate::model::JobModel;
+use crate::report::human_bytes;
+use crate::rules::{name_processes, Confidence, Evidence, EvidenceKind};
+use crate::story::{comms_of, Story};
+
+pub static MEMLOCK_FOR_RDMA: Invariant = Invariant {
+    id: "memlock-for-rdma",
+    family: Family::Resources,
+    statement: "a process that may use InfiniBand/RoCE has an unlimited locked-memory limit (NCCL pins its buffers to register them with the HCA)",
+    reads: &["RLIMIT_MEMLOCK", "HCAs and libibverbs on the host", "NCCL_IB_DISABLE / NCCL_NET"],
+    remedy: "Raise the locked-memory limit to unlimited for the processes the launcher starts (limits.conf memlock unlimited and a new login, docker --ulimit memlock=-1, Slurm PropagateResourceLimits, mpirun's daemons started with it), or NCCL_IB_DISABLE=1 if the job should not use RDMA.",
+    source: "knowledge/thresholds.toml [memlock] (NCCL troubleshooting guide: soft and hard memlock unlimited)",
+    standalone: false,
+    check: memlock_for_rdma,
+};
+
+pub static DEV_SHM_ROOM: Invariant = Invariant {
+    id: "dev-shm-room",
+    family: Family::Resources,
+    statement: "a host with several ranks of one communicator has /dev/shm large enough for NCCL's shared-memory transport",
+    reads: &["/dev/shm size", "ranks per host and communicator", "NCCL_SHM_DISABLE"],
+    remedy: "Give /dev/shm room (docker --shm-size=1g or more, a Kubernetes emptyDir with medium: Memory, a larger tmpfs), or NCCL_SHM_DISABLE=1 to use other transports between local ranks.",
+    source: "knowledge/thresholds.toml [dev_shm] (NCCL troubleshooting guide, Docker: --shm-size=1g)",
+    standalone: false,
+    check: dev_shm_room,
+};
+
+fn failed(job: &JobModel, p: usize) -> bool {
+    job.processes[p].error_calls().next().is_some()
+}
+
+fn memlock_for_rdma(job: &JobModel, _: &Story) -> Vec<Violation> {
+    if !thresholds().memlock.require_unlimited {
+        return Vec::new();
+    }
+    let mut bad = Vec::new();
+    for (p, pm) in job.processes.iter().enumerate() {
+        let Some(h) = &pm.host_facts else { continue };
+        let Some(limit) = h.memlock_soft_bytes else {
+            continue;
+        };
+        let rdma_here = !h.infiniband.is_empty() || !h.ib_ports.is_empty();
+        let verbs = h.libibverbs_dlopen == Some(true)
+            || pm
+                .libs
+                .as_ref()
+                .is_some_and(|l| l.libs.iter().any(|(k, _)| k == "ibverbs"));
+        let ib_off = pm.env_var("NCCL_IB_DISABLE") == Some("1")
+            || pm
+                .env_var("NCCL_NET")
+                .is_some_and(|n| n.eq_ignore_ascii_case("socket"));
+        if h.memlock_unlimited != Some(true) && rdma_here && verbs && !ib_off && failed(job, p) {
+            bad.push((p, limit));
+        }
+    }
+    if bad.is_empty() {
+        return Vec::new();
+    }
+    let ps: Vec<usize> = bad.iter().map(|b| b.0).collect();
+    let h = job.processes[ps[0]].host_facts.as_ref();
+    let hcas = h.map(|h| h.infiniband.join(", ")).unwrap_or_default();
+    let title = format!(
+        "{} may lock only {} of memory (RLIMIT_MEMLOCK) while NCCL's InfiniBand/RoCE transport pins and registers its buffers with the HCA ({hcas})",
+        name_processes(job, &ps),
+        human_bytes(bad[0].1)
+    );
+    let mut v = Violation::new(&MEMLOCK_FOR_RDMA, title, ps).confidence(Confidence::Medium);
+    for &(p, limit) in &bad {
+        v = v.fact(
+            Evidence::new(
+                EvidenceKind::Host,
+                format!("RLIMIT_MEMLOCK soft limit {}", human_bytes(limit)),
+            )
+            .value("memlock_soft_bytes", limit)
+            .of(job, p),
+        );
+    }
+    vec![v]
+}
+
+fn dev_shm_room(job: &JobModel, _: &Story) -> Vec<Violation> {
+    let min = thresholds().dev_shm.min_bytes;
+    let mut bad = Vec::new();
+    for (p, pm) in job.processes.iter().enumerate() {
+        let Some(size) = pm.host_facts.as_ref().and_then(|h| h.dev_shm_bytes) else {
+            continue;
+        };
+        if size >= min || pm.env_var("NCCL_SHM_DISABLE") == Some("1") || !failed(job, p) {
+            continue;
+        }
+        // Another rank of one of its communicators on the same machine: SHM is in play.
+        let mine = comms_of(job, p);
+        let local_peer = job.processes.iter().enumerate().any(|(q, qm)| {
+            q != p && qm.machine() == pm.machine() && !comms_of(job, q).is_disjoint(&mine)
+        });
+        if local_peer {
+            bad.push((p, size));
+        }
+    }
+    if bad.is_empty() {
+        return Vec::new();
+    }
+    let ps: Vec<usize> = bad.iter().map(|b| b.0).collect();
+    let title = format!(
+        "/dev/shm holds only {} where {} share a host with other ranks of their communicator (NCCL's shared-memory transport needs about {})",
+        human_bytes(bad[0].1),
+        name_processes(job, &ps),
+        human_bytes(min)
+    );
+    let mut v = Violation::new(&DEV_SHM_ROOM, title, ps).confidence(Confidence::Medium);
+    for &(p, size) in &bad {
+        v = v.fact(
+            Evidence::new(
+                EvidenceKind::Host,
+                format!("/dev/shm size {}", human_bytes(size)),
+            )
+            .value("dev_shm_bytes", size)
+            .of(job, p),
+        );
+    }
+    vec![v]
+}
