@@ -190,6 +190,34 @@ pub struct DriverCall {
     pub rc: i32,
     #[serde(default = "one_u64")]
     pub repeat: u64,
+    /// `cuMemCreate`: where the allocation is (`device:0`, `host`, `host_numa:2`); default an
+    /// all-zero CUmemAllocationProp.
+    pub location: Option<String>,
+}
+
+impl DriverCall {
+    /// CUmemLocationType and id of `location`.
+    pub fn location(&self) -> Result<Option<(u32, i32)>, String> {
+        let Some(l) = &self.location else {
+            return Ok(None);
+        };
+        let (kind, id) = l.split_once(':').unwrap_or((l, "0"));
+        let t = match kind {
+            "device" => 1,
+            "host" => 2,
+            "host_numa" => 3,
+            "host_numa_current" => 4,
+            _ => {
+                return Err(format!(
+                    "location {l:?}: device, host, host_numa or host_numa_current"
+                ))
+            }
+        };
+        let id = id
+            .parse()
+            .map_err(|_| format!("location {l:?}: the id is a number"))?;
+        Ok(Some((t, id)))
+    }
 }
 
 fn one_u64() -> u64 {
@@ -347,6 +375,9 @@ impl Scenario {
                             "cuda.device: a number, \"{{local_rank}}\" or \"{{rank}}\", not {t:?}"
                         ));
                     }
+                }
+                for d in &s.drivers {
+                    d.location()?;
                 }
                 if !s.drivers.is_empty() && s.call.is_none() {
                     return Err(format!("`drivers` belong to an NCCL call step: {s:?}"));

@@ -70,6 +70,10 @@ pub fn render(g: &RankGroup, place: &RankPlace) -> String {
             field(&mut out, "cu", &d.call);
             field(&mut out, "cu_rc", d.rc);
             field(&mut out, "repeat", d.repeat.max(1));
+            if let Some((t, id)) = d.location().expect("validated") {
+                field(&mut out, "loc", t);
+                field(&mut out, "locid", id);
+            }
             out.push('\n');
         }
         out.push_str(&step_line(s, place));

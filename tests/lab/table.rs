@@ -74,7 +74,7 @@ pub fn render(outcomes: &[(String, Scenario, Outcome)]) -> String {
            `{ call = \"ncclCommSplit\", repeat = 40, nranks = 2, color = 1 }`, `datatype = \"bfloat16\"` on a collective,\n\
            `uid` / `root` (`\"10.0.0.1:50421\"`, `\"[fe80::1%ip6tnl0]:46681\"`) on ncclGetUniqueId / ncclCommInitRank,\n\
            `{ driver = ... }` inside a call (`driver = \"cuMemImportFromShareableHandle\", driver_rc = 101`;\n\
-           several: `drivers = [{ call = \"cuMemCreate\", rc = 1 }, { call = \"cuMemImportFromShareableHandle\", repeat = 7 }]`),\n\
+           several: `drivers = [{ call = \"cuMemCreate\", rc = 1, location = \"host_numa:2\" }, { call = \"cuMemImportFromShareableHandle\", repeat = 7 }]`),\n\
            `{ sleep_ms = 50 }`, `{ hang_outside = true }`, `{ signal = \"SIGSEGV\" }`, `{ exit = 1 }`,\n\
            `{ load = \"libcudart.so.12\" }`, `{ app_driver = \"cuIpcOpenMemHandle\", driver_rc = 1 }` (the\n\
            application's own driver call, outside NCCL);\n\

@@ -7,7 +7,8 @@
  * `op=NAME`. NAME is an NCCL function (`ncclAllReduce`), a driver-side action (`sleep`, `hang`,
  * `signal`, `exit`, `load`) or an identity line (`nccl`, `cuda`, `cudart`). Values never hold a
  * TAB or a newline (the runner refuses such scenarios). `op=driver` lines (`cu`, `cu_rc`,
- * `repeat`) are driver calls NCCL makes inside the NCCL step that follows them, in order: the
+ * `repeat`, `loc`/`locid`: a cuMemCreate's location) are driver calls NCCL makes inside the NCCL
+ * step that follows them, in order: the
  * scripted libnccl makes them, the CUDA double answers them, the rank driver skips them. */
 #ifndef LAB_SCRIPT_H
 #define LAB_SCRIPT_H
@@ -44,6 +45,8 @@ struct lab_step {
     int async;        /* ncclCommGetAsyncError's answer at the last poll */
     char cu[64];      /* a driver function NCCL calls inside this step */
     int cu_rc;        /* what the driver returns for it */
+    int loc_type;     /* cuMemCreate: CUmemLocationType of the allocation (0: an all-zero prop) */
+    int loc_id;       /* ... and its id (device ordinal, NUMA node) */
     long version;     /* identity lines: NCCL / CUDA versions */
     int device, pci_bus;
     char name[128];   /* GPU name (cuda line) or library (load) */
@@ -77,6 +80,8 @@ static __attribute__((unused)) void lab_field(struct lab_step* s, const char* k,
     else if (!strcmp(k, "async")) s->async = atoi(v);
     else if (!strcmp(k, "cu")) snprintf(s->cu, sizeof s->cu, "%s", v);
     else if (!strcmp(k, "cu_rc")) s->cu_rc = atoi(v);
+    else if (!strcmp(k, "loc")) s->loc_type = atoi(v);
+    else if (!strcmp(k, "locid")) s->loc_id = atoi(v);
     else if (!strcmp(k, "version")) s->version = atol(v);
     else if (!strcmp(k, "device")) s->device = atoi(v);
     else if (!strcmp(k, "pci_bus")) s->pci_bus = (int)strtol(v, NULL, 0);

@@ -42,7 +42,7 @@ const char* ncclGetErrorString(ncclResult_t r) __attribute__((weak, alias("pnccl
 
 /* The driver call NCCL makes inside a step (`cu=NAME`), reached as NCCL reaches it. */
 typedef int (*gpa_v2_t)(const char*, void**, int, uint64_t, int*);
-static void driver_call(const char* name) {
+static void driver_call(const char* name, const struct lab_step* line) {
     void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (!h) return;
     int (*cu_init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
@@ -57,8 +57,15 @@ static void driver_call(const char* name) {
     int fd = -1;
     if (!strcmp(name, "cuMemImportFromShareableHandle"))
         ((int (*)(uint64_t*, void*, int))fn)(&handle, (void*)(intptr_t)3, 1);
-    else if (!strcmp(name, "cuMemCreate"))
+    else if (!strcmp(name, "cuMemCreate")) {
+        if (line && line->loc_type) {
+            /* CUmemAllocationProp's head: PINNED, POSIX_FD handles, the scripted location
+             * (NCCL's host-memory probe: CU_MEM_LOCATION_TYPE_HOST_NUMA and the CPU's node) */
+            unsigned head[4] = {1, 1, (unsigned)line->loc_type, (unsigned)line->loc_id};
+            memcpy(prop, head, sizeof head);
+        }
         ((int (*)(uint64_t*, size_t, const void*, unsigned long long))fn)(&handle, 2u << 20, prop, 0);
+    }
     else if (!strcmp(name, "cuMemExportToShareableHandle"))
         ((int (*)(void*, uint64_t, int, unsigned long long))fn)(&fd, 0x1000, 1, 0);
     else if (!strcmp(name, "cuMulticastBindMem"))
@@ -75,8 +82,8 @@ static void step_driver_calls(const struct lab_step* s) {
     int i = (int)(s - lab_steps), first = i;
     while (first > 0 && !strcmp(lab_steps[first - 1].op, "driver")) first--;
     for (int j = first; j < i; j++)
-        for (long k = 0; k < lab_steps[j].repeat; k++) driver_call(lab_steps[j].cu);
-    if (s->cu[0]) driver_call(s->cu);
+        for (long k = 0; k < lab_steps[j].repeat; k++) driver_call(lab_steps[j].cu, &lab_steps[j]);
+    if (s->cu[0]) driver_call(s->cu, NULL);
 }
 
 /* The (last) call of a step takes `tms` before it returns (a connect that retries, a timeout). */
