@@ -19,6 +19,7 @@ typedef struct { char internal[128]; } ncclUniqueId;
 ncclResult_t ncclGetVersion(int*);
 ncclResult_t ncclGetUniqueId(ncclUniqueId*);
 ncclResult_t ncclCommInitRank(ncclComm_t*, int, ncclUniqueId, int);
+ncclResult_t ncclCommSplit(ncclComm_t, int, int, ncclComm_t*, void*);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t*);
 ncclResult_t ncclCommAbort(ncclComm_t);
 ncclResult_t ncclCommDestroy(ncclComm_t);
@@ -73,7 +74,9 @@ int main(void) {
         if (count * 4 > sizeof buf) count = sizeof buf / 4;
         ncclResult_t rc = 0;
         long n = 0;
-        if (!strcmp(op, "nccl") || !strcmp(op, "cuda") || !strcmp(op, "cudart")) continue;
+        int dt = s->dtype >= 0 ? s->dtype : 7; /* ncclFloat32 unless the step names its type */
+        /* identity lines, and driver calls the libraries play inside the next NCCL step */
+        if (!strcmp(op, "nccl") || !strcmp(op, "cuda") || !strcmp(op, "cudart") || !strcmp(op, "driver")) continue;
         else if (!strcmp(op, "load")) { if (!dlopen(s->name, RTLD_NOW | RTLD_GLOBAL)) printf("load %s: %s\n", s->name, dlerror()); continue; }
         else if (!strcmp(op, "sleep")) { usleep((useconds_t)(s->ms * 1000)); continue; }
         else if (!strcmp(op, "hang")) { printf("hanging outside NCCL\n"); fflush(stdout); for (;;) pause(); }
@@ -92,6 +95,12 @@ int main(void) {
             lab_unique_id(s->uid, s->root, id.internal);
             rc = ncclCommInitRank(&comm, s->nranks, id, s->nranks ? s->rank : rank);
             n = 1;
+        } else if (!strcmp(op, "ncclCommSplit")) {
+            /* sub-communicators of the current one (FSDP / TP groups): kept, never used here */
+            for (n = 0; n < s->repeat && !rc; n++) {
+                ncclComm_t sub = NULL;
+                rc = ncclCommSplit(comm, s->color, rank, &sub, NULL);
+            }
         } else if (!strcmp(op, "ncclCommGetAsyncError")) {
             ncclResult_t err = 0;
             for (n = 0; n < s->repeat && !err && !rc; n++) {
@@ -106,12 +115,12 @@ int main(void) {
         else {
             /* collectives and point-to-point: `repeat` calls, stopping at a failure */
             for (n = 0; n < s->repeat && !rc; n++) {
-                if (!strcmp(op, "ncclAllReduce")) rc = ncclAllReduce(buf, buf, count, 7, 0, comm, NULL);
-                else if (!strcmp(op, "ncclBroadcast")) rc = ncclBroadcast(buf, buf, count, 7, 0, comm, NULL);
-                else if (!strcmp(op, "ncclAllGather")) rc = ncclAllGather(buf, buf, count, 7, comm, NULL);
-                else if (!strcmp(op, "ncclReduceScatter")) rc = ncclReduceScatter(buf, buf, count, 7, 0, comm, NULL);
-                else if (!strcmp(op, "ncclSend")) rc = ncclSend(buf, count, 7, s->peer, comm, NULL);
-                else if (!strcmp(op, "ncclRecv")) rc = ncclRecv(buf, count, 7, s->peer, comm, NULL);
+                if (!strcmp(op, "ncclAllReduce")) rc = ncclAllReduce(buf, buf, count, dt, 0, comm, NULL);
+                else if (!strcmp(op, "ncclBroadcast")) rc = ncclBroadcast(buf, buf, count, dt, 0, comm, NULL);
+                else if (!strcmp(op, "ncclAllGather")) rc = ncclAllGather(buf, buf, count, dt, comm, NULL);
+                else if (!strcmp(op, "ncclReduceScatter")) rc = ncclReduceScatter(buf, buf, count, dt, 0, comm, NULL);
+                else if (!strcmp(op, "ncclSend")) rc = ncclSend(buf, count, dt, s->peer, comm, NULL);
+                else if (!strcmp(op, "ncclRecv")) rc = ncclRecv(buf, count, dt, s->peer, comm, NULL);
                 else { fprintf(stderr, "lab_rank: unknown step %s\n", op); return 2; }
                 if (s->ms) usleep((useconds_t)(s->ms * 1000));
             }

@@ -214,8 +214,23 @@ impl Fabric {
                     )?;
                     in_net(switch.pid(), &["ip", "link", "set", &port, "up"])?;
                 }
-                if let Some(a) = &i.address {
-                    in_net(pid, &["ip", "addr", "add", a, "dev", &i.name])?;
+                // An interface scripted with its own link-local address gets no kernel-made one.
+                if i.addresses
+                    .iter()
+                    .any(|a| a.to_ascii_lowercase().starts_with("fe80:"))
+                {
+                    in_net(pid, &["ip", "link", "set", &i.name, "addrgenmode", "none"])?;
+                }
+                for a in i.address.iter().chain(&i.addresses) {
+                    if a.contains(':') {
+                        // IPv6: usable at once (no duplicate address detection on the bridge).
+                        in_net(
+                            pid,
+                            &["ip", "-6", "addr", "add", a, "dev", &i.name, "nodad"],
+                        )?;
+                    } else {
+                        in_net(pid, &["ip", "addr", "add", a, "dev", &i.name])?;
+                    }
                 }
                 if let Some(m) = i.mtu {
                     in_net(pid, &["ip", "link", "set", &i.name, "mtu", &m.to_string()])?;

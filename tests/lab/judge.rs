@@ -98,14 +98,17 @@ pub fn judge(expect: &Expect, report: &Value) -> Result<(), Vec<String>> {
             }
         }
     } else {
-        match primary(report) {
+        // `any`: the case's expectation judges the primary (the first finding if none is).
+        let any = expect.primary == "any";
+        let subject = primary(report).or_else(|| any.then(|| findings.first()).flatten());
+        match subject {
             None => misses.push(format!(
                 "expected primary {}, the report has none ({})",
                 expect.primary,
                 summary(report)
             )),
             Some(p) => {
-                if p["id"] != expect.primary.as_str() {
+                if !any && p["id"] != expect.primary.as_str() {
                     misses.push(format!(
                         "expected primary {}, the report says {}",
                         expect.primary,
@@ -141,7 +144,17 @@ pub fn judge(expect: &Expect, report: &Value) -> Result<(), Vec<String>> {
 /// (for a healthy job) a finding injected into the report.
 pub fn mutations(expect: &Expect, report: &Value) -> Vec<(String, Expect, Value)> {
     let mut out = Vec::new();
-    let other = if expect.primary == "rank-ended-abruptly" {
+    // With `any`, the primary the report has stands for the expected one.
+    let expected = if expect.primary == "any" {
+        primary(report)
+            .or_else(|| report["findings"].get(0))
+            .and_then(|p| p["id"].as_str())
+            .unwrap_or("any")
+            .to_owned()
+    } else {
+        expect.primary.clone()
+    };
+    let other = if expected == "rank-ended-abruptly" {
         "fatal-signal"
     } else {
         "rank-ended-abruptly"
@@ -154,7 +167,7 @@ pub fn mutations(expect: &Expect, report: &Value) -> Vec<(String, Expect, Value)
         e.facts.push("a fact no report names: zq-lab-9".into());
         out.push(("an unnamed fact".into(), e, report.clone()));
         let mut e = expect.clone();
-        e.absent.push(expect.primary.clone());
+        e.absent.push(expected.clone());
         out.push(("its primary declared absent".into(), e, report.clone()));
         let mut e = expect.clone();
         e.also.push("a-finding-no-rule-makes".into());
@@ -195,6 +208,7 @@ mod tests {
     fn expect(primary: &str) -> Expect {
         Expect {
             primary: primary.into(),
+            case: None,
             ranks: Some(vec![0, 1]),
             facts: vec!["NCCL_NET=IB".into()],
             absent: vec!["unexplained-error".into()],
@@ -226,6 +240,7 @@ mod tests {
         let healthy = serde_json::json!({"findings": []});
         let e = Expect {
             primary: "none".into(),
+            case: None,
             ranks: None,
             facts: vec![],
             absent: vec![],
@@ -257,6 +272,29 @@ mod tests {
         )
         .is_err());
         for (what, m, r) in mutations(&e, &advised) {
+            assert!(judge(&m, &r).is_err(), "judge accepted {what}");
+        }
+    }
+
+    #[test]
+    fn any_primary_takes_the_reports_own() {
+        let e = Expect {
+            primary: "any".into(),
+            case: Some("HO-05".into()),
+            ranks: None,
+            facts: vec![],
+            absent: vec![],
+            also: vec![],
+            advisory: None,
+        };
+        assert_eq!(judge(&e, &report()), Ok(()));
+        // No primary marked: the first finding stands for it; no finding at all is a miss.
+        let unmarked = serde_json::json!({"findings": [
+            {"id": "x", "severity": "contributing", "ranks": [0], "title": "t", "evidence": [], "remedy": ""}
+        ]});
+        assert_eq!(judge(&e, &unmarked), Ok(()));
+        assert!(judge(&e, &serde_json::json!({"findings": []})).is_err());
+        for (what, m, r) in mutations(&e, &report()) {
             assert!(judge(&m, &r).is_err(), "judge accepted {what}");
         }
     }

@@ -80,7 +80,14 @@ impl Kit {
         std::fs::write(bin.join("empty.c"), "int lab_empty_library;\n").unwrap();
         // Empty stand-ins too: the network plugin (aws-ofi-nccl's file name) and libfabric, whose
         // presence in the process's maps is what the recorder sees.
-        for lib in ["libibverbs.so.1", "libnccl-net-ofi.so", "libfabric.so.1"] {
+        // And the MPI stack's (HPC-X's libmpi and its HCOLL collectives), loaded by a `load` step.
+        for lib in [
+            "libibverbs.so.1",
+            "libnccl-net-ofi.so",
+            "libfabric.so.1",
+            "libmpi.so.40",
+            "libhcoll.so.1",
+        ] {
             cc(&["-shared", "-fPIC", "-o", &out(lib), &out("empty.c")]);
         }
         cc(&[
@@ -144,6 +151,8 @@ impl Kit {
 /// One finished scenario run.
 pub struct Ran {
     pub report: Value,
+    /// `ncclshim report`'s exit status (1: a failure was found).
+    pub exit: Option<i32>,
     pub dir: PathBuf,
 }
 
@@ -306,8 +315,15 @@ pub fn run(kit: &Kit, s: &Scenario, dir: &Path) -> Result<Ran, String> {
         serde_json::to_string_pretty(&report).unwrap(),
     )
     .map_err(|e| e.to_string())?;
+    let exit = o.status.code();
+    std::fs::write(
+        dir.join("report.exit"),
+        format!("{}\n", exit.map_or("signal".into(), |c| c.to_string())),
+    )
+    .map_err(|e| e.to_string())?;
     Ok(Ran {
         report,
+        exit,
         dir: dir.to_path_buf(),
     })
 }

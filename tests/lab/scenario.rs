@@ -107,6 +107,11 @@ pub struct Interface {
     pub name: String,
     /// `10.0.0.1/24`; none leaves the interface without an address.
     pub address: Option<String>,
+    /// More addresses, IPv4 or IPv6 (`2a02:6b8::600a/64`, `fe80::e866:19ff:fe1e:a688/64`), after
+    /// `address`. An interface given an IPv6 link-local (`fe80::`) address here gets no
+    /// kernel-made one besides it.
+    #[serde(default)]
+    pub addresses: Vec<String>,
     pub mtu: Option<u32>,
     /// `veth` (on the scenario's bridge, default) or `dummy` (up, reaches nothing).
     #[serde(default = "default_kind")]
@@ -146,11 +151,77 @@ fn one() -> u32 {
 pub struct Cuda {
     pub driver: Option<u32>,
     pub runtime: Option<u32>,
-    /// The current device ordinal (`cuCtxGetDevice`).
-    pub device: Option<u32>,
+    /// The current device ordinal (`cuCtxGetDevice`): a number, or `"{local_rank}"` (each
+    /// rank on the device of its local rank, as `torch.cuda.set_device(LOCAL_RANK)` does).
+    pub device: Option<Device>,
     /// The PCI bus number of that device; default `0x65 + ordinal`.
     pub pci_bus: Option<u32>,
     pub name: Option<String>,
+    /// What `cuDeviceGetUuid_v2` answers (`MIG-3b0c1f2e-aaaa-5d6e-9f00-111111111111` for a MIG
+    /// instance, `GPU-...`); default one derived from the PCI bus, as `cuDeviceGetUuid` answers.
+    pub uuid: Option<String>,
+}
+
+/// A device ordinal, or a text with `{local_rank}` / `{rank}` filled in per rank.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Device {
+    Ordinal(u32),
+    PerRank(String),
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Ordinal(n) => write!(f, "{n}"),
+            Device::PerRank(t) => f.write_str(t),
+        }
+    }
+}
+
+/// A CUDA driver call NCCL makes inside a step (before the step's own `driver`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriverCall {
+    /// `cuMemCreate`, `cuMemImportFromShareableHandle`, ...
+    pub call: String,
+    /// The CUresult (of the last of `repeat` calls; the others succeed).
+    #[serde(default)]
+    pub rc: i32,
+    #[serde(default = "one_u64")]
+    pub repeat: u64,
+    /// `cuMemCreate`: where the allocation is (`device:0`, `host`, `host_numa:2`); default an
+    /// all-zero CUmemAllocationProp.
+    pub location: Option<String>,
+}
+
+impl DriverCall {
+    /// CUmemLocationType and id of `location`.
+    pub fn location(&self) -> Result<Option<(u32, i32)>, String> {
+        let Some(l) = &self.location else {
+            return Ok(None);
+        };
+        let (kind, id) = l.split_once(':').unwrap_or((l, "0"));
+        let t = match kind {
+            "device" => 1,
+            "host" => 2,
+            "host_numa" => 3,
+            "host_numa_current" => 4,
+            _ => {
+                return Err(format!(
+                    "location {l:?}: device, host, host_numa or host_numa_current"
+                ))
+            }
+        };
+        let id = id
+            .parse()
+            .map_err(|_| format!("location {l:?}: the id is a number"))?;
+        Ok(Some((t, id)))
+    }
+}
+
+fn one_u64() -> u64 {
+    1
 }
 
 /// One step of a rank's script. Exactly one of `call`, `sleep_ms`, `hang_outside`, `signal`,
@@ -176,10 +247,19 @@ pub struct Step {
     pub kernel_us: Option<u64>,
     /// Delay after each call (polls, slow steps).
     pub every_ms: Option<u64>,
+    /// The (last) call takes this long before it returns (a connect that retries until it gives
+    /// up, a slow init).
+    pub takes_ms: Option<u64>,
     /// `ncclCommGetAsyncError`: the async error the last poll reports.
     pub async_error: Option<i32>,
     pub count: Option<u64>,
+    /// A collective's or point-to-point call's datatype: `bfloat16`, `float16`, `float32`
+    /// (default), `int8`, ... (NCCL's names, with or without `nccl`), or ncclDataType_t's number.
+    pub datatype: Option<String>,
     pub peer: Option<i32>,
+    /// `ncclCommSplit`: the color (default 0). Its `nranks`, when given, is the size of the new
+    /// communicator (ranks of a color are consecutive); default the parent's.
+    pub color: Option<i32>,
     /// `ncclCommInitRank`: defaults are the job's size, this rank, uniqueId seed 1.
     pub nranks: Option<u32>,
     pub rank: Option<u32>,
@@ -191,6 +271,10 @@ pub struct Step {
     pub driver: Option<String>,
     /// The CUresult of `driver` or `app_driver`.
     pub driver_rc: Option<i32>,
+    /// Several driver calls NCCL makes inside this step, in order, before `driver`:
+    /// `[{ call = "cuMemCreate", rc = 1 }, { call = "cuMemImportFromShareableHandle", repeat = 7 }]`.
+    #[serde(default)]
+    pub drivers: Vec<DriverCall>,
     /// The application's own CUDA driver call (`cuIpcOpenMemHandle`), outside any NCCL call.
     pub app_driver: Option<String>,
     pub sleep_ms: Option<u64>,
@@ -205,8 +289,13 @@ pub struct Step {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Expect {
-    /// The primary finding's id, or `none` for a job the report must find nothing wrong with.
+    /// The primary finding's id, or `none` for a job the report must find nothing wrong with,
+    /// or `any` (the default; only with `case`): the case's expectation alone judges the primary.
+    #[serde(default = "any")]
     pub primary: String,
+    /// A case of a case collection (`HO-05`): the judge also applies that case's expectation
+    /// (`tests/scenarios/*-expectations.json`, read as `tests/lab/cases.rs` says).
+    pub case: Option<String>,
     /// The primary finding's ranks, exactly.
     pub ranks: Option<Vec<u32>>,
     /// Texts the primary finding must contain (title, evidence, remedy; case-insensitive).
@@ -221,6 +310,30 @@ pub struct Expect {
     /// With `primary = "none"`: the one advisory finding a healthy job may have (never primary);
     /// `ranks` and `facts` then apply to it.
     pub advisory: Option<String>,
+}
+
+fn any() -> String {
+    "any".into()
+}
+
+/// ncclDataType_t of a datatype name (`bfloat16`, `ncclBfloat16`, `bf16`) or number.
+pub fn datatype_number(name: &str) -> Result<i32, String> {
+    let n = name.trim_start_matches("nccl").to_ascii_lowercase();
+    Ok(match n.as_str() {
+        "int8" | "char" => 0,
+        "uint8" => 1,
+        "int32" | "int" => 2,
+        "uint32" => 3,
+        "int64" => 4,
+        "uint64" => 5,
+        "float16" | "half" | "fp16" => 6,
+        "float32" | "float" | "fp32" => 7,
+        "float64" | "double" | "fp64" => 8,
+        "bfloat16" | "bf16" => 9,
+        _ => n
+            .parse()
+            .map_err(|_| format!("unknown datatype {name:?}"))?,
+    })
 }
 
 impl Scenario {
@@ -253,7 +366,26 @@ impl Scenario {
                 if let Some(sig) = &s.signal {
                     signal_number(sig)?;
                 }
+                if let Some(d) = &s.datatype {
+                    datatype_number(d)?;
+                }
+                if let Some(Device::PerRank(t)) = g.cuda.as_ref().and_then(|c| c.device.as_ref()) {
+                    if t != "{local_rank}" && t != "{rank}" {
+                        return Err(format!(
+                            "cuda.device: a number, \"{{local_rank}}\" or \"{{rank}}\", not {t:?}"
+                        ));
+                    }
+                }
+                for d in &s.drivers {
+                    d.location()?;
+                }
+                if !s.drivers.is_empty() && s.call.is_none() {
+                    return Err(format!("`drivers` belong to an NCCL call step: {s:?}"));
+                }
             }
+        }
+        if self.expect.primary == "any" && self.expect.case.is_none() {
+            return Err("[expect] needs a `primary` finding id (or `none`), or a `case`".into());
         }
         for h in &self.hosts {
             if !["script", "cu12", "cu11", "none"].contains(&h.nccl.as_str()) {
@@ -280,6 +412,50 @@ impl Scenario {
         r.sort_unstable();
         r.dedup();
         r
+    }
+
+    /// Every rank of the job as the runner numbers it: run, rank, local rank (per host), world
+    /// size of its run, and its group.
+    pub fn places(&self) -> Vec<(u32, crate::script::RankPlace, &RankGroup)> {
+        let mut out = Vec::new();
+        for run in self.runs() {
+            let groups: Vec<&RankGroup> = self.ranks.iter().filter(|g| g.run == run).collect();
+            let world: u32 = groups.iter().map(|g| g.count).sum();
+            let mut local: BTreeMap<&str, u32> = BTreeMap::new();
+            let mut rank = 0;
+            for g in groups {
+                for _ in 0..g.count {
+                    let lr = local.entry(g.host.as_str()).or_insert(0);
+                    let place = crate::script::RankPlace {
+                        rank,
+                        local_rank: *lr,
+                        world_size: world,
+                    };
+                    *lr += 1;
+                    out.push((run, place, g));
+                    rank += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// NCCL's error texts the scripts play (`error` of every step, placeholders filled in per
+    /// rank), longest first: what a case's judge removes from a finding's own words.
+    pub fn error_texts(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (_, place, g) in self.places() {
+            for s in &g.script {
+                if let Some(e) = &s.error {
+                    let e = place.fill(e);
+                    if !out.contains(&e) {
+                        out.push(e);
+                    }
+                }
+            }
+        }
+        out.sort_by_key(|t| std::cmp::Reverse(t.len()));
+        out
     }
 
     /// Whether any host loads the real PyPI libnccl.

@@ -2,13 +2,22 @@
 //! line format of `tests/doubles/lab/lab_script.h`): identity lines for the scripted libnccl
 //! and the CUDA doubles, then one line per step with the rank's defaults filled in.
 
-use crate::scenario::{signal_number, RankGroup, Step};
+use crate::scenario::{datatype_number, signal_number, RankGroup, Step};
 
 /// Where a rank stands in its run.
 pub struct RankPlace {
     pub rank: u32,
     pub local_rank: u32,
     pub world_size: u32,
+}
+
+impl RankPlace {
+    /// `{rank}`, `{local_rank}`, `{world_size}` in a scenario's text, for this rank.
+    pub fn fill(&self, text: &str) -> String {
+        text.replace("{rank}", &self.rank.to_string())
+            .replace("{local_rank}", &self.local_rank.to_string())
+            .replace("{world_size}", &self.world_size.to_string())
+    }
 }
 
 fn field(out: &mut String, k: &str, v: impl std::fmt::Display) {
@@ -35,7 +44,7 @@ pub fn render(g: &RankGroup, place: &RankPlace) -> String {
         if let Some(v) = c.driver {
             field(&mut out, "version", v);
         }
-        if let Some(d) = c.device {
+        if let Some(d) = &c.device {
             field(&mut out, "device", d);
         }
         if let Some(b) = c.pci_bus {
@@ -43,6 +52,9 @@ pub fn render(g: &RankGroup, place: &RankPlace) -> String {
         }
         if let Some(n) = &c.name {
             field(&mut out, "name", n);
+        }
+        if let Some(u) = &c.uuid {
+            field(&mut out, "uuid", u);
         }
         out.push('\n');
         if let Some(v) = c.runtime {
@@ -52,10 +64,22 @@ pub fn render(g: &RankGroup, place: &RankPlace) -> String {
         }
     }
     for s in &g.script {
+        // Driver calls NCCL makes inside the step: lines of their own just before it.
+        for d in &s.drivers {
+            out.push_str("op=driver");
+            field(&mut out, "cu", &d.call);
+            field(&mut out, "cu_rc", d.rc);
+            field(&mut out, "repeat", d.repeat.max(1));
+            if let Some((t, id)) = d.location().expect("validated") {
+                field(&mut out, "loc", t);
+                field(&mut out, "locid", id);
+            }
+            out.push('\n');
+        }
         out.push_str(&step_line(s, place));
         out.push('\n');
     }
-    out
+    place.fill(&out)
 }
 
 fn step_line(s: &Step, place: &RankPlace) -> String {
@@ -111,6 +135,12 @@ fn step_line(s: &Step, place: &RankPlace) -> String {
     if let Some(ms) = s.every_ms {
         field(&mut l, "ms", ms);
     }
+    if let Some(ms) = s.takes_ms {
+        field(&mut l, "tms", ms);
+    }
+    if let Some(d) = &s.datatype {
+        field(&mut l, "dtype", datatype_number(d).expect("validated"));
+    }
     if let Some(a) = s.async_error {
         field(&mut l, "async", a);
     }
@@ -126,6 +156,12 @@ fn step_line(s: &Step, place: &RankPlace) -> String {
         field(&mut l, "uid", s.uid.unwrap_or(1));
         if let Some(r) = &s.root {
             field(&mut l, "root", r);
+        }
+    }
+    if call == "ncclCommSplit" {
+        field(&mut l, "color", s.color.unwrap_or(0));
+        if let Some(n) = s.nranks {
+            field(&mut l, "nranks", n);
         }
     }
     if let Some(d) = &s.driver {

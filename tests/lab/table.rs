@@ -34,7 +34,10 @@ pub fn render(outcomes: &[(String, Scenario, Outcome)]) -> String {
         s.push_str(&format!(
             "| [{name}](../tests/scenarios/{name}.toml) | {} | {} | {} | {} | {} | {} | `{}` | {} |\n",
             sc.title.replace('|', "\\|"),
-            sc.catalog.as_deref().unwrap_or("—"),
+            sc.catalog
+                .as_deref()
+                .or(sc.expect.case.as_deref())
+                .unwrap_or("—"),
             sc.family,
             sc.hosts.len(),
             ranks,
@@ -53,25 +56,35 @@ pub fn render(outcomes: &[(String, Scenario, Outcome)]) -> String {
            each communicator and collective to it, so the report also reads the plugin's dumps),\n\
            `golden = true` (the report is also kept as a reviewed snapshot, `tests/lab/snapshots/`);\n\
          - `[[hosts]]`: `name`, optional `boot_id` (equal for containers on one machine),\n\
-           `[[hosts.interfaces]]` (`name`, `address = \"10.0.0.1/24\"`, `mtu`, `kind = \"veth\"|\"dummy\"`),\n\
+           `[[hosts.interfaces]]` (`name`, `address = \"10.0.0.1/24\"`, `addresses` (more, IPv4 or IPv6:\n\
+           `[\"fe80::1/64\"]`; a scripted link-local replaces the kernel's), `mtu`, `kind = \"veth\"|\"dummy\"`),\n\
            `dev_shm`, `dev_shm_mode`, `memlock`, `files` (`/sys`, `/proc` paths → content), `dirs`,\n\
-           `libraries` (`libcuda.so.1`, `libcudart.so.12`, `libibverbs.so.1`, `libnccl-net-ofi.so`, `libfabric.so.1`), `nccl = \"script\"|\"cu12\"|\"cu11\"|\"none\"`;\n\
+           `libraries` (`libcuda.so.1`, `libcudart.so.12`, `libibverbs.so.1`, `libnccl-net-ofi.so`, `libfabric.so.1`,\n\
+           `libmpi.so.40`, `libhcoll.so.1`), `nccl = \"script\"|\"cu12\"|\"cu11\"|\"none\"`;\n\
          - `[[ranks]]`: `host`, `count`, `run` (several runs share one dump directory), `env`\n\
            (`{rank}`, `{local_rank}`, `{world_size}` are substituted; RANK, LOCAL_RANK, WORLD_SIZE are\n\
-           set like torchrun), `nccl_version`, `cuda = { driver, runtime, device, pci_bus, name }`,\n\
+           set like torchrun; `{rank}` etc. are also substituted in a step's `error`), `nccl_version`,\n\
+           `cuda = { driver, runtime, device, pci_bus, name, uuid }` (`uuid`: what cuDeviceGetUuid_v2 answers, `MIG-...`),\n\
            and `script`: steps such as `{ call = \"ncclCommInitRank\", rc = 5, error = \"...\" }`,\n\
            `{ call = \"ncclAllReduce\", repeat = 1000, hang = true }`,\n\
            `{ call = \"ncclAllReduce\", kernel_hang = true }` (returns; its kernel never ends: profiler only),\n\
            `{ call = \"ncclAllReduce\", repeat = 500, kernel_us = 900 }` (each kernel's GPU time as the profiler is told),\n\
            `{ call = \"ncclCommGetAsyncError\", repeat = 100, every_ms = 1, async_error = 6 }`,\n\
-           `{ driver = ... }` inside a call (`driver = \"cuMemImportFromShareableHandle\", driver_rc = 101`),\n\
+           `{ call = \"ncclCommInitRank\", takes_ms = 300, rc = 6 }` (the call returns after 300 ms),\n\
+           `{ call = \"ncclCommSplit\", repeat = 40, nranks = 2, color = 1 }`, `datatype = \"bfloat16\"` on a collective,\n\
+           `uid` / `root` (`\"10.0.0.1:50421\"`, `\"[fe80::1%ip6tnl0]:46681\"`) on ncclGetUniqueId / ncclCommInitRank,\n\
+           `{ driver = ... }` inside a call (`driver = \"cuMemImportFromShareableHandle\", driver_rc = 101`;\n\
+           several: `drivers = [{ call = \"cuMemCreate\", rc = 1, location = \"host_numa:2\" }, { call = \"cuMemImportFromShareableHandle\", repeat = 7 }]`),\n\
            `{ sleep_ms = 50 }`, `{ hang_outside = true }`, `{ signal = \"SIGSEGV\" }`, `{ exit = 1 }`,\n\
            `{ load = \"libcudart.so.12\" }`, `{ app_driver = \"cuIpcOpenMemHandle\", driver_rc = 1 }` (the\n\
            application's own driver call, outside NCCL);\n\
          - `[launcher]`: `timeout_ms` (then SIGTERM), `kill_after_ms` (then SIGKILL), `interrupt_ms` (Ctrl-C);\n\
          - `[expect]`: `primary` (finding id, or `none`), `ranks`, `facts` (texts the primary finding\n\
            must contain), `absent` (finding ids that must not appear), `also` (ids that must appear too),\n\
-           `advisory` (with `primary = \"none\"`: the one non-primary finding a healthy job may have; `ranks`/`facts` apply to it);\n\
+           `advisory` (with `primary = \"none\"`: the one non-primary finding a healthy job may have; `ranks`/`facts` apply to it),\n\
+           `case` (`\"HO-05\"`: the judge also applies that case's entry of `tests/scenarios/*expectations.json`, as\n\
+           `tests/lab/cases.rs` reads it; `primary` may then be left out, `any`). `ho-expectations.json` is the\n\
+           `expectations.json` of the multi-host case collection `multi-host-2026-11` (HO-01..HO-18), copied unchanged;\n\
          - `pending = \"reason\"` when the report is known to be wrong: the lab lists it as skipped and\n\
            fails once it passes. Then regenerate this table.\n",
     );

@@ -49,10 +49,28 @@ EXPORT int cuDeviceGetPCIBusId(char* buf, int len, int dev) {
     snprintf(buf, (size_t)len, "0000:%02x:00.0", bus & 0xff);
     return 0;
 }
+/* cuDeviceGetUuid (9.2) answers the physical GPU's UUID; cuDeviceGetUuid_v2 (11.4, what
+ * cuGetProcAddress hands out from cudaVersion 11040 on) the MIG instance's where the device is
+ * one, as the real driver does. The script's `uuid` (`GPU-...` / `MIG-...`, 32 hex digits) is
+ * that v2 answer; without it both derive one UUID from the PCI bus. */
 EXPORT int cuDeviceGetUuid(unsigned char* u, int dev) {
     const struct lab_step* id = ident();
     int bus = id && id->pci_bus >= 0 ? id->pci_bus : 0x65 + dev;
     for (int i = 0; i < 16; i++) u[i] = (unsigned char)(0x10 * (i & 3) + bus + i);
+    return 0;
+}
+EXPORT int cuDeviceGetUuid_v2(unsigned char* u, int dev) {
+    const struct lab_step* id = ident();
+    if (!id || !id->uuid[0]) return cuDeviceGetUuid(u, dev);
+    const char* p = strchr(id->uuid, '-');
+    p = p ? p + 1 : id->uuid;
+    for (int i = 0; i < 16 && *p;) {
+        if (*p == '-') { p++; continue; }
+        unsigned v = 0;
+        if (sscanf(p, "%2x", &v) != 1) break;
+        u[i++] = (unsigned char)v;
+        p += 2;
+    }
     return 0;
 }
 EXPORT int cuDeviceGetName(char* name, int len, int dev) {
@@ -104,7 +122,12 @@ static const struct { const char* name; void* fn; } TABLE[] = {
     {"cuIpcOpenMemHandle", (void*)cuIpcOpenMemHandle_v2},
 };
 EXPORT int cuGetProcAddress_v2(const char* sym, void** pfn, int ver, uint64_t flags, int* status) {
-    (void)ver; (void)flags;
+    (void)flags;
+    if (!strcmp(sym, "cuDeviceGetUuid") && ver >= 11040) {
+        *pfn = (void*)cuDeviceGetUuid_v2;
+        if (status) *status = 0;
+        return 0;
+    }
     for (size_t i = 0; i < sizeof TABLE / sizeof TABLE[0]; i++)
         if (!strcmp(TABLE[i].name, sym)) { *pfn = TABLE[i].fn; if (status) *status = 0; return 0; }
     *pfn = NULL;

@@ -6,13 +6,19 @@
  * scenario's TOML: one line per step, TAB-separated `key=value` fields, the first being
  * `op=NAME`. NAME is an NCCL function (`ncclAllReduce`), a driver-side action (`sleep`, `hang`,
  * `signal`, `exit`, `load`) or an identity line (`nccl`, `cuda`, `cudart`). Values never hold a
- * TAB or a newline (the runner refuses such scenarios). */
+ * TAB or a newline (the runner refuses such scenarios). `op=driver` lines (`cu`, `cu_rc`,
+ * `repeat`, `loc`/`locid`: a cuMemCreate's location) are driver calls NCCL makes inside the NCCL
+ * step that follows them, in order: the
+ * scripted libnccl makes them, the CUDA double answers them, the rank driver skips them. */
 #ifndef LAB_SCRIPT_H
 #define LAB_SCRIPT_H
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <netinet/in.h>
 
 #define LAB_TEXT 1024
 #define LAB_MAX_STEPS 4096
@@ -26,19 +32,25 @@ struct lab_step {
     int khang;        /* a collective whose kernel never ends (the call itself returns) */
     long kus;         /* a collective's kernel time on the GPU, us (0: as long as the double takes) */
     long ms;          /* sleep / delay between polls */
+    long tms;         /* the (last) call takes this long before it returns, ms */
     int sig;          /* signal to raise */
     int code;         /* exit status */
     int nranks, rank;
     unsigned long uid; /* seed of the uniqueId bytes */
-    char root[64];     /* "a.b.c.d:port": the bootstrap root the uniqueId names (default 10.0.0.1) */
+    char root[96];     /* "a.b.c.d:port" or "[v6%ifname]:port": the bootstrap root the uniqueId names (default 10.0.0.1) */
     int peer;
+    int color;        /* ncclCommSplit's color */
+    int dtype;        /* a collective's ncclDataType_t (-1: the rank driver's default) */
     long count;
     int async;        /* ncclCommGetAsyncError's answer at the last poll */
     char cu[64];      /* a driver function NCCL calls inside this step */
     int cu_rc;        /* what the driver returns for it */
+    int loc_type;     /* cuMemCreate: CUmemLocationType of the allocation (0: an all-zero prop) */
+    int loc_id;       /* ... and its id (device ordinal, NUMA node) */
     long version;     /* identity lines: NCCL / CUDA versions */
     int device, pci_bus;
     char name[128];   /* GPU name (cuda line) or library (load) */
+    char uuid[64];    /* cuda line: what cuDeviceGetUuid_v2 answers (`GPU-...` / `MIG-...`) */
 };
 
 static struct lab_step lab_steps[LAB_MAX_STEPS];
@@ -53,6 +65,10 @@ static __attribute__((unused)) void lab_field(struct lab_step* s, const char* k,
     else if (!strcmp(k, "khang")) s->khang = atoi(v);
     else if (!strcmp(k, "kus")) s->kus = atol(v);
     else if (!strcmp(k, "ms")) s->ms = atol(v);
+    else if (!strcmp(k, "tms")) s->tms = atol(v);
+    else if (!strcmp(k, "color")) s->color = atoi(v);
+    else if (!strcmp(k, "dtype")) s->dtype = atoi(v);
+    else if (!strcmp(k, "uuid")) snprintf(s->uuid, sizeof s->uuid, "%s", v);
     else if (!strcmp(k, "sig")) s->sig = atoi(v);
     else if (!strcmp(k, "code")) s->code = atoi(v);
     else if (!strcmp(k, "nranks")) s->nranks = atoi(v);
@@ -64,6 +80,8 @@ static __attribute__((unused)) void lab_field(struct lab_step* s, const char* k,
     else if (!strcmp(k, "async")) s->async = atoi(v);
     else if (!strcmp(k, "cu")) snprintf(s->cu, sizeof s->cu, "%s", v);
     else if (!strcmp(k, "cu_rc")) s->cu_rc = atoi(v);
+    else if (!strcmp(k, "loc")) s->loc_type = atoi(v);
+    else if (!strcmp(k, "locid")) s->loc_id = atoi(v);
     else if (!strcmp(k, "version")) s->version = atol(v);
     else if (!strcmp(k, "device")) s->device = atoi(v);
     else if (!strcmp(k, "pci_bus")) s->pci_bus = (int)strtol(v, NULL, 0);
@@ -86,6 +104,7 @@ static __attribute__((unused)) void lab_load(void) {
         s->repeat = 1;
         s->device = -1;
         s->pci_bus = -1;
+        s->dtype = -1;
         for (char* save = NULL, *tok = strtok_r(line, "\t", &save); tok; tok = strtok_r(NULL, "\t", &save)) {
             char* eq = strchr(tok, '=');
             if (!eq) continue;
@@ -126,13 +145,35 @@ static __attribute__((unused)) const struct lab_step* lab_next(struct lab_cursor
 }
 
 /* The uniqueId bytes NCCL's root would hand out, from a seed every rank of the communicator
- * shares (rank 0 gets them from ncclGetUniqueId, the others build them, as if broadcast). */
+ * shares (rank 0 gets them from ncclGetUniqueId, the others build them, as if broadcast):
+ * NCCL's ncclBootstrapHandle, a magic then the root's sockaddr_in (`a.b.c.d:port`) or
+ * sockaddr_in6 (`[addr%ifname]:port`; the scope is the interface's index where this runs). */
 static __attribute__((unused)) void lab_unique_id(unsigned long seed, const char* root, char out[128]) {
     memset(out, 0, 128);
     uint64_t magic = 0x9e3779b97f4a7c15ull * (seed + 1);
     memcpy(out, &magic, 8);
+    unsigned port = 0xa410 + (seed & 0x3f); /* a port per seed */
+    if (root && root[0] == '[') {
+        char addr[96] = {0};
+        const char* close = strchr(root, ']');
+        size_t n = close ? (size_t)(close - root - 1) : 0;
+        if (n >= sizeof addr) n = sizeof addr - 1;
+        memcpy(addr, root + 1, n);
+        if (close && close[1] == ':') port = (unsigned)atoi(close + 2);
+        char* pct = strchr(addr, '%');
+        unsigned scope = 0;
+        if (pct) { *pct = 0; scope = if_nametoindex(pct + 1); if (!scope) scope = (unsigned)atoi(pct + 1); }
+        struct sockaddr_in6 sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sin6_family = AF_INET6;
+        sa.sin6_port = htons((uint16_t)port);
+        inet_pton(AF_INET6, addr, &sa.sin6_addr);
+        sa.sin6_scope_id = scope;
+        memcpy(out + 8, &sa, sizeof sa);
+        return;
+    }
     out[8] = 2; /* AF_INET, as NCCL's ncclBootstrapHandle: magic, then the root's sockaddr */
-    unsigned a = 10, b = 0, c = 0, d = 1, port = 0xa410 + (seed & 0x3f); /* a port per seed */
+    unsigned a = 10, b = 0, c = 0, d = 1;
     if (root && root[0]) sscanf(root, "%u.%u.%u.%u:%u", &a, &b, &c, &d, &port);
     out[10] = (char)(port >> 8); out[11] = (char)(port & 0xff);
     out[12] = (char)a; out[13] = (char)b; out[14] = (char)c; out[15] = (char)d;

@@ -42,7 +42,7 @@ const char* ncclGetErrorString(ncclResult_t r) __attribute__((weak, alias("pnccl
 
 /* The driver call NCCL makes inside a step (`cu=NAME`), reached as NCCL reaches it. */
 typedef int (*gpa_v2_t)(const char*, void**, int, uint64_t, int*);
-static void driver_call(const char* name) {
+static void driver_call(const char* name, const struct lab_step* line) {
     void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (!h) return;
     int (*cu_init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
@@ -57,8 +57,15 @@ static void driver_call(const char* name) {
     int fd = -1;
     if (!strcmp(name, "cuMemImportFromShareableHandle"))
         ((int (*)(uint64_t*, void*, int))fn)(&handle, (void*)(intptr_t)3, 1);
-    else if (!strcmp(name, "cuMemCreate"))
+    else if (!strcmp(name, "cuMemCreate")) {
+        if (line && line->loc_type) {
+            /* CUmemAllocationProp's head: PINNED, POSIX_FD handles, the scripted location
+             * (NCCL's host-memory probe: CU_MEM_LOCATION_TYPE_HOST_NUMA and the CPU's node) */
+            unsigned head[4] = {1, 1, (unsigned)line->loc_type, (unsigned)line->loc_id};
+            memcpy(prop, head, sizeof head);
+        }
         ((int (*)(uint64_t*, size_t, const void*, unsigned long long))fn)(&handle, 2u << 20, prop, 0);
+    }
     else if (!strcmp(name, "cuMemExportToShareableHandle"))
         ((int (*)(void*, uint64_t, int, unsigned long long))fn)(&fd, 0x1000, 1, 0);
     else if (!strcmp(name, "cuMulticastBindMem"))
@@ -69,16 +76,35 @@ static void driver_call(const char* name) {
         ((int (*)(uint64_t, size_t, size_t, uint64_t, unsigned long long))fn)(0x7f0000000000ull, 2u << 20, 0, 0x1000, 0);
 }
 
-/* Plays this call: the scripted driver call, then a hang or the scripted result and text. */
-static ncclResult_t play(const char* name) {
+/* The driver calls NCCL makes inside step `s`, in order: the `op=driver` lines just before it
+ * (each `repeat` times), then its own `cu`. */
+static void step_driver_calls(const struct lab_step* s) {
+    int i = (int)(s - lab_steps), first = i;
+    while (first > 0 && !strcmp(lab_steps[first - 1].op, "driver")) first--;
+    for (int j = first; j < i; j++)
+        for (long k = 0; k < lab_steps[j].repeat; k++) driver_call(lab_steps[j].cu, &lab_steps[j]);
+    if (s->cu[0]) driver_call(s->cu, NULL);
+}
+
+/* The (last) call of a step takes `tms` before it returns (a connect that retries, a timeout). */
+static void step_takes(const struct lab_step* s) {
+    if (s->tms > 0) usleep((useconds_t)(s->tms * 1000));
+}
+
+/* Plays this call: the scripted driver calls, then a hang or the scripted result and text.
+ * `step` (optional) gets the step that answered the call's last repetition. */
+static ncclResult_t play_step(const char* name, const struct lab_step** step) {
     int last = 0;
     const struct lab_step* s = lab_next(&cursor, name, 0, &last);
+    if (step) *step = s && last ? s : NULL;
     if (!s || !last) return 0;
-    if (s->cu[0]) driver_call(s->cu);
+    step_driver_calls(s);
     if (s->hang) for (;;) pause();
+    step_takes(s);
     if (s->rc) snprintf(last_error, sizeof last_error, "%s", s->text);
     return s->rc;
 }
+static ncclResult_t play(const char* name) { return play_step(name, NULL); }
 
 /* ---- The profiler plugin, loaded and driven as NCCL 2.28/2.29 do (docs/profiler.md,
  * nccl-facts §1): NCCL_PROFILER_PLUGIN names the library (a path, or NAME for
@@ -284,8 +310,9 @@ static ncclResult_t play_coll(const char* name, struct script_comm* comm, int f,
     const struct lab_step* s = lab_next(&cursor, name, 0, &last);
     long kus = s ? s->kus : 0;
     if (!s || !last) { prof_coll(comm, f, sb, rb, n, dt, root, 0, kus); return 0; }
-    if (s->cu[0]) driver_call(s->cu);
+    step_driver_calls(s);
     if (s->hang) { prof_coll(comm, f, sb, rb, n, dt, root, 1, kus); for (;;) pause(); }
+    step_takes(s);
     if (s->rc) { snprintf(last_error, sizeof last_error, "%s", s->text); return s->rc; }
     prof_coll(comm, f, sb, rb, n, dt, root, s->khang, kus);
     return 0;
@@ -310,11 +337,15 @@ API(ncclGetUniqueId, ncclUniqueId* id) {
     return s->rc;
 }
 
-/* `id` NULL: a split (its commHash derives from the parent's; no profiler context for now). */
+/* `id` NULL: a split (its commHash derives from the parent's; no profiler context for now);
+ * a split's size is the step's `nranks` where the script gives it (the ranks of its color:
+ * consecutive parent ranks, ordered by key), else the parent's. */
 static ncclResult_t init(const char* name, ncclComm_t* comm, int nranks, int rank, const ncclUniqueId* id) {
-    ncclResult_t rc = play(name);
+    const struct lab_step* s = NULL;
+    ncclResult_t rc = play_step(name, &s);
     if (rc) { *comm = NULL; return rc; }
     struct script_comm* c = calloc(1, sizeof *c);
+    if (!id && s && s->nranks > 0) { nranks = s->nranks; rank %= nranks; }
     c->nranks = nranks; c->rank = rank; c->dev = rank;
     if (id) prof_init(c, id);
     *comm = c;
