@@ -16,10 +16,7 @@ use std::collections::BTreeSet;
 /// Pending scenarios whose report breaks the contract through an engine gap not fixed yet, with
 /// the gap in words: the lab reports them as pending instead of failing (and says when the
 /// contract holds again, so the entry can go). Only for a scenario marked `pending`.
-pub const KNOWN_GAPS: &[(&str, &str)] = &[(
-    "ho-12-world-size-per-node",
-    "one invalid-argument finding per rank: each rank's 'Invalid rank requested : r/8' text differs",
-)];
+pub const KNOWN_GAPS: &[(&str, &str)] = &[];
 
 /// Every broken clause of the contract, in words; empty when the report keeps it.
 pub fn violations(report: &Value) -> Vec<String> {

@@ -98,14 +98,17 @@ fn driver_paths_agree(job: &JobModel, _: &Story) -> Vec<Violation> {
                 .reaching(Scope::Communicator, members.iter().copied())
                 .remedy(path.remedy.clone());
             v = v.fact(
-                Evidence::new(EvidenceKind::Call, format!("{f} inside init succeeded"))
-                    .value("function", f)
-                    .of_all(job, &ok),
+                Evidence::new(
+                    EvidenceKind::Inference,
+                    format!("{f} inside init succeeded"),
+                )
+                .value("function", f)
+                .of_all(job, &ok),
             );
             for &(p, rc) in &failed {
                 v = v.fact(
                     Evidence::new(
-                        EvidenceKind::Call,
+                        EvidenceKind::Inference,
                         format!(
                             "{f} inside init failed with {rc} {}",
                             crate::names::rc_name(rc, true)

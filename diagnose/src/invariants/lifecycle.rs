@@ -6,7 +6,7 @@
 
 use super::{Family, Invariant, Violation};
 use crate::model::JobModel;
-use crate::rules::{name_processes, Evidence, EvidenceKind};
+use crate::rules::{name_processes, Evidence};
 use crate::story::Story;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -137,13 +137,7 @@ fn no_call_after_failed_init(job: &JobModel, _: &Story) -> Vec<Violation> {
                     Violation::new(&NO_CALL_AFTER_FAILED_INIT, title, vec![p])
                         .since(c.t_enter)
                         .fact(Evidence::call(f).of(job, p))
-                        .fact(
-                            Evidence::new(
-                                EvidenceKind::Call,
-                                format!("then {} on handle {:#x}", c.describe(), c.comm),
-                            )
-                            .of(job, p),
-                        ),
+                        .fact(Evidence::call(c).of(job, p)),
                 );
                 break;
             }

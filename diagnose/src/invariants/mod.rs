@@ -101,6 +101,9 @@ pub struct Violation {
     /// Failures before this instant are not its doing (a misuse after a failure explains what
     /// followed it, not the failure itself).
     pub since: u64,
+    /// The failed calls (process, call index) it explains, when not every failure of the
+    /// processes it reaches (a latent limit explains only the failures it can cause).
+    pub calls: Option<Vec<(usize, usize)>>,
 }
 
 impl Violation {
@@ -115,7 +118,14 @@ impl Violation {
             remedy: None,
             confidence: Confidence::High,
             since: 0,
+            calls: None,
         }
+    }
+
+    /// Explains exactly these failed calls (process, call index).
+    pub fn explaining(mut self, calls: Vec<(usize, usize)>) -> Self {
+        self.calls = Some(calls);
+        self
     }
 
     /// Explains only failures from `t` on.
@@ -214,7 +224,10 @@ fn to_finding(job: &JobModel, v: Violation) -> Finding {
     );
     // What it may explain: the failed calls of every process it reaches; the story's other
     // nodes of those processes through `reach` (see `Finding::reach`).
-    for &p in &v.reach {
+    if let Some(calls) = &v.calls {
+        f.explain_all(calls.iter().copied());
+    }
+    for &p in v.reach.iter().filter(|_| v.calls.is_none()) {
         let calls: Vec<usize> = job.processes[p]
             .error_calls()
             .filter(|(_, c)| c.fail_time() >= v.since)

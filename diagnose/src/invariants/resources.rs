@@ -32,8 +32,31 @@ pub static DEV_SHM_ROOM: Invariant = Invariant {
     check: dev_shm_room,
 };
 
-fn failed(job: &JobModel, p: usize) -> bool {
-    job.processes[p].error_calls().next().is_some()
+/// The failed calls of process `p` a latent limit can explain: those whose text NCCL's message
+/// knowledge does not classify (nothing says what they are), or classifies with one of `causes`
+/// still possible for the recorded facts (`knowledge/messages.toml`). A failure the knowledge
+/// explains otherwise (a fatal HCA event, a missing device) is not the limit's doing.
+fn failures_it_may_cause(job: &JobModel, p: usize, causes: &[&str]) -> Vec<(usize, usize)> {
+    use crate::knowledge::messages::{self, Fit};
+    let pm = &job.processes[p];
+    let facts = crate::rules::message_facts::ProcessFacts(pm);
+    pm.error_calls()
+        .filter(|(_, c)| !c.is_cuda)
+        .filter(|(_, c)| {
+            let Some(text) = c.error_text.as_deref() else {
+                return true;
+            };
+            let matches = messages::classify_all(text);
+            matches.is_empty()
+                || matches.iter().any(|m| {
+                    m.entry
+                        .assess(m, &facts)
+                        .iter()
+                        .any(|a| causes.contains(&a.cause.id.as_str()) && a.fit != Fit::RuledOut)
+                })
+        })
+        .map(|(i, _)| (p, i))
+        .collect()
 }
 
 fn memlock_for_rdma(job: &JobModel, _: &Story) -> Vec<Violation> {
@@ -56,14 +79,22 @@ fn memlock_for_rdma(job: &JobModel, _: &Story) -> Vec<Violation> {
             || pm
                 .env_var("NCCL_NET")
                 .is_some_and(|n| n.eq_ignore_ascii_case("socket"));
-        if h.memlock_unlimited != Some(true) && rdma_here && verbs && !ib_off && failed(job, p) {
-            bad.push((p, limit));
+        if h.memlock_unlimited != Some(true) && rdma_here && verbs && !ib_off {
+            let calls = failures_it_may_cause(
+                job,
+                p,
+                &["memlock-limit", "out-of-memory", "memlock-or-memory"],
+            );
+            if !calls.is_empty() {
+                bad.push((p, limit, calls));
+            }
         }
     }
     if bad.is_empty() {
         return Vec::new();
     }
     let ps: Vec<usize> = bad.iter().map(|b| b.0).collect();
+    let calls: Vec<(usize, usize)> = bad.iter().flat_map(|b| b.2.iter().copied()).collect();
     let h = job.processes[ps[0]].host_facts.as_ref();
     let hcas = h.map(|h| h.infiniband.join(", ")).unwrap_or_default();
     let title = format!(
@@ -71,8 +102,10 @@ fn memlock_for_rdma(job: &JobModel, _: &Story) -> Vec<Violation> {
         name_processes(job, &ps),
         human_bytes(bad[0].1)
     );
-    let mut v = Violation::new(&MEMLOCK_FOR_RDMA, title, ps).confidence(Confidence::Medium);
-    for &(p, limit) in &bad {
+    let mut v = Violation::new(&MEMLOCK_FOR_RDMA, title, ps)
+        .confidence(Confidence::Medium)
+        .explaining(calls);
+    for &(p, limit, _) in &bad {
         v = v.fact(
             Evidence::new(
                 EvidenceKind::Host,
@@ -92,7 +125,11 @@ fn dev_shm_room(job: &JobModel, _: &Story) -> Vec<Violation> {
         let Some(size) = pm.host_facts.as_ref().and_then(|h| h.dev_shm_bytes) else {
             continue;
         };
-        if size >= min || pm.env_var("NCCL_SHM_DISABLE") == Some("1") || !failed(job, p) {
+        if size >= min || pm.env_var("NCCL_SHM_DISABLE") == Some("1") {
+            continue;
+        }
+        let calls = failures_it_may_cause(job, p, &["dev-shm-too-small", "dev-shm-full"]);
+        if calls.is_empty() {
             continue;
         }
         // Another rank of one of its communicators on the same machine: SHM is in play.
@@ -101,21 +138,24 @@ fn dev_shm_room(job: &JobModel, _: &Story) -> Vec<Violation> {
             q != p && qm.machine() == pm.machine() && !comms_of(job, q).is_disjoint(&mine)
         });
         if local_peer {
-            bad.push((p, size));
+            bad.push((p, size, calls));
         }
     }
     if bad.is_empty() {
         return Vec::new();
     }
     let ps: Vec<usize> = bad.iter().map(|b| b.0).collect();
+    let calls: Vec<(usize, usize)> = bad.iter().flat_map(|b| b.2.iter().copied()).collect();
     let title = format!(
         "/dev/shm holds only {} where {} share a host with other ranks of their communicator (NCCL's shared-memory transport needs about {})",
         human_bytes(bad[0].1),
         name_processes(job, &ps),
         human_bytes(min)
     );
-    let mut v = Violation::new(&DEV_SHM_ROOM, title, ps).confidence(Confidence::Medium);
-    for &(p, size) in &bad {
+    let mut v = Violation::new(&DEV_SHM_ROOM, title, ps)
+        .confidence(Confidence::Medium)
+        .explaining(calls);
+    for &(p, size, _) in &bad {
         v = v.fact(
             Evidence::new(
                 EvidenceKind::Host,

@@ -130,6 +130,8 @@ pub enum Feature {
     PeermemModuleOnly,
     /// A communicator of the process was destroyed or aborted before its failure.
     DestroyedComm,
+    /// The job's hosts run different numbers of ranks (7 + 8).
+    UnevenRanksPerHost,
 }
 
 /// What the recorded failures must show (any one of the kinds).

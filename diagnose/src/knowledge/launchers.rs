@@ -60,6 +60,10 @@ pub struct Launcher {
     pub detect: Vec<String>,
     pub source: String,
     pub vars: Vec<Var>,
+    /// How programs under this launcher usually hand NCCL's uniqueId to every rank, and what
+    /// keeps it from arriving (read when ranks never reached init while others wait in it).
+    #[serde(default)]
+    pub id_exchange: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -4,7 +4,7 @@
 //! the same process (the group end, the async-error poll) are the same failure.
 
 use crate::model::JobModel;
-use crate::rules::{who, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
@@ -23,14 +23,12 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         let mut f = Finding::new(
             "invalid-argument",
             None,
+            // No rank in the title: the same refusal on many ranks is one finding (their ranks
+            // and calls are its evidence).
             if null_comm {
-                format!("{} called NCCL with a NULL communicator", who(job, p))
+                "NCCL was called with a NULL communicator".to_owned()
             } else {
-                format!(
-                    "NCCL rejected the arguments of {} on {}",
-                    c.name,
-                    who(job, p)
-                )
+                format!("NCCL rejected the arguments of {}", c.name)
             },
             if c.error_text.is_some() {
                 Confidence::High

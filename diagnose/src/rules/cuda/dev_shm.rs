@@ -30,7 +30,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             if c.is_cuda {
                 continue;
             }
-            let by_text = text_is_case(c, "C07");
+            // A /dev/shm recorded as large contradicts this case whatever the text says (a
+            // fallback rank reading a peer's cuMem descriptor prints the same WARN: NVIDIA/nccl#2190).
+            let by_text = text_is_case(c, "C07") && (small || shm.is_none());
             let by_facts =
                 c.returned(NcclResult::SystemError) && small && local > 1 && c.error_text.is_none();
             if !by_text && !by_facts {

@@ -56,11 +56,7 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
                 Confidence::Medium
             },
         )
-        .remedy(
-            "Find out why these ranks did not reach NCCL: did the launcher start them (all nodes, \
-             right nproc_per_node)? Did they crash before init (their stderr)? Were their dumps \
-             collected (same NCCLSHIM_DIR on every node)?",
-        );
+        .remedy(&missing_remedy(job, &present, &waiting));
         f.ranks = missing.clone();
         let ranks_noun = |rs: &[u32]| {
             format!(
@@ -212,6 +208,35 @@ fn left_no_dump(
         );
     }
     f
+}
+
+/// What to look at for ranks that never reached init. When the present ranks wait inside init,
+/// they got the uniqueId and the missing ones did not call NCCL at all: how the launcher's
+/// programs usually hand the id around (`knowledge/launchers.toml`, `id_exchange`) says what
+/// keeps it from arriving.
+fn missing_remedy(job: &JobModel, present: &[(u32, usize)], waiting: &[u32]) -> String {
+    const PLAIN: &str =
+        "Find out why these ranks did not reach NCCL: did the launcher start them (all nodes, \
+         right nproc_per_node)? Did they crash before init (their stderr)? Were their dumps \
+         collected (same NCCLSHIM_DIR on every node)?";
+    if waiting.is_empty() {
+        return PLAIN.to_owned();
+    }
+    let exchange = present.iter().find_map(|&(_, p)| {
+        let env = job.processes[p].env.as_ref()?;
+        crate::knowledge::launchers::detected(env)
+            .into_iter()
+            .find_map(|l| l.id_exchange.clone())
+    });
+    match exchange {
+        Some(how) => format!(
+            "The other ranks got the uniqueId and wait inside init; these never called NCCL. Under this launcher {how}. Also check that the launcher started them and their stderr, and that their dumps were collected (same NCCLSHIM_DIR on every node)."
+        ),
+        None => format!(
+            "The other ranks got the uniqueId and wait inside init; these never called NCCL: check how the uniqueId reaches every rank (the application's broadcast or store must complete on all of them before init), that the launcher started them, and their stderr. {}",
+            "Were their dumps collected (same NCCLSHIM_DIR on every node)?"
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -52,10 +52,21 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
         .filter_map(|p| p.gpu()?.name.as_deref())
         .collect();
     let largest = job.comms.values().map(|c| c.nranks()).max().unwrap_or(0);
+    // Ranks per machine, over the processes that joined a communicator.
+    let mut per_machine: BTreeMap<&str, usize> = BTreeMap::new();
+    for pm in job
+        .processes
+        .iter()
+        .filter(|pm| pm.calls.iter().any(|c| c.is_init()))
+    {
+        *per_machine.entry(pm.machine()).or_default() += 1;
+    }
+    let counts: BTreeSet<usize> = per_machine.values().copied().collect();
     let job_features = JobFeatures {
         multi_node: machines.len() > 1,
         heterogeneous: gpu_models.len() > 1,
         large_scale: largest >= thresholds().large_scale.min_ranks,
+        uneven_ranks_per_host: counts.len() > 1,
     };
     // The entries that describe a version, worked out once per version of the job: a job has
     // one or two, and parsing every entry's bounds for each of 16k processes was most of this
@@ -169,6 +180,7 @@ struct JobFeatures {
     multi_node: bool,
     heterogeneous: bool,
     large_scale: bool,
+    uneven_ranks_per_host: bool,
 }
 
 fn env_is(pm: &ProcessModel, k: &str, v: &str) -> bool {
@@ -260,6 +272,7 @@ fn features(pm: &ProcessModel, v: NcclVersion, job: &JobFeatures) -> BTreeSet<Fe
     add(job.large_scale, Feature::LargeScale);
     add(libs.is_some_and(|l| l.nccl_static), Feature::NcclStatic);
     add(job.heterogeneous, Feature::HeterogeneousGpus);
+    add(job.uneven_ranks_per_host, Feature::UnevenRanksPerHost);
     add(
         matches!((driver, runtime), (Some(d), Some(r)) if d < r),
         Feature::DriverOlderThanRuntime,
@@ -369,9 +382,13 @@ fn symptoms_match(c: &Change, pm: &ProcessModel, p: usize, stuck: bool) -> Optio
     }
     if s.hang && (stuck || pm.died()) {
         if let Some((_, call)) = pm.in_flight_calls().find(|(_, x)| s.call_admitted(&x.name)) {
+            // A specific entry whose job-level conditions hold (a layout, a feature) names the
+            // hang's mechanism; without such conditions a hang only fits it.
             note(
                 &mut hit,
-                if c.specific {
+                if c.specific && !c.when.features.is_empty() {
+                    Strength::Strong
+                } else if c.specific {
                     Strength::Medium
                 } else {
                     Strength::Weak
@@ -475,7 +492,9 @@ fn entry_finding(
         .flat_map(|h| h.explains.iter().map(move |&i| (h.process, i)))
         .collect();
     let already = !explains.is_empty() && explains.iter().all(|k| primary_explained.contains(k));
-    let primary = best == Strength::Strong && !explains.is_empty() && !already;
+    // A strong match of a hang explains the ranks stuck in it (no call failed).
+    let hang_cause = best == Strength::Strong && c.symptoms.hang && explains.is_empty();
+    let primary = (best == Strength::Strong && !explains.is_empty() && !already) || hang_cause;
     let mut f = Finding::new(
         &format!("known-{}", c.id),
         None,
@@ -495,6 +514,10 @@ fn entry_finding(
         Role::Condition
     });
     f.fixed_in = c.fixed_in.clone();
+    if hang_cause {
+        f.covers = &[NodeClass::StuckInside, NodeClass::Behind];
+        f.specific = true;
+    }
     for line in version_line(job, hs) {
         f.evidence(line);
     }
@@ -675,6 +698,7 @@ mod tests {
                 multi_node: false,
                 heterogeneous: false,
                 large_scale: false,
+                uneven_ranks_per_host: false,
             },
         );
         let c = bugs::change("peermem-kernel-6.6");
