@@ -197,6 +197,59 @@ fn a_failing_nccl_job_is_recorded_and_reported() {
     assert!(n >= 1, "the shim wrote its dump into --dir");
 }
 
+/// A program that catches NCCL's error and goes on (a framework that falls back does the same)
+/// exits 0: `run` says which call failed in which process, with NCCL's code and text, and the
+/// command that explains it, in two lines instead of the clean run's one; no report.
+#[test]
+fn a_job_that_exits_0_after_a_failed_nccl_call_is_told_so() {
+    ensure_shim();
+    let dir = tempfile::tempdir().unwrap();
+    let prog = nccl_fail_program(dir.path());
+    let dumps = dir.path().join("dumps");
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .args(["run", "--dir"])
+        .arg(&dumps)
+        .arg("--")
+        .arg(&prog)
+        .arg("uniqueid")
+        .env("NCCL_SOCKET_IFNAME", "nonexistent0")
+        .env_remove("NCCLSHIM_DIR")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // What the program itself saw (the code differs between NCCL releases).
+    let rc: i32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("ncclGetUniqueId rc="))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert_ne!(rc, 0, "the call failed: {stdout}");
+    let ours: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("ncclshim:"))
+        .collect();
+    assert_eq!(ours.len(), 2, "{stderr}");
+    assert!(
+        ours[0].contains("the command ended with status 0, but ")
+            && ours[0].contains(" pid ")
+            && ours[0].contains(&format!(
+                "had a failed call: ncclGetUniqueId returned {rc} "
+            ))
+            && ours[0].contains("no socket interface found"),
+        "{stderr}"
+    );
+    assert!(
+        ours[1].ends_with(&format!("ncclshim report {}", dumps.display())),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("ncclshim report: "), "no report: {stdout}");
+}
+
 /// A process as `/proc/<pid>/stat` shows it.
 struct Proc {
     pid: i32,
