@@ -18,26 +18,11 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::native::{nccl_fail_program, root};
+use support::native::{ensure_shim, nccl_fail_program};
 
 /// How long a wait may last before the test gives up: a guard against a hang, generous for a
 /// machine loaded by parallel builds, never a measure of speed.
 const HANG_GUARD: Duration = Duration::from_secs(600);
-
-/// The shim must sit next to the ncclshim binary (or in its deps/): build it when this test runs
-/// alone (`cargo test -p collector-cli`); under `cargo test --workspace` it is already built.
-fn ensure_shim() {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_ncclshim"));
-    let dir = bin.parent().unwrap();
-    if !dir.join("libncclshim.so").exists() && !dir.join("deps/libncclshim.so").exists() {
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "ncclshim-shim"])
-            .current_dir(root())
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-}
 
 #[test]
 fn the_exit_code_of_the_command_is_kept() {
