@@ -276,11 +276,20 @@ fn cmd_run(
     let exit = ExitCode::from(code.clamp(0, 255) as u8);
     let how = outcome.how_it_ended();
     let written = ncclshim_diagnose::load::find_dumps(&plan.dir).unwrap_or_default();
-    // A job that succeeded: one line, where its dumps are. A stopped job is reported whatever
-    // its exit code: stopping a hung job is the point.
+    // A job that succeeded: one line, where its dumps are; two when a rank's call failed all
+    // the same (the job caught the error or fell back). A stopped job is reported whatever its
+    // exit code: stopping a hung job is the point.
     if code == 0 && !outcome.stopped() {
+        let caught = (!written.is_empty())
+            .then(|| analyze_dir(&plan.dir, None).ok())
+            .flatten()
+            .and_then(|report| collector_cli::caught::notice(&how, &report, &plan.dir));
         if written.is_empty() {
             say!("ncclshim: {how}; no process called NCCL, nothing was recorded");
+        } else if let Some(lines) = caught {
+            for line in lines {
+                say!("{line}");
+            }
         } else {
             say!(
                 "ncclshim: {how}; {} dump file(s) in {} (`ncclshim report` or `ncclshim trace` on it)",

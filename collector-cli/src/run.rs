@@ -15,7 +15,8 @@
 //!   the wrapper keeps waiting. When the job's main process has ended, what is left of its group
 //!   (e.g. `cmd &` of a shell script, which ignores SIGINT) gets SIGTERM, then SIGKILL after
 //!   [`LEFTOVER_GRACE`]. A **second** signal stops waiting: the group gets SIGKILL at once. The
-//!   report follows in every case (the dumps survive SIGKILL).
+//!   report follows in every case (the dumps survive SIGKILL). Those the wrapper was started
+//!   with ignored are not (below).
 //! - **The job's status is the wrapper's**: its exit code, or 128 + the signal that ended it, as
 //!   a shell does; 127 when the command is not found, 126 when it cannot be executed (then no
 //!   dump directory is left behind).
@@ -29,6 +30,16 @@
 //! handler runs, so nothing here has to be async-signal-safe. The child gets the wrapper's
 //! original signal mask back before it executes the job (`pre_exec`). One consequence of the separate
 //! process group: a job that reads from the terminal is stopped (SIGTTIN) like any background job.
+//!
+//! **A signal ignored when `run` started stays ignored, and is not passed on**, as a shell keeps
+//! it: the job inherits SIG_IGN for it, so passing it on would stop nothing, and the wrapper would
+//! wait for an end that never comes while counting the signal as the first of two (the next one,
+//! a real SIGTERM, would then SIGKILL the job at once). This is the common case, not an odd one:
+//! every `cmd &` of a non-interactive shell (a script, a CI step, a test runner started in the
+//! background) starts with SIGINT and SIGQUIT ignored, and `nohup` ignores SIGHUP. SIGCHLD
+//! inherited ignored would make the kernel reap the job behind the wrapper's back (its status
+//! lost, the wrapper waiting forever): the wrapper sets it to the default for itself and gives
+//! the job the disposition it inherited.
 
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
@@ -233,6 +244,8 @@ pub fn probe_preload(plan: &RunPlan) -> Preload {
     let (Ok(exe), Some(shim)) = (std::env::current_exe(), &plan.shim) else {
         return Preload::Loads;
     };
+    // Its exit status says whether the shim loaded: it must not be reaped by the kernel.
+    reap_children_here();
     let mut c = Command::new(exe);
     c.arg(PROBE_SUBCOMMAND).arg(shim);
     for (k, v) in &plan.env {
@@ -409,13 +422,18 @@ pub fn execute(plan: &RunPlan, cmd: &[OsString]) -> Result<RunEnd> {
     // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) only changes who reaps orphans of our descendants;
     // a kernel without it (< 3.4) returns an error, which changes nothing and is ignored.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    let chld_ignored = reap_children_here();
     let blocked = BlockedSignals::new();
     let unblocked = blocked.old;
-    // SAFETY: runs in the forked child before exec; pthread_sigmask is async-signal-safe and
-    // touches only the child's own mask (a copy of the set lives in the closure). The job must
-    // start with the mask the wrapper was given, not with the signals the wrapper blocks.
+    // SAFETY: runs in the forked child before exec; pthread_sigmask and signal are
+    // async-signal-safe and touch only the child's own mask and dispositions (a copy of the set
+    // lives in the closure). The job must start with the mask and the SIGCHLD disposition the
+    // wrapper was given, not with what the wrapper set for itself.
     unsafe {
         c.pre_exec(move || {
+            if chld_ignored {
+                libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+            }
             libc::pthread_sigmask(libc::SIG_SETMASK, &unblocked, std::ptr::null_mut());
             Ok(())
         })
@@ -567,9 +585,37 @@ fn signal_name(sig: libc::c_int) -> String {
     }
 }
 
-/// The forwarded signals and SIGCHLD, blocked in this thread while the job runs (the wrapper
-/// has no other thread then) and taken with `sigtimedwait`. On drop, pending ones are taken
-/// first, so unblocking does not deliver a stale Ctrl-C that would kill the wrapper.
+/// Whether `sig`'s disposition in this process is SIG_IGN (inherited across exec).
+fn ignored(sig: libc::c_int) -> bool {
+    // SAFETY: with a NULL new action, sigaction only reads the current one into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// Makes this process collect its children's statuses (the probe's, the job's): with SIGCHLD
+/// inherited as SIG_IGN the kernel reaps them itself and `waitpid` never returns the job's
+/// status. Returns whether it was ignored when first called (the job gets that back,
+/// [`execute`]).
+fn reap_children_here() -> bool {
+    static WAS_IGNORED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WAS_IGNORED.get_or_init(|| {
+        if !ignored(libc::SIGCHLD) {
+            return false;
+        }
+        // SAFETY: sets this process's SIGCHLD disposition to the default; no handler is
+        // involved.
+        unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+        true
+    })
+}
+
+/// The forwarded signals that were not ignored when the wrapper started, and SIGCHLD, blocked in
+/// this thread while the job runs (the wrapper has no other thread then) and taken with
+/// `sigtimedwait`. A forwarded signal ignored on entry is left alone: it stays ignored in the
+/// wrapper and in the job (see the module docs). On drop, pending ones are taken first, so
+/// unblocking does not deliver a stale Ctrl-C that would kill the wrapper.
 struct BlockedSignals {
     set: libc::sigset_t,
     old: libc::sigset_t,
@@ -577,14 +623,22 @@ struct BlockedSignals {
 
 impl BlockedSignals {
     fn new() -> Self {
+        // Read before blocking: a blocked signal is kept pending even when ignored, so one
+        // ignored on entry would otherwise be taken and passed on to a job that ignores it too.
+        let taken: Vec<libc::c_int> = FORWARDED
+            .iter()
+            .copied()
+            .filter(|&s| !ignored(s))
+            .chain([libc::SIGCHLD])
+            .collect();
         // SAFETY: sigemptyset/sigaddset initialize and fill a set we own; pthread_sigmask only
         // changes this thread's mask and writes the previous one into `old`.
         unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();
             let mut old: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
-            for s in FORWARDED.iter().chain([&libc::SIGCHLD]) {
-                libc::sigaddset(&mut set, *s);
+            for s in taken {
+                libc::sigaddset(&mut set, s);
             }
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
             Self { set, old }

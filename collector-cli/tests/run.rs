@@ -8,32 +8,21 @@
 //! No test here depends on how fast this machine is: the hung job says it is ready through
 //! marker files its ranks write once NCCL was called, and the waits' deadlines only keep a
 //! broken build from hanging the test run (they are minutes, never what a test measures).
+//! Nor on how the test run was started: the wrapper of a hung job starts with the signals the
+//! test sends at their default disposition, as a terminal's foreground job has them (a test
+//! runner started as `cmd &` by a script has SIGINT and SIGQUIT ignored, which every child
+//! inherits), and no test signals a process group by a number it saw earlier (pids are reused).
 
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::native::{nccl_fail_program, root};
+use support::native::{ensure_shim, nccl_fail_program};
 
 /// How long a wait may last before the test gives up: a guard against a hang, generous for a
 /// machine loaded by parallel builds, never a measure of speed.
 const HANG_GUARD: Duration = Duration::from_secs(600);
-
-/// The shim must sit next to the ncclshim binary (or in its deps/): build it when this test runs
-/// alone (`cargo test -p collector-cli`); under `cargo test --workspace` it is already built.
-fn ensure_shim() {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_ncclshim"));
-    let dir = bin.parent().unwrap();
-    if !dir.join("libncclshim.so").exists() && !dir.join("deps/libncclshim.so").exists() {
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "ncclshim-shim"])
-            .current_dir(root())
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-}
 
 #[test]
 fn the_exit_code_of_the_command_is_kept() {
@@ -193,6 +182,59 @@ fn a_failing_nccl_job_is_recorded_and_reported() {
     assert!(n >= 1, "the shim wrote its dump into --dir");
 }
 
+/// A program that catches NCCL's error and goes on (a framework that falls back does the same)
+/// exits 0: `run` says which call failed in which process, with NCCL's code and text, and the
+/// command that explains it, in two lines instead of the clean run's one; no report.
+#[test]
+fn a_job_that_exits_0_after_a_failed_nccl_call_is_told_so() {
+    ensure_shim();
+    let dir = tempfile::tempdir().unwrap();
+    let prog = nccl_fail_program(dir.path());
+    let dumps = dir.path().join("dumps");
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .args(["run", "--dir"])
+        .arg(&dumps)
+        .arg("--")
+        .arg(&prog)
+        .arg("uniqueid")
+        .env("NCCL_SOCKET_IFNAME", "nonexistent0")
+        .env_remove("NCCLSHIM_DIR")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // What the program itself saw (the code differs between NCCL releases).
+    let rc: i32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("ncclGetUniqueId rc="))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert_ne!(rc, 0, "the call failed: {stdout}");
+    let ours: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("ncclshim:"))
+        .collect();
+    assert_eq!(ours.len(), 2, "{stderr}");
+    assert!(
+        ours[0].contains("the command ended with status 0, but ")
+            && ours[0].contains(" pid ")
+            && ours[0].contains(&format!(
+                "had a failed call: ncclGetUniqueId returned {rc} "
+            ))
+            && ours[0].contains("no socket interface found"),
+        "{stderr}"
+    );
+    assert!(
+        ours[1].ends_with(&format!("ncclshim report {}", dumps.display())),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("ncclshim report: "), "no report: {stdout}");
+}
+
 /// A process as `/proc/<pid>/stat` shows it.
 struct Proc {
     pid: i32,
@@ -200,6 +242,9 @@ struct Proc {
     pgrp: i32,
     state: char,
     comm: String,
+    /// When it started (clock ticks after boot): with the pid, names the process even after
+    /// the pid is reused.
+    start: u64,
 }
 
 fn processes() -> Vec<Proc> {
@@ -216,7 +261,7 @@ fn processes() -> Vec<Proc> {
             continue;
         };
         let rest: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        if rest.len() < 3 {
+        if rest.len() < 20 {
             continue;
         }
         v.push(Proc {
@@ -225,6 +270,7 @@ fn processes() -> Vec<Proc> {
             state: rest[0].chars().next().unwrap_or('?'),
             ppid: rest[1].parse().unwrap_or(0),
             pgrp: rest[2].parse().unwrap_or(0),
+            start: rest[19].parse().unwrap_or(0),
         });
     }
     v
@@ -249,11 +295,34 @@ fn poll<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Option<T>) -> 
     }
 }
 
+/// The processes below `pid` (children, their children, ...), found through their parents: a
+/// live process's descendants are its own, unlike a process group number seen earlier, which
+/// another process may have taken since.
+fn descendants(pid: i32) -> Vec<i32> {
+    let all = processes();
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(all.iter().filter(|p| p.ppid == parent).map(|p| p.pid));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// The signals a test sends to the wrapper; set to their default disposition in the wrapper
+/// (then `ignored`, SIG_IGN), whatever the test run inherited.
+const SENT: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
 /// `ncclshim run` on a job of two ranks that call real NCCL and then hang (sleep), with the
-/// wrapper's output in files. Dropping it kills whatever is left (the job's group first).
+/// wrapper's output in files. Dropping it kills whatever is left of the job if the test
+/// stopped half-way (the wrapper's descendants, then the wrapper).
 struct HungJob {
     wrapper: std::process::Child,
     job_group: i32,
+    /// The job's processes once it hangs: (pid, start).
+    members: Vec<(i32, u64)>,
     dumps: PathBuf,
     out: PathBuf,
     err: PathBuf,
@@ -263,6 +332,13 @@ struct HungJob {
 impl HungJob {
     /// `prelude` runs in the job's shell before the two ranks start (e.g. a trap).
     fn start(prelude: &str) -> Self {
+        Self::start_ignoring(prelude, &[])
+    }
+
+    /// As [`HungJob::start`], with the wrapper started with the signals `ignored` ignored (as
+    /// `nohup` or a script's `cmd &` starts it).
+    fn start_ignoring(prelude: &str, ignored: &'static [libc::c_int]) -> Self {
+        use std::os::unix::process::CommandExt;
         ensure_shim();
         let tmp = tempfile::tempdir().unwrap();
         let prog = nccl_fail_program(tmp.path());
@@ -280,7 +356,8 @@ impl HungJob {
             )
         };
         let script = format!("{prelude} {} & {} & wait", rank(0), rank(1));
-        let wrapper = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        let mut wrapper = Command::new(env!("CARGO_BIN_EXE_ncclshim"));
+        wrapper
             .args(["run", "--dir"])
             .arg(&dumps)
             .args(["--", "sh", "-c", &script])
@@ -288,13 +365,26 @@ impl HungJob {
             .env_remove("NO_COLOR")
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&err).unwrap())
-            .spawn()
-            .unwrap();
+            .stderr(std::fs::File::create(&err).unwrap());
+        // SAFETY: runs in the forked child before exec; `signal` is async-signal-safe and
+        // changes only the child's own dispositions.
+        unsafe {
+            wrapper.pre_exec(move || {
+                for sig in SENT {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+                for &sig in ignored {
+                    libc::signal(sig, libc::SIG_IGN);
+                }
+                Ok(())
+            })
+        };
+        let wrapper = wrapper.spawn().unwrap();
         let wpid = wrapper.id() as i32;
         let mut job = HungJob {
             wrapper,
             job_group: 0,
+            members: Vec::new(),
             dumps,
             out,
             err,
@@ -316,6 +406,10 @@ impl HungJob {
                 .count();
             (marked == 2 && sleeping == 2).then_some(())
         });
+        job.members = group_members(job.job_group)
+            .iter()
+            .map(|p| (p.pid, p.start))
+            .collect();
         assert!(
             ncclshim_diagnose::load::find_dumps(&job.dumps)
                 .unwrap()
@@ -343,8 +437,12 @@ impl HungJob {
         )
     }
 
+    /// None of the job's processes is left alive.
     fn assert_job_gone(&self) {
-        let left = group_members(self.job_group);
+        let left: Vec<Proc> = processes()
+            .into_iter()
+            .filter(|p| p.state != 'Z' && self.members.contains(&(p.pid, p.start)))
+            .collect();
         assert!(
             left.is_empty(),
             "job processes left: {:?}",
@@ -355,12 +453,16 @@ impl HungJob {
 
 impl Drop for HungJob {
     fn drop(&mut self) {
-        if self.job_group > 0 {
-            // SAFETY: the group this test's wrapper created; ESRCH when already gone.
-            unsafe { libc::kill(-self.job_group, libc::SIGKILL) };
+        // Only a wrapper not yet waited for (the test stopped half-way) can have a job left;
+        // its pid is still its own then, and so are its descendants.
+        if let Ok(None) = self.wrapper.try_wait() {
+            for pid in descendants(self.wrapper.id() as i32) {
+                // SAFETY: a descendant of this test's live, unreaped wrapper.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            let _ = self.wrapper.kill();
+            let _ = self.wrapper.wait();
         }
-        let _ = self.wrapper.kill();
-        let _ = self.wrapper.wait();
     }
 }
 
@@ -407,6 +509,77 @@ fn a_second_ctrl_c_kills_a_job_that_ignores_the_first() {
     assert!(stderr.contains("killing the job"), "{stderr}");
     assert!(stdout.contains("ncclshim report: "), "{stdout}\n{stderr}");
     job.assert_job_gone();
+}
+
+/// `nohup ncclshim run …` starts the wrapper with SIGHUP ignored, a script's `ncclshim run … &`
+/// with SIGINT and SIGQUIT ignored, and the job inherits that. Such a signal is not passed on:
+/// it would stop nothing, the wrapper would wait for an end that never comes, and it would count
+/// as the first of two, so that a later SIGTERM killed the job at once. Here the SIGTERM after
+/// them is the first signal: the job is stopped gracefully, and the report follows.
+#[test]
+fn a_signal_ignored_when_run_started_is_not_passed_on() {
+    let mut job = HungJob::start_ignoring("", &[libc::SIGINT, libc::SIGHUP]);
+    // Ignored and not blocked, these two are discarded as they are sent: no race with the third.
+    job.signal_wrapper(libc::SIGINT);
+    job.signal_wrapper(libc::SIGHUP);
+    job.signal_wrapper(libc::SIGTERM);
+    let (code, stdout, stderr) = job.finish();
+    assert_eq!(code, 128 + libc::SIGTERM, "{stderr}");
+    assert!(stderr.contains("passed SIGTERM on to the job"), "{stderr}");
+    assert!(
+        !stderr.contains("SIGINT") && !stderr.contains("SIGHUP"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("killing the job"), "{stderr}");
+    assert!(stdout.contains("ncclshim report: "), "{stdout}\n{stderr}");
+    job.assert_job_gone();
+}
+
+/// A wrapper started with SIGCHLD ignored (which would let the kernel reap the job behind its
+/// back) still gets the job's status, and the job still starts with SIGCHLD ignored.
+#[test]
+fn a_wrapper_started_with_sigchld_ignored_keeps_the_job_status() {
+    use std::os::unix::process::CommandExt;
+    ensure_shim();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |job: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ncclshim"));
+        c.args(["run", "--dir"])
+            .arg(tmp.path().join("d"))
+            .arg("--")
+            .args(job)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // SAFETY: `signal` in the forked child before exec changes only its own disposition.
+        unsafe {
+            c.pre_exec(|| {
+                libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+                Ok(())
+            })
+        };
+        let mut child = c.spawn().unwrap();
+        // A wrapper that lost the status would wait forever: a deadline, not a measure.
+        poll("the wrapper to exit", HANG_GUARD, || {
+            child.try_wait().unwrap()
+        });
+        child.wait_with_output().unwrap()
+    };
+    let out = run(&["sh", "-c", "exit 3"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&["cat", "/proc/self/status"]);
+    assert_eq!(out.status.code(), Some(0));
+    let ignored = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        .unwrap();
+    assert_ne!(ignored & (1 << (libc::SIGCHLD - 1)), 0, "{ignored:x}");
 }
 
 #[test]

@@ -2,7 +2,11 @@
  * integration tests. Each step prints "<call> rc=<n>" so the test can compare what the program
  * saw with what the dump recorded.
  *   nccl_fail version        ncclGetVersion
- *   nccl_fail uniqueid       ncclGetUniqueId (fails under NCCL_SOCKET_IFNAME=nonexistent0)
+ *   nccl_fail uniqueid       ncclGetUniqueId (fails under NCCL_SOCKET_IFNAME=nonexistent0); returns 0
+ *                            whatever it returned (a program that catches the error and goes on)
+ *   nccl_fail uniqueidcheck  as uniqueid, checked the way a real program checks each NCCL call (the
+ *                            NCCLCHECK macro of nccl-tests and NCCL's examples): a failure prints
+ *                            NCCL's error string and returns 1
  *   nccl_fail init           ncclGetUniqueId, then ncclCommInitRank(nranks=1, rank=0) (no GPU: fails)
  *   nccl_fail initconfig     as init, with ncclCommInitRankConfig and a config (blocking=1, netName="Socket",
  *                            commName="ncclshim-test")
@@ -121,6 +125,13 @@ int nccl_fail_run(const char* what) {
         return 0;
     }
     if (!strcmp(what, "uniqueid")) return 0;
+    if (!strcmp(what, "uniqueidcheck")) {
+        if (rc == ncclSuccess) return 0;
+        fflush(stdout);
+        fprintf(stderr, "nccl_fail: ncclGetUniqueId failed: %s (%s)\n", ncclGetErrorString(rc),
+                ncclGetLastError(NULL));
+        return 1;
+    }
     ncclComm_t comm = NULL;
     if (!strcmp(what, "initconfig")) {
         int ver = 0;

@@ -65,9 +65,9 @@ pub fn build_against_double(dir: &Path, program: &str) -> PathBuf {
     prog
 }
 
-/// `tests/c/nccl_fail.c` linked against the cu12 wheel's real libnccl (fetched once by
-/// `scripts/fetch-nccl.sh`), built as `out/nccl_fail`.
-pub fn nccl_fail_program(out: &Path) -> PathBuf {
+/// The directory of the cu12 wheel's real libnccl.so.2, fetched once by
+/// `scripts/fetch-nccl.sh`.
+pub fn nccl_cu12_lib() -> PathBuf {
     let st = Command::new("bash")
         .arg(root().join("scripts/fetch-nccl.sh"))
         .output()
@@ -77,7 +77,13 @@ pub fn nccl_fail_program(out: &Path) -> PathBuf {
         "{}",
         String::from_utf8_lossy(&st.stderr)
     );
-    let lib = root().join(".cache/nccl/cu12/lib");
+    root().join(".cache/nccl/cu12/lib")
+}
+
+/// `tests/c/nccl_fail.c` linked against the cu12 wheel's real libnccl ([`nccl_cu12_lib`]),
+/// built as `out/nccl_fail`.
+pub fn nccl_fail_program(out: &Path) -> PathBuf {
+    let lib = nccl_cu12_lib();
     let prog = out.join("nccl_fail");
     cc(&[
         "-Wall",
@@ -90,4 +96,20 @@ pub fn nccl_fail_program(out: &Path) -> PathBuf {
         &format!("-Wl,-rpath,{}", lib.display()),
     ]);
     prog
+}
+
+/// The shim must sit next to the ncclshim binary (or in its deps/) for `ncclshim run`: build
+/// it when a test runs alone (`cargo test -p collector-cli`); under `cargo test --workspace`
+/// it is already built.
+pub fn ensure_shim() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_ncclshim"));
+    let dir = bin.parent().unwrap();
+    if !dir.join("libncclshim.so").exists() && !dir.join("deps/libncclshim.so").exists() {
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", "ncclshim-shim"])
+            .current_dir(root())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
 }
