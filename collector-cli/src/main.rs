@@ -61,6 +61,10 @@ enum Command {
         /// process ended, where each rank was, who waited for whom, the failure graph.
         #[arg(long, conflicts_with = "json")]
         story: bool,
+        /// Show every finding in the text report (by default: the primary and the few findings
+        /// that add to it; `--json` always has every finding).
+        #[arg(long)]
+        all: bool,
         /// PyTorch Flight Recorder dumps to join with the shim's: the prefix their ranks are
         /// appended to (what `TORCH_FR_DUMP_TEMP_FILE` was, `/tmp/fr/rank_`) or their directory.
         /// Default: those found in DIR (files named `<prefix><rank>`, up to 4 levels deep).
@@ -141,6 +145,7 @@ fn main() -> ExitCode {
             run,
             list_runs,
             story,
+            all,
             flight_recorder,
         } => {
             let options = ncclshim_diagnose::rules::Options {
@@ -151,7 +156,7 @@ fn main() -> ExitCode {
                 cmd_list_runs(&dir, json)
             } else {
                 let fr = flight_recorder_source(flight_recorder);
-                cmd_report(&dir, json, color, story, run.as_deref(), &options, &fr)
+                cmd_report(&dir, json, color, story, all, run.as_deref(), &options, &fr)
             }
         }
         Command::Trace {
@@ -419,6 +424,7 @@ fn cmd_report(
     json: bool,
     color: ColorChoice,
     story: bool,
+    all: bool,
     run: Option<&str>,
     options: &ncclshim_diagnose::rules::Options,
     fr: &ncclshim_diagnose::flight_recorder::Source,
@@ -445,7 +451,7 @@ fn cmd_report(
             );
             ProgressBar(pb)
         });
-    let report = ncclshim_diagnose::analyze_run_with(
+    let mut report = ncclshim_diagnose::analyze_run_with(
         dir,
         &listing,
         progress
@@ -459,6 +465,7 @@ fn cmd_report(
     if let Some(ProgressBar(pb)) = progress {
         pb.finish_and_clear();
     }
+    report.show_all = all;
     if report.job.dumps == 0 {
         // Nothing was read: there is no report to print (and no "no problem found" to claim).
         for p in &report.problems {

@@ -198,7 +198,14 @@ pub struct Report {
     /// the JSON contract.
     #[serde(skip)]
     pub story: Vec<String>,
+    /// The text report lists every finding (`report --all`), not only the primary and the few
+    /// that add to it ([`Report::shown_findings`]).
+    #[serde(skip)]
+    pub show_all: bool,
 }
+
+/// How many findings besides the primaries the text report shows (the rest behind `--all`).
+pub const SHOWN_BESIDE_PRIMARY: usize = 3;
 
 /// The gaps in the evidence, one item per process and kind (records lost on threads are summed
 /// per process; the thread with the most losses is named); the same gap on many processes
@@ -502,7 +509,37 @@ impl Report {
             run_note: None,
             flight_recorder: None,
             story: Vec::new(),
+            show_all: false,
         }
+    }
+
+    /// The findings the text report shows, in order, and how many it leaves out: every primary,
+    /// then up to [`SHOWN_BESIDE_PRIMARY`] that add something (causes and conditions before
+    /// advisories, consequences last); all of them with `show_all`.
+    pub fn shown_findings(&self) -> (Vec<&Finding>, usize) {
+        if self.show_all {
+            return (self.findings.iter().collect(), 0);
+        }
+        let mut shown: Vec<&Finding> = self
+            .findings
+            .iter()
+            .filter(|f| f.severity == Severity::Primary)
+            .collect();
+        let mut rest: Vec<&Finding> = self
+            .findings
+            .iter()
+            .filter(|f| f.severity != Severity::Primary)
+            .collect();
+        // Stable: the verdict's order within each group.
+        rest.sort_by_key(|f| (f.consequence, f.severity == Severity::Advisory));
+        let room = if shown.is_empty() {
+            SHOWN_BESIDE_PRIMARY + 1
+        } else {
+            SHOWN_BESIDE_PRIMARY
+        };
+        let hidden = rest.len().saturating_sub(room);
+        shown.extend(rest.into_iter().take(room));
+        (shown, hidden)
     }
 
     /// 0 nothing wrong found, 1 a failure (or a condition that causes one) was found.
@@ -646,7 +683,8 @@ impl Report {
             o.push_str(&bold(&verdict));
             o.push('\n');
         }
-        for f in &self.findings {
+        let (shown, hidden) = self.shown_findings();
+        for f in shown {
             let sev = match f.severity {
                 Severity::Primary => red("PRIMARY"),
                 Severity::Contributing => yellow("CONTRIBUTING"),
@@ -670,6 +708,13 @@ impl Report {
             if let Some(v) = &f.fixed_in {
                 o.push_str(&format!("  fixed in NCCL {}\n", safe(v)));
             }
+            o.push('\n');
+        }
+        if hidden > 0 {
+            o.push_str(&dim(&format!(
+                "{} more (consequences, conditions, echoes): `ncclshim report --all` lists them; --json has every finding\n",
+                count(hidden, "finding", "findings")
+            )));
             o.push('\n');
         }
         if !j.communicators.is_empty() {

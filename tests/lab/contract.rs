@@ -48,6 +48,13 @@ pub fn violations(report: &Value) -> Vec<String> {
             }
         }
     }
+    // A failed job always has a primary: a cause, or what failed first and which fact would
+    // decide its cause (issue: never a report of a failed job without a primary).
+    if failures > 0 && !findings.iter().any(|f| f["severity"] == "primary") {
+        out.push(format!(
+            "{failures} failure(s) and no primary finding: the report names no cause"
+        ));
+    }
     for i in 0..failures as u64 {
         let covered = findings.iter().any(|f| {
             f["explains_failures"]

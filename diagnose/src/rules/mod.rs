@@ -431,7 +431,7 @@ pub const RULES: &[(&str, RuleFn)] = &[
     ("missing", |j, s, _| init::missing_ranks::check(j, s)),
     ("C09-C10", |j, _, _| network::network_path::check(j)),
     ("C25", |j, _, _| hang::concurrent_comm::check(j)),
-    ("waiting", |j, _, _| hang::waiting_ranks::check(j)),
+    ("waiting", |j, s, _| hang::waiting_ranks::check(j, s)),
     ("uid", |j, _, _| init::uid_split::check(j)),
     ("stuck", |j, s, o| {
         hang::stuck::check(j, s, o.now_ns, o.stall_after_ns)

@@ -7,6 +7,7 @@
 use crate::model::{JobModel, ProcessModel};
 use crate::names::signal_name;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
+use crate::story::Story;
 use ncclshim_format::CallId;
 
 /// What a waiting process was doing at its end.
@@ -57,10 +58,19 @@ fn ended_by(pm: &ProcessModel, first_t: u64) -> String {
     }
 }
 
-pub fn check(job: &JobModel) -> Vec<Finding> {
+/// The ranks the story gives no node of their own (no failure, not behind, not departed, not
+/// stuck or mismatched): a rank the story located as the cause (a laggard, a rank that left) is
+/// never listed here as one that only waited.
+pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
     let Some(first) = job.failures.first() else {
         return Vec::new();
     };
+    let located: std::collections::HashSet<usize> = story
+        .nodes
+        .iter()
+        .map(|n| n.process)
+        .chain(job.failures.iter().map(|x| x.process))
+        .collect();
     let mut f = Finding::new(
         "ranks-waiting-when-stopped",
         None,
@@ -73,7 +83,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     );
     f.consequence = true;
     for (p, pm) in job.processes.iter().enumerate() {
-        let failed = job.failures.iter().any(|x| x.process == p);
+        let failed = located.contains(&p);
         let seen = pm.last_t.max(pm.last_alive.unwrap_or(0));
         if failed || pm.clean_exit || seen < first.t || pm.calls.is_empty() {
             continue;
