@@ -156,7 +156,18 @@ fn main() -> ExitCode {
                 cmd_list_runs(&dir, json)
             } else {
                 let fr = flight_recorder_source(flight_recorder);
-                cmd_report(&dir, json, color, story, all, run.as_deref(), &options, &fr)
+                cmd_report(
+                    &dir,
+                    ReportOutput {
+                        json,
+                        color,
+                        story,
+                        all,
+                    },
+                    run.as_deref(),
+                    &options,
+                    &fr,
+                )
             }
         }
         Command::Trace {
@@ -419,16 +430,27 @@ fn cmd_list_runs(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
-fn cmd_report(
-    dir: &std::path::Path,
+/// How `report` prints: JSON or text, colours, the story after it, every finding.
+struct ReportOutput {
     json: bool,
     color: ColorChoice,
     story: bool,
     all: bool,
+}
+
+fn cmd_report(
+    dir: &std::path::Path,
+    output: ReportOutput,
     run: Option<&str>,
     options: &ncclshim_diagnose::rules::Options,
     fr: &ncclshim_diagnose::flight_recorder::Source,
 ) -> anyhow::Result<ExitCode> {
+    let ReportOutput {
+        json,
+        color,
+        story,
+        all,
+    } = output;
     // The one walk of the directory: its dumps, the Flight Recorder's candidates, the problems.
     let listing = ncclshim_diagnose::open_job_dir(dir)?;
     match ncclshim_diagnose::require_dumps(dir, &listing) {
