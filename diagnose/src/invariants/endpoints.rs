@@ -6,7 +6,7 @@
 use super::{Family, Invariant, Scope, Violation};
 use crate::knowledge::{bugs, messages};
 use crate::model::endpoints::{
-    address_kind, call_uid_root, endpoints_in, host_addresses, owners, same_subnet, AddressKind,
+    address_kind, call_uid_root, endpoints_in, host_addresses, same_subnet, AddressKind,
 };
 use crate::model::JobModel;
 use crate::rules::{name_processes, Evidence, EvidenceKind};
@@ -76,6 +76,11 @@ fn peer_address_in_job(job: &JobModel, _: &Story) -> Vec<Violation> {
     if !every_machine_recorded(job) {
         return Vec::new();
     }
+    // Every address a recorded host has, gathered once (a lookup per address in the texts was
+    // a scan of every process: ranks x failures).
+    let owned: std::collections::HashSet<IpAddr> = (0..job.processes.len())
+        .flat_map(|p| host_addresses(job, p).into_iter().map(|h| h.addr))
+        .collect();
     let roots: BTreeSet<IpAddr> = job
         .processes
         .iter()
@@ -94,7 +99,7 @@ fn peer_address_in_job(job: &JobModel, _: &Story) -> Vec<Violation> {
             for e in endpoints_in(text) {
                 if address_kind(&e.addr) != AddressKind::Other
                     || roots.contains(&e.addr)
-                    || !owners(job, &e.addr).is_empty()
+                    || owned.contains(&e.addr)
                     || !seen.insert(e.addr)
                 {
                     continue;

@@ -144,17 +144,20 @@ fn launcher_layout_matches(job: &JobModel, _: &Story) -> Vec<Violation> {
         if ps.len() < 2 {
             continue;
         }
-        // Only processes of one communicator (two jobs may share a machine).
+        // Only processes of one communicator (two jobs may share a machine): a process counts
+        // when one of its communicators has another member in the group (counted per
+        // communicator: a pairwise comparison was quadratic in the group's size).
+        let comms: Vec<std::collections::BTreeSet<u64>> =
+            ps.iter().map(|&p| comms_of(job, p)).collect();
+        let mut members: BTreeMap<u64, usize> = BTreeMap::new();
+        for c in comms.iter().flatten() {
+            *members.entry(*c).or_default() += 1;
+        }
         let shared: Vec<usize> = ps
             .iter()
-            .copied()
-            .filter(|&a| {
-                let ca = comms_of(job, a);
-                !ca.is_empty()
-                    && ps
-                        .iter()
-                        .any(|&b| b != a && !ca.is_disjoint(&comms_of(job, b)))
-            })
+            .zip(&comms)
+            .filter(|(_, cs)| cs.iter().any(|c| members[c] >= 2))
+            .map(|(&p, _)| p)
             .collect();
         if shared.len() >= 2 {
             twice.push((lr, shared));
@@ -173,7 +176,10 @@ fn launcher_layout_matches(job: &JobModel, _: &Story) -> Vec<Violation> {
                 .collect::<Vec<_>>()
                 .join(",")
         );
-        let reach: Vec<usize> = ps.iter().flat_map(|&p| members_of(job, p)).collect();
+        let mine: BTreeSet<u64> = ps.iter().flat_map(|&p| comms_of(job, p)).collect();
+        let reach: Vec<usize> = (0..job.processes.len())
+            .filter(|&q| !comms_of(job, q).is_disjoint(&mine))
+            .collect();
         let mut v = Violation::new(&LAUNCHER_LAYOUT_MATCHES, title, ps.clone())
             .reaching(Scope::Communicator, reach);
         for &p in &ps {
@@ -213,12 +219,4 @@ fn launcher_layout_matches(job: &JobModel, _: &Story) -> Vec<Violation> {
         );
     }
     out
-}
-
-/// Every process sharing a communicator with `p`, `p` included.
-fn members_of(job: &JobModel, p: usize) -> Vec<usize> {
-    let mine = comms_of(job, p);
-    (0..job.processes.len())
-        .filter(|&q| q == p || !comms_of(job, q).is_disjoint(&mine))
-        .collect()
 }

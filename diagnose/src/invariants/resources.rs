@@ -121,6 +121,9 @@ fn memlock_for_rdma(job: &JobModel, _: &Story) -> Vec<Violation> {
 fn dev_shm_room(job: &JobModel, _: &Story) -> Vec<Violation> {
     let min = thresholds().dev_shm.min_bytes;
     let mut bad = Vec::new();
+    // Members per (machine, communicator), counted once when first needed (a scan of every
+    // process per failing one was ranks x ranks).
+    let mut local_members: Option<std::collections::HashMap<(&str, u64), usize>> = None;
     for (p, pm) in job.processes.iter().enumerate() {
         let Some(size) = pm.host_facts.as_ref().and_then(|h| h.dev_shm_bytes) else {
             continue;
@@ -133,10 +136,18 @@ fn dev_shm_room(job: &JobModel, _: &Story) -> Vec<Violation> {
             continue;
         }
         // Another rank of one of its communicators on the same machine: SHM is in play.
-        let mine = comms_of(job, p);
-        let local_peer = job.processes.iter().enumerate().any(|(q, qm)| {
-            q != p && qm.machine() == pm.machine() && !comms_of(job, q).is_disjoint(&mine)
+        let counts = local_members.get_or_insert_with(|| {
+            let mut m = std::collections::HashMap::new();
+            for (q, qm) in job.processes.iter().enumerate() {
+                for c in comms_of(job, q) {
+                    *m.entry((qm.machine(), c)).or_default() += 1;
+                }
+            }
+            m
         });
+        let local_peer = comms_of(job, p)
+            .into_iter()
+            .any(|c| counts.get(&(pm.machine(), c)).is_some_and(|&n| n >= 2));
         if local_peer {
             bad.push((p, size, calls));
         }
