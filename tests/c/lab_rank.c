@@ -109,7 +109,9 @@ int main(void) {
             }
             if (err) { printf("async error %d: %s\n", err, ncclGetLastError(comm)); fflush(stdout); }
         } else if (!strcmp(op, "ncclCommAbort")) { rc = ncclCommAbort(comm); comm = NULL; n = 1; }
-        else if (!strcmp(op, "ncclCommDestroy")) { rc = ncclCommDestroy(comm); comm = NULL; n = 1; }
+        /* the handle stays in `comm` after destroy, as in an application that keeps its variable:
+         * a later step on it is a use after destroy (its scripted failure touches nothing) */
+        else if (!strcmp(op, "ncclCommDestroy")) { rc = ncclCommDestroy(comm); n = 1; }
         else if (!strcmp(op, "ncclGroupStart")) { rc = ncclGroupStart(); n = 1; }
         else if (!strcmp(op, "ncclGroupEnd")) { rc = ncclGroupEnd(); n = 1; }
         else {
