@@ -190,6 +190,24 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
     // across two launcher ids, and never when the join would give one launcher rank to two
     // processes (the same job launched twice in a row).
     let group_id = |sets: &mut Sets, i: usize| sets.named(i);
+    // The communicators of each part: those it joined, and the uniqueIds it called init with
+    // (an init that never completed names its communicator only by its uniqueId).
+    let comms: Vec<std::collections::BTreeSet<u64>> = parts
+        .iter()
+        .map(|p| {
+            p.memberships
+                .iter()
+                .map(|m| m.comm_hash)
+                .chain(
+                    p.calls
+                        .iter()
+                        .filter(|c| c.is_init())
+                        .filter_map(|c| c.arg("uid_hash")),
+                )
+                .filter(|&h| h != 0)
+                .collect()
+        })
+        .collect();
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| (parts[i].first_t, i));
     let mut last_of_comm: HashMap<u64, usize> = HashMap::new();
@@ -199,14 +217,12 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
         // A part without a communicator can belong with anything that ran beside it: the part
         // that started just before it. One with communicators: the latest part of each of them,
         // and the latest part without any.
-        let candidates: Vec<usize> = if parts[i].memberships.is_empty() {
+        let candidates: Vec<usize> = if comms[i].is_empty() {
             previous.into_iter().collect()
         } else {
-            parts[i]
-                .memberships
+            comms[i]
                 .iter()
-                .filter(|m| m.comm_hash != 0)
-                .filter_map(|m| last_of_comm.get(&m.comm_hash).copied())
+                .filter_map(|c| last_of_comm.get(c).copied())
                 .chain(last_without_comm)
                 .collect()
         };
@@ -216,16 +232,19 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
                 continue;
             }
             let (a, b) = (group_id(&mut sets, i), group_id(&mut sets, j));
-            if a.is_some() && b.is_some() && a != b || sets.rank_clash(i, j) {
+            // Two processes in one communicator at the same time are one job even when their
+            // launcher ranks repeat (ranks computed per node: the identity invariant's case).
+            let one_comm = !comms[i].is_disjoint(&comms[j]);
+            if a.is_some() && b.is_some() && a != b || (!one_comm && sets.rank_clash(i, j)) {
                 continue;
             }
             sets.union(i, j);
         }
-        if parts[i].memberships.is_empty() {
+        if comms[i].is_empty() {
             last_without_comm = Some(i);
         }
-        for m in parts[i].memberships.iter().filter(|m| m.comm_hash != 0) {
-            last_of_comm.insert(m.comm_hash, i);
+        for &c in &comms[i] {
+            last_of_comm.insert(c, i);
         }
         previous = Some(i);
     }
@@ -446,6 +465,25 @@ mod tests {
                 ("unnamed-2".to_owned(), vec![3, 4])
             ]
         );
+    }
+
+    /// Two nodes that each started ranks 0-1 (RANK computed per node) into one communicator at
+    /// the same time: one job whose ranks repeat (what the identity invariant names), not two
+    /// runs that would each look healthy.
+    #[test]
+    fn repeated_launcher_ranks_in_one_communicator_at_once_are_one_run() {
+        let ranked = |pid: u32, rank: &str, t: (u64, u64)| {
+            let mut p = part(pid, "", 7, t);
+            p.env = Some([("RANK".to_owned(), rank.to_owned())].into_iter().collect());
+            p
+        };
+        let runs = split(vec![
+            ranked(1, "0", (10, 30)),
+            ranked(2, "1", (11, 31)),
+            ranked(3, "0", (12, 32)),
+            ranked(4, "1", (13, 33)),
+        ]);
+        assert_eq!(ids(&runs), vec![("unnamed-1".to_owned(), vec![1, 2, 3, 4])]);
     }
 
     #[test]
