@@ -192,22 +192,8 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
     let group_id = |sets: &mut Sets, i: usize| sets.named(i);
     // The communicators of each part: those it joined, and the uniqueIds it called init with
     // (an init that never completed names its communicator only by its uniqueId).
-    let comms: Vec<std::collections::BTreeSet<u64>> = parts
-        .iter()
-        .map(|p| {
-            p.memberships
-                .iter()
-                .map(|m| m.comm_hash)
-                .chain(
-                    p.calls
-                        .iter()
-                        .filter(|c| c.is_init())
-                        .filter_map(|c| c.arg("uid_hash")),
-                )
-                .filter(|&h| h != 0)
-                .collect()
-        })
-        .collect();
+    let comms: Vec<std::collections::BTreeSet<u64>> =
+        parts.iter().map(ProcessModel::communicator_ids).collect();
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| (parts[i].first_t, i));
     let mut last_of_comm: HashMap<u64, usize> = HashMap::new();

@@ -41,9 +41,9 @@ pub fn mig_instance(job: &JobModel, p: usize) -> Option<String> {
     first.starts_with("MIG-").then(|| first.to_owned())
 }
 
-/// Groups of processes of one communicator on one host and PCI device, on different MIG
-/// instances: (host, PCI bus id, processes).
-pub fn partitioned_groups(job: &JobModel) -> Vec<(String, String, Vec<usize>)> {
+/// The processes on each physical GPU: (machine, PCI bus id) → processes, for the ranks whose
+/// GPU identity was recorded (the devices invariant and catalog case C06 read it alike).
+pub fn processes_by_gpu(job: &JobModel) -> BTreeMap<(String, String), Vec<usize>> {
     let mut by_gpu: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
     for (p, pm) in job.processes.iter().enumerate() {
         if let Some(bus) = pm.gpu().and_then(|g| g.pci_bus_id.clone()) {
@@ -53,6 +53,13 @@ pub fn partitioned_groups(job: &JobModel) -> Vec<(String, String, Vec<usize>)> {
                 .push(p);
         }
     }
+    by_gpu
+}
+
+/// Groups of processes of one communicator on one host and PCI device, on different MIG
+/// instances: (host, PCI bus id, processes).
+pub fn partitioned_groups(job: &JobModel) -> Vec<(String, String, Vec<usize>)> {
+    let by_gpu = processes_by_gpu(job);
     let mut out = Vec::new();
     for ((_, bus), ps) in by_gpu {
         if ps.len() < 2 {

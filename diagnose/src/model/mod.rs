@@ -412,6 +412,23 @@ impl ProcessModel {
             .unwrap_or(0)
     }
 
+    /// Every communicator this process belongs to or was joining: the commHashes it joined and
+    /// the uniqueIds it called init with (an init that never completed names its communicator
+    /// only by its uniqueId). The story, the run splitter and the invariants read it alike.
+    pub fn communicator_ids(&self) -> std::collections::BTreeSet<u64> {
+        self.memberships
+            .iter()
+            .map(|m| m.comm_hash)
+            .chain(
+                self.calls
+                    .iter()
+                    .filter(|c| c.is_init())
+                    .filter_map(|c| c.arg("uid_hash")),
+            )
+            .filter(|&h| h != 0)
+            .collect()
+    }
+
     pub fn world_rank(&self) -> Option<u32> {
         self.world().map(|m| m.rank)
     }

@@ -566,18 +566,7 @@ fn precedence(k: NodeKind) -> u8 {
 
 /// Every communicator (or uniqueId being joined) process `p` belongs to.
 pub fn comms_of(job: &JobModel, p: usize) -> BTreeSet<u64> {
-    let pm = &job.processes[p];
-    pm.memberships
-        .iter()
-        .map(|m| m.comm_hash)
-        .chain(
-            pm.calls
-                .iter()
-                .filter(|c| c.is_init())
-                .filter_map(|c| c.arg("uid_hash")),
-        )
-        .filter(|&h| h != 0)
-        .collect()
+    job.processes[p].communicator_ids()
 }
 
 /// Whether process `p` recorded an error saying a peer left (a closed or reset connection, a

@@ -7,7 +7,6 @@ use crate::knowledge::visible_devices::VisibleDevices;
 use crate::model::JobModel;
 use crate::rules::{text_is_case, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
-use std::collections::BTreeMap;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(
@@ -29,15 +28,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             .flat_map(|g| g.2)
             .collect();
     // (machine, pci bus id) → processes.
-    let mut by_gpu: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
-    for (p, pm) in job.processes.iter().enumerate() {
-        if let Some(bus) = pm.gpu().and_then(|g| g.pci_bus_id.clone()) {
-            by_gpu
-                .entry((pm.machine().to_owned(), bus))
-                .or_default()
-                .push(p);
-        }
-    }
+    let by_gpu = crate::invariants::devices::processes_by_gpu(job);
     for ((_, bus), ps) in &by_gpu {
         if ps.len() < 2 || ps.iter().all(|p| partitioned.contains(p)) {
             continue;
