@@ -47,6 +47,16 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         if lr < n {
             continue;
         }
+        // A process that ran on a device it can see, with no invalid-device failure, did not
+        // take its local rank as the ordinal (one MIG instance per process, a device picked by
+        // the application): the local rank is only a number here.
+        let ordinal = pm
+            .gpu()
+            .and_then(|g| g.ordinal)
+            .or_else(|| pm.world().and_then(|m| m.cuda_dev));
+        if failing.is_empty() && ordinal.is_some_and(|o| o >= 0 && (o as u64) < n as u64) {
+            continue;
+        }
         f.involve(job, p);
         let cvd = pm.env_var("CUDA_VISIBLE_DEVICES");
         f.fact(
