@@ -214,10 +214,6 @@ fn one_process_per_rank(job: &JobModel, _: &Story) -> Vec<Violation> {
     out
 }
 
-fn pm_call(job: &JobModel, p: usize, i: usize) -> &CallEvent {
-    &job.processes[p].calls[i]
-}
-
 /// Whether an init call built its communicator (returned success, or was still building it
 /// when a non-blocking init returned ncclInProgress and later polls reported success).
 fn built(c: &CallEvent) -> bool {
@@ -232,7 +228,7 @@ fn unique_id_single_use(job: &JobModel, _: &Story) -> Vec<Violation> {
         for (i, c, uid) in inits(job, p) {
             if let Some(&first) = built_with.get(&uid) {
                 // Strictly after the first one returned (a record read twice is no second use).
-                let done = pm_call(job, p, first).t_exit.unwrap_or(u64::MAX);
+                let done = job.processes[p].calls[first].t_exit.unwrap_or(u64::MAX);
                 if c.t_enter > done {
                     reuse.entry(uid).or_default().push((p, first, i));
                 }

@@ -237,7 +237,13 @@ fn to_finding(job: &JobModel, v: Violation) -> Finding {
     }
     f.reach = v.reach.into_iter().collect();
     f.reach_since = v.since;
-    f.covers = REACHED_NODES;
+    // A violation that names the calls it explains (a latent limit) claims no hang, departure
+    // or signal besides them.
+    f.covers = if v.calls.is_some() {
+        &[]
+    } else {
+        REACHED_NODES
+    };
     f
 }
 
