@@ -245,7 +245,7 @@ fn the_story_of_a_real_crash() {
     let roots: Vec<&str> = story.lines().filter(|l| l.ends_with("-- ROOT")).collect();
     assert_eq!(roots.len(), 1, "{story}");
     assert!(
-        roots[0].contains("rank 1 ") && roots[0].contains("vanished"),
+        roots[0].contains("rank 1 ") && roots[0].contains("ends without a clean exit"),
         "{story}"
     );
     assert!(

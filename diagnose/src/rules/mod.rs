@@ -410,12 +410,12 @@ pub const RULES: &[(&str, RuleFn)] = &[
     ("C07", |j, _, _| cuda::dev_shm::check(j)),
     ("C08", |j, _, _| network::socket_ifname::check(j)),
     ("C18", |j, _, _| install::driver_runtime::check(j)),
-    ("C19", |j, _, _| mismatch::desync::check(j)),
+    ("C19", |j, s, _| mismatch::desync::check(j, s)),
     ("C19", |j, s, _| {
         process::story_findings::size_mismatch(j, s)
     }),
     ("app-cuda", |j, _, _| cuda::app_cuda::check(j)),
-    ("C20", |j, _, _| network::dead_peer::check(j)),
+    ("C20", |j, s, _| network::dead_peer::check(j, s)),
     ("C23", |j, _, _| install::two_libnccl::check(j)),
     ("C26", |j, _, _| config::env_tuning::check(j)),
     ("C27", |j, _, _| init::nranks::check(j)),
@@ -429,7 +429,7 @@ pub const RULES: &[(&str, RuleFn)] = &[
         process::story_findings::left_early(j, s)
     }),
     ("missing", |j, s, _| init::missing_ranks::check(j, s)),
-    ("C09-C10", |j, _, _| network::network_path::check(j)),
+    ("C09-C10", |j, s, _| network::network_path::check(j, s)),
     ("C25", |j, _, _| hang::concurrent_comm::check(j)),
     ("waiting", |j, s, _| hang::waiting_ranks::check(j, s)),
     ("uid", |j, _, _| init::uid_split::check(j)),
@@ -468,7 +468,7 @@ pub fn diagnose_story(job: &JobModel, story: &Story, options: &Options) -> Vec<F
     let mut findings: Vec<Finding> = per_rule.into_iter().flatten().collect();
     let xref = cross_reference::check(job, &findings);
     findings.extend(xref);
-    let known = install::known_bug::check(job, &findings);
+    let known = install::known_bug::check(job, story, options, &findings);
     findings.extend(known);
     findings.extend(unknown::check(job, &findings));
     let differential = config::differential::check(job, &findings);

@@ -153,7 +153,7 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
                 let line = format!(
                     "a consequence of {}: {}{}",
                     super::who(job, root.process),
-                    describe(job, story, r),
+                    story.describe_node(job, r),
                     why.map(|(_, w)| format!(" ({w})")).unwrap_or_default()
                 );
                 f.fact(Evidence::new(EvidenceKind::Inference, line));
@@ -161,27 +161,6 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
         }
     }
     findings.sort_by_key(|f| (f.severity, f.consequence, f.confidence));
-}
-
-/// One line for a node.
-pub fn describe(job: &JobModel, story: &Story, i: usize) -> String {
-    let n = &story.nodes[i];
-    let pm = &job.processes[n.process];
-    match n.kind {
-        NodeKind::Error(c) | NodeKind::AsyncError(c) => pm.calls[c].describe(),
-        NodeKind::Signal(s) => format!("fatal signal {}", crate::names::signal_name(s)),
-        NodeKind::Vanished => "its dump ends without a clean exit".into(),
-        NodeKind::LeftEarly => story.ends[n.process].describe(),
-        NodeKind::Behind(comm) => format!("it stopped issuing collectives on comm {comm:#x}"),
-        NodeKind::Mismatch { comm, index, .. } => story
-            .comm(comm)
-            .and_then(|c| c.mismatches.get(index))
-            .map(|m| m.text.clone())
-            .unwrap_or_default(),
-        NodeKind::StuckInside(comm) => {
-            format!("every rank of comm {comm:#x} is stuck inside one operation")
-        }
-    }
 }
 
 /// The job failure a node stands for, when it is one (laggards and mismatches are causes the
@@ -262,7 +241,7 @@ pub fn cause_not_recorded(job: &JobModel, story: &Story, findings: &[Finding]) -
         None,
         format!(
             "{who} failed first ({}); what caused it was not recorded",
-            describe(job, story, r)
+            story.describe_node(job, r)
         ),
         super::Confidence::Low,
     )

@@ -20,8 +20,10 @@
 //! located as a laggard: its death came later, when the launcher cleaned up.
 
 pub mod ending;
+pub mod position;
 pub mod progress;
 pub mod render;
+pub mod sequence;
 
 use crate::knowledge::messages;
 use crate::model::{FailureWhat, JobModel};
@@ -154,6 +156,80 @@ impl Story {
     /// an abort, a request to stop, a death) rather than a fault of its own process.
     pub fn is_reaction(&self, job: &JobModel, i: usize) -> bool {
         is_reaction(job, &self.ends, &self.nodes[i])
+    }
+
+    /// Whether communicator `comm` had stopped making progress at instant `now`: every member's
+    /// process is gone, or the newest record of any live member is older than `quiet_ns` (a job
+    /// read while it runs is in a slow step, not hung, until its ranks have been quiet a while).
+    pub fn stalled_at(&self, job: &JobModel, comm: u64, now: u64, quiet_ns: u64) -> bool {
+        let Some(c) = self.comm(comm) else {
+            return false;
+        };
+        let processes = || c.members.iter().map(|m| &job.processes[m.process]);
+        if !processes().any(|pm| pm.alive) {
+            return true;
+        }
+        let newest = processes().map(|pm| pm.last_t).max().unwrap_or(0);
+        now.saturating_sub(newest) >= quiet_ns
+    }
+
+    /// The processes a hang holds at instant `now` (see [`Story::stalled_at`]): inside NCCL on a
+    /// communicator that stopped, or behind the operation its other ranks wait in.
+    pub fn hung_processes(&self, job: &JobModel, now: u64, quiet_ns: u64) -> FxHashSet<usize> {
+        let mut out = FxHashSet::default();
+        let mut stalled = FxHashSet::default();
+        for c in &self.comms {
+            if c.members.len() < 2 || !self.stalled_at(job, c.comm, now, quiet_ns) {
+                continue;
+            }
+            stalled.insert(c.comm);
+            out.extend(
+                c.members
+                    .iter()
+                    .filter(|m| m.position.inside.is_some())
+                    .map(|m| m.process),
+            );
+        }
+        out.extend(self.nodes.iter().filter_map(|n| match n.kind {
+            NodeKind::Behind(comm) if stalled.contains(&comm) => Some(n.process),
+            _ => None,
+        }));
+        out
+    }
+
+    /// The node of each failed call and async error, by (process, call index): how a rule
+    /// that found a failure in a call finds what the story says about it.
+    pub fn call_nodes(&self) -> FxHashMap<(usize, usize), usize> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(j, n)| match n.kind {
+                NodeKind::Error(c) | NodeKind::AsyncError(c) => Some(((n.process, c), j)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Node `i` in one line: the call and its text, the signal, or the located cause (the
+    /// story's graph, the verdict's consequences and the dead-peer rule's culprit say it alike).
+    pub fn describe_node(&self, job: &JobModel, i: usize) -> String {
+        let n = &self.nodes[i];
+        let pm = &job.processes[n.process];
+        match n.kind {
+            NodeKind::Error(c) | NodeKind::AsyncError(c) => pm.calls[c].describe(),
+            NodeKind::Signal(s) => format!("fatal signal {}", crate::names::signal_name(s)),
+            NodeKind::Vanished => "its dump ends without a clean exit".into(),
+            NodeKind::LeftEarly => self.ends[n.process].describe(),
+            NodeKind::Behind(comm) => format!("it stopped issuing collectives on comm {comm:#x}"),
+            NodeKind::Mismatch { comm, index, .. } => self
+                .comm(comm)
+                .and_then(|c| c.mismatches.get(index))
+                .map(|m| m.text.clone())
+                .unwrap_or_default(),
+            NodeKind::StuckInside(comm) => {
+                format!("every rank of comm {comm:#x} is stuck inside one operation")
+            }
+        }
     }
 
     /// The stall of communicator `comm`, if any.
@@ -383,11 +459,17 @@ impl Story {
                     // reactions explain nothing across processes, so this makes no cycle.
                     let upto = if reaction { self.nodes.len() } else { i };
                     // The nodes of the ranks behind that may explain a peer, in order.
+                    // A later node only when it is the first of its process: a later one
+                    // follows from that process's own earlier failure, which may itself follow
+                    // from this node (a cycle).
                     if let Some(j) = index.behind_causes[&c]
                         .iter()
                         .copied()
                         .take_while(|&j| j < upto)
-                        .find(|&j| self.nodes[j].process != p)
+                        .find(|&j| {
+                            self.nodes[j].process != p
+                                && (j < i || index.first_plain[self.nodes[j].process] == Some(j))
+                        })
                     {
                         cause = Some((
                             j,
@@ -439,7 +521,8 @@ impl Story {
                     cause = Some((j, "an earlier failure of a linked rank".into()));
                 }
             }
-            self.nodes[i].cause = cause;
+            // Defensive: a cause whose explanations lead back to this node would make a cycle.
+            self.nodes[i].cause = cause.filter(|(c, _)| self.root_of(*c) != i);
         }
     }
 }

@@ -9,6 +9,7 @@
 //! different count, datatype, reduction or root is a mismatch; the k-th send from A to B and the
 //! k-th receive at B from A with different sizes is an unpaired p2p size.
 
+use super::position::{self, NumberedColl, Position};
 use crate::model::{JobModel, ProcessModel};
 use crate::names::datatype_size;
 use ncclshim_format::CallId;
@@ -96,6 +97,18 @@ pub struct Member {
     pub issued: Option<u64>,
     /// Whether records of this rank were lost (wrap, pruning): absent ops are then no evidence.
     pub lossy: bool,
+    /// Its progress per source, and where it is stuck inside NCCL (see [`super::position`]).
+    pub position: Position,
+}
+
+impl Place {
+    /// The call that never returned, when the rank is inside one.
+    pub fn call(&self) -> Option<usize> {
+        match *self {
+            Place::InInit { call } | Place::InOp { call } | Place::InCall { call } => Some(call),
+            Place::Outside | Place::Left => None,
+        }
+    }
 }
 
 /// Why a rank did not take part in an operation its peers waited in.
@@ -144,6 +157,9 @@ pub struct CommStory {
     pub members: Vec<Member>,
     pub stall: Option<Stall>,
     pub mismatches: Vec<Mismatch>,
+    /// The first point at which its ranks issued their collectives differently, in one
+    /// source's numbering (see [`super::sequence`]).
+    pub divergence: Option<super::sequence::Divergence>,
 }
 
 /// Every collective (not send/recv) process `pm` issued on `comm` that its records still hold.
@@ -172,7 +188,13 @@ fn collectives(pm: &ProcessModel, comm: u64) -> impl Iterator<Item = IssuedColl>
         })
 }
 
-fn member(job: &JobModel, comm: u64, rank: u32, p: usize) -> Member {
+fn member(
+    job: &JobModel,
+    comm: u64,
+    rank: u32,
+    p: usize,
+    ended: &FxHashSet<NumberedColl>,
+) -> Member {
     let pm = &job.processes[p];
     let ptr = pm.comm_ptr(comm);
     let mut place = Place::Outside;
@@ -206,6 +228,7 @@ fn member(job: &JobModel, comm: u64, rank: u32, p: usize) -> Member {
         .filter(|c| c.comm_hash == comm)
         .map(|c| c.issued)
         .max();
+    let position = position::of(pm, comm, place.call(), ended);
     Member {
         rank,
         process: p,
@@ -213,6 +236,7 @@ fn member(job: &JobModel, comm: u64, rank: u32, p: usize) -> Member {
         last_coll,
         issued,
         lossy: pm.lost > 0 || pm.pruned > 0,
+        position,
     }
 }
 
@@ -307,22 +331,18 @@ fn coll_mismatches(job: &JobModel, comm: u64) -> Vec<Mismatch> {
         if sides.iter().all(|s| s.2.key() == reference) {
             continue;
         }
-        // The majority's arguments; for a tie the lowest rank's (PyTorch's analyzer names the
-        // later rank of a pair too).
+        // The odd ranks: the minority; in a tie, the side without the lowest rank (one rule
+        // with the divergence, `sequence::odd_ranks`).
         let mut groups: BTreeMap<CollKey, Vec<u32>> = BTreeMap::new();
         for s in &sides {
             groups.entry(s.2.key()).or_default().push(s.0);
         }
-        let majority = groups
+        let odd = super::sequence::odd_ranks(groups.values().map(Vec::as_slice));
+        let majority = sides
             .iter()
-            .max_by_key(|(k, rs)| (rs.len(), **k == reference))
-            .map(|(k, _)| *k)
+            .find(|s| !odd.contains(&s.0))
+            .map(|s| s.2.key())
             .unwrap_or(reference);
-        let odd: Vec<u32> = sides
-            .iter()
-            .filter(|s| s.2.key() != majority)
-            .map(|s| s.0)
-            .collect();
         let odd_one = sides.iter().find(|s| s.2.key() != majority).map(|s| s.2);
         let field = match odd_one {
             Some(o) if o.count != majority.0 => "count",
@@ -460,11 +480,15 @@ pub fn build(job: &JobModel) -> Vec<CommStory> {
             // calls, serial, was a second of a 16,384-rank job).
             let members: Vec<Member> = {
                 use rayon::prelude::*;
-                job.comm_members(comm)
+                let ranks = job.comm_members(comm);
+                let ended =
+                    position::ended_somewhere(ranks.iter().map(|&(_, p)| &job.processes[p]), comm);
+                ranks
                     .into_par_iter()
-                    .map(|(r, p)| member(job, comm, r, p))
+                    .map(|(r, p)| member(job, comm, r, p, &ended))
                     .collect()
             };
+            let divergence = super::sequence::first(job, comm, &job.comm_members(comm));
             let mut mismatches = coll_mismatches(job, comm);
             mismatches.extend(p2p_mismatches(job, comm));
             let mut stall = if members.len() >= 2 {
@@ -495,6 +519,7 @@ pub fn build(job: &JobModel) -> Vec<CommStory> {
                 members,
                 stall,
                 mismatches,
+                divergence,
             }
         })
         .collect()

@@ -9,7 +9,7 @@
 
 use super::ending::Ending;
 use super::progress::{Behind, CommStory, Place};
-use super::{NodeKind, Story};
+use super::Story;
 use crate::model::JobModel;
 use crate::rules::rank_list;
 use std::collections::BTreeMap;
@@ -63,27 +63,7 @@ pub fn lines(job: &JobModel, story: &Story) -> Vec<String> {
         out.push("    (no failure)".to_owned());
     }
     for (i, n) in story.nodes.iter().enumerate().take(MAX_NODES) {
-        let pm = &job.processes[n.process];
-        let what = match n.kind {
-            NodeKind::Error(c) | NodeKind::AsyncError(c) => match pm.calls.get(c) {
-                Some(call) => call.describe(),
-                None => "a failed call".to_owned(),
-            },
-            NodeKind::Signal(s) => format!("signal {}", crate::names::signal_name(s)),
-            NodeKind::Vanished => "vanished (no mark)".to_owned(),
-            NodeKind::LeftEarly => "left while its peers waited for it".to_owned(),
-            NodeKind::Behind(comm) => format!("behind on comm {comm:#x} (never issued the op)"),
-            NodeKind::Mismatch { comm, index, .. } => {
-                let m = story.comm(comm).and_then(|c| c.mismatches.get(index));
-                match m {
-                    Some(m) => format!("mismatch ({}): {}", m.field, m.text),
-                    None => format!("mismatch on comm {comm:#x}"),
-                }
-            }
-            NodeKind::StuckInside(comm) => {
-                format!("stuck inside an operation on comm {comm:#x} that never completed")
-            }
-        };
+        let what = story.describe_node(job, i);
         let why = match (&n.cause, n.part_of) {
             (_, Some(outer)) => format!("part of [{outer}]"),
             (Some((c, reason)), None) => format!("explained by [{c}]: {reason}"),

@@ -13,184 +13,24 @@
 //! a GPU end, so its missing end is no hang; and a collective whose kernel ended on a peer did
 //! not hang on this rank either (the peer could not have finished it alone).
 
-use crate::model::{JobModel, ProcessModel};
+use crate::model::JobModel;
 use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding};
+use crate::story::position::Inside;
+use crate::story::progress::{Behind, Place};
 use crate::story::{NodeKind, Story};
-use ncclshim_format::CallId;
-use std::collections::{HashMap, HashSet};
 
-/// Where a rank is stuck inside NCCL.
+/// One rank as the hang analysis compares it: the story's position of it, with `issued` the
+/// position in the one numbering every rank of the communicator has (see `check`).
 #[derive(Debug)]
-struct Inside {
-    /// `ncclAllReduce seq 5 never returned`, `collective seq 5 (AllReduce) its kernel never ended
-    /// (profiler)` (the profiler's number of that function), `Send to/from peer 3 ...`.
-    text: String,
-    /// The call or the profiler's function name.
-    op: String,
-    seq: Option<u64>,
-    /// `call_never_returned`, `kernel_never_ended` or `never_completed`.
-    state: &'static str,
-}
-
-#[derive(Debug)]
-struct RankState {
+struct RankState<'s> {
     rank: u32,
     process: usize,
-    /// Position of the last collective issued on the communicator, in one source's numbering
-    /// (see `check`).
     issued: Option<u64>,
     shim_seq: Option<u64>,
     prof_seq: Option<u64>,
-    /// The profiler's running totals: operations started, and those whose kernel ended.
     agg: Option<(u64, u64)>,
-    /// What it is stuck in, when inside NCCL.
-    inside: Option<Inside>,
-    last_call: Option<String>,
-}
-
-/// How many collectives the rank issued on `comm` as its profiler numbered them, minus one (the
-/// position of its last, comparable with a peer's): per-function numbering counts each
-/// function from 0, so the position is the sum over functions of their highest number + 1.
-/// None without numbered events.
-fn prof_position(pm: &ProcessModel, comm: u64) -> Option<u64> {
-    let mut highest: HashMap<Option<u64>, u64> = HashMap::new();
-    for o in pm.prof_ops.iter().filter(|o| o.comm_hash == Some(comm)) {
-        if let Some((func, seq)) = pm.prof_seq_key(o) {
-            let h = highest.entry(func).or_default();
-            *h = (*h).max(seq + 1);
-        }
-    }
-    (!highest.is_empty()).then(|| highest.values().sum::<u64>() - 1)
-}
-
-/// A collective as NCCL's profiler numbers it on a communicator (see `ProcessModel::prof_seq_key`).
-type NumberedColl = (Option<u64>, u64);
-
-/// The collectives of `comm` whose kernel ended on some rank. A collective cannot finish on one
-/// rank while another still runs it, so a rank whose record of such a collective lacks its end
-/// lost the record; it is not stuck there.
-fn ended_somewhere(job: &JobModel, members: &[(u32, usize)], comm: u64) -> HashSet<NumberedColl> {
-    let mut ended = HashSet::new();
-    for &(_, p) in members {
-        let pm = &job.processes[p];
-        ended.extend(
-            pm.prof_ops
-                .iter()
-                .filter(|o| o.comm_hash == Some(comm) && !o.p2p && o.kernel_stopped)
-                .filter_map(|o| pm.prof_seq_key(o)),
-        );
-    }
-    ended
-}
-
-fn state(
-    pm: &ProcessModel,
-    p: usize,
-    rank: u32,
-    comm: u64,
-    ended: &HashSet<NumberedColl>,
-) -> RankState {
-    let ptr = pm.comm_ptr(comm);
-    let shim_seq = pm
-        .ops
-        .iter()
-        // All ones: an operation the recorder could not number (ncclBroadcast inside ncclBcast).
-        .filter(|o| o.comm_hash == Some(comm) && o.seq != u64::MAX)
-        .map(|o| o.seq)
-        .max();
-    let prof_seq = prof_position(pm, comm);
-    let mut inside = None;
-    for c in pm.calls.iter().filter(|c| c.in_flight() && !c.nested) {
-        let on_comm =
-            (ptr != 0 && c.comm == ptr) || (c.is_init() && c.arg("uid_hash") == Some(comm));
-        if on_comm && c.call != Some(CallId::NcclCommGetAsyncError) {
-            let seq = c
-                .arg("seq")
-                .filter(|_| c.call.is_some_and(CallId::is_nccl_operation));
-            inside = Some(Inside {
-                text: match seq {
-                    Some(s) => format!("{} seq {s} never returned", c.name),
-                    None => format!("{} never returned", c.name),
-                },
-                op: c.name.to_string(),
-                seq,
-                state: "call_never_returned",
-            });
-        }
-    }
-    if inside.is_none() {
-        // A communicator's kernels end in issue order, so an operation started before one whose
-        // kernel ended is not where the rank is stuck, even when its own end was not recorded
-        // (its in-flight entry was reused, or its end record was overwritten). Issue order is
-        // start order: the profiler's numbers restart per function.
-        let newest_ended = pm
-            .prof_ops
-            .iter()
-            .filter(|o| o.comm_hash == Some(comm) && o.kernel_stopped)
-            .map(|o| o.t_start)
-            .max();
-        if let Some(o) = pm
-            .prof_ops
-            .iter()
-            .filter(|o| {
-                o.comm_hash == Some(comm) && (!o.stopped || (o.kernel_started && !o.kernel_stopped))
-            })
-            .filter(|o| !pm.gpu_end_never_reported(o))
-            .filter(|o| newest_ended.is_none_or(|n| o.t_start > n))
-            .filter(|o| pm.prof_seq_key(o).is_none_or(|k| !ended.contains(&k)))
-            .min_by_key(|o| o.t_start)
-        {
-            let (what, state) = if o.kernel_started && !o.kernel_stopped {
-                ("its kernel never ended", "kernel_never_ended")
-            } else {
-                ("never completed", "never_completed")
-            };
-            let func = crate::profnames::func_name(o.func);
-            inside = Some(Inside {
-                text: match (o.p2p, o.seq) {
-                    (true, _) => {
-                        format!("{func} to/from peer {} {what} (profiler)", o.root_or_peer)
-                    }
-                    // Per-function numbering: "seq 5 (AllReduce)" is the fifth AllReduce.
-                    (false, Some(s)) => format!("collective seq {s} ({func}) {what} (profiler)"),
-                    (false, None) => format!("collective ({func}) {what} (profiler)"),
-                },
-                op: func.to_string(),
-                seq: o.seq,
-                state,
-            });
-        }
-    }
-    // The communicator table keeps the last operation issued even when the thread's ring
-    // wrapped over every record of it.
-    let table = pm
-        .progress
-        .iter()
-        .filter(|c| c.comm_hash == comm && c.issued > 0)
-        .max_by_key(|c| c.issued);
-    let table_seq = table.map(|c| c.issued - 1);
-    let shim_seq = shim_seq.max(table_seq);
-    let last_call = pm
-        .ops
-        .iter()
-        .filter(|o| o.comm_hash == Some(comm))
-        .max_by_key(|o| o.seq)
-        .map(|o| (o.call.name(), o.seq))
-        .filter(|(_, s)| table_seq.is_none_or(|t| *s >= t))
-        .or_else(|| table.and_then(|c| Some((c.last_call?.name(), c.issued - 1))))
-        .map(|(name, seq)| format!("{name} seq {seq}"));
-    RankState {
-        rank,
-        process: p,
-        issued: shim_seq.max(prof_seq),
-        shim_seq,
-        prof_seq,
-        agg: pm
-            .aggregate(comm)
-            .map(|a| (a.totals.count, a.totals.timed_count)),
-        inside,
-        last_call,
-    }
+    inside: Option<&'s Inside>,
+    last_call: Option<&'s str>,
 }
 
 /// Every rank's operation counts from the profiler's aggregates, one fact per distinct count
@@ -237,25 +77,6 @@ fn aggregate_facts(job: &JobModel, comm: u64, states: &[RankState], f: &mut Find
 /// step (a big all-reduce, a data-loader pause) of a job read while it runs is not called hung.
 pub const DEFAULT_STALL_NS: u64 = 10_000_000_000;
 
-/// Whether the communicator has stopped making progress: every rank's process is gone, or the
-/// newest record of any live rank is older than `stall_ns`.
-fn stalled(job: &JobModel, members: &[(u32, usize)], now: u64, stall_ns: u64) -> bool {
-    let live: Vec<&crate::model::ProcessModel> = members
-        .iter()
-        .map(|(_, p)| &job.processes[*p])
-        .filter(|p| p.alive)
-        .collect();
-    if live.is_empty() {
-        return true;
-    }
-    let newest = members
-        .iter()
-        .map(|(_, p)| job.processes[*p].last_t)
-        .max()
-        .unwrap_or(0);
-    now.saturating_sub(newest) >= stall_ns
-}
-
 /// The hang findings at the instant `now_ns`; `stall_ns`: how long live ranks must have been
 /// quiet (see [`DEFAULT_STALL_NS`]).
 pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<Finding> {
@@ -268,17 +89,32 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
         }
         // Read while the job runs: an operation in progress is not a hang until the
         // communicator's ranks have recorded nothing for a while.
-        if !stalled(job, &members, now_ns, stall_ns) {
+        if !story.stalled_at(job, comm, now_ns, stall_ns) {
             continue;
         }
         // Hang analysis runs whatever else failed: the verdict decides whether the hang is the
         // cause (a laggard the others' aborts follow from) or a consequence (ranks blocked
         // after a peer crashed).
-        let stall = story.comm(comm).and_then(|c| c.stall.as_ref());
-        let ended = ended_somewhere(job, &members, comm);
-        let mut states: Vec<RankState> = members
+        let Some(told) = story.comm(comm) else {
+            continue;
+        };
+        let stall = told.stall.as_ref();
+        let mut states: Vec<RankState> = told
+            .members
             .iter()
-            .map(|&(r, p)| state(&job.processes[p], p, r, comm, &ended))
+            .map(|m| {
+                let at = &m.position;
+                RankState {
+                    rank: m.rank,
+                    process: m.process,
+                    issued: at.shim.max(at.profiler),
+                    shim_seq: at.shim,
+                    prof_seq: at.profiler,
+                    agg: at.aggregates,
+                    inside: at.inside.as_ref(),
+                    last_call: at.last_call.as_deref(),
+                }
+            })
             .collect();
         // The shim's and the profiler's sequence numbers are counted separately: compare ranks on
         // one source when every rank has it.
@@ -322,16 +158,15 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
         // keep the finding: where each is stuck is the desync's evidence.)
         // Ranks waiting in communicator init while a member failed (its init returned an
         // error) wait for that member: its own finding tells why; this is no transport hang.
-        let waiting_in_init = story.comm(comm).is_some_and(|c| {
-            c.members
+        let waiting_in_init = told
+            .members
+            .iter()
+            .any(|m| matches!(m.place, Place::InInit { .. }))
+            && told
+                .members
                 .iter()
-                .any(|m| matches!(m.place, crate::story::progress::Place::InInit { .. }))
-                && c.members.iter().all(|m| {
-                    matches!(m.place, crate::story::progress::Place::InInit { .. })
-                        || story.has_node(m.process)
-                })
-                && c.members.iter().any(|m| story.has_node(m.process))
-        });
+                .all(|m| matches!(m.place, Place::InInit { .. }) || story.has_node(m.process))
+            && told.members.iter().any(|m| story.has_node(m.process));
         if waiting_in_init {
             continue;
         }
@@ -340,11 +175,8 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
                 .iter()
                 .any(|s| s.inside.is_some() && st.behind.iter().any(|b| b.1 == s.process))
         });
-        if stall.is_some_and(|st| {
-            st.behind
-                .iter()
-                .all(|b| b.2 == crate::story::progress::Behind::NeverIssued)
-        }) && laggards.is_empty()
+        if stall.is_some_and(|st| st.behind.iter().all(|b| b.2 == Behind::NeverIssued))
+            && laggards.is_empty()
             && !behind_inside
         {
             continue;
@@ -377,10 +209,13 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
             );
             for s in &laggards {
                 f.involve(job, s.process);
-                let last = s.last_call.clone().unwrap_or_else(|| match s.issued {
-                    Some(q) => format!("seq {q}"),
-                    None => "no collective at all".into(),
-                });
+                let last = s
+                    .last_call
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| match s.issued {
+                        Some(q) => format!("seq {q}"),
+                        None => "no collective at all".into(),
+                    });
                 f.fact(
                     Evidence::new(
                         EvidenceKind::Progress,
@@ -391,7 +226,7 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
                     )
                     .value("comm", format!("{comm:#x}"))
                     .value("last_issued_seq", s.issued)
-                    .value("last_call", &s.last_call)
+                    .value("last_call", s.last_call)
                     .value("others_reached_seq", max)
                     .of(job, s.process),
                 );
@@ -436,7 +271,7 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
         // Ranks stuck in the same place are one item (`Finding::fact` joins equal facts).
         for s in &inside {
             f.process_ids.insert(s.process);
-            let Some(i) = &s.inside else { continue };
+            let Some(i) = s.inside else { continue };
             f.fact(
                 Evidence::new(
                     EvidenceKind::Progress,
@@ -465,28 +300,19 @@ mod tests {
             s.snapshot_all(22203);
             s.init_world(22203);
         });
-        let members = job.comm_members(ncclshim_fixtures::synth::WORLD_UID);
+        let comm = ncclshim_fixtures::synth::WORLD_UID;
         let newest = job.processes.iter().map(|p| p.last_t).max().unwrap();
+        let stall = super::DEFAULT_STALL_NS;
+        let story = crate::story::Story::build(&job);
         assert!(
-            super::stalled(&job, &members, newest, super::DEFAULT_STALL_NS),
+            story.stalled_at(&job, comm, newest, stall),
             "dead ranks: always stalled"
         );
         job.processes[0].alive = true;
-        let stall = super::DEFAULT_STALL_NS;
-        assert!(!super::stalled(
-            &job,
-            &members,
-            newest + 1_000_000_000,
-            stall
-        ));
-        assert!(super::stalled(&job, &members, newest + stall, stall));
+        assert!(!story.stalled_at(&job, comm, newest + 1_000_000_000, stall));
+        assert!(story.stalled_at(&job, comm, newest + stall, stall));
         // A shorter threshold chosen by the user calls the same quiet period a hang.
-        assert!(super::stalled(
-            &job,
-            &members,
-            newest + 1_000_000_000,
-            1_000_000_000
-        ));
+        assert!(story.stalled_at(&job, comm, newest + 1_000_000_000, 1_000_000_000));
     }
     use ncclshim_format::CallId;
 

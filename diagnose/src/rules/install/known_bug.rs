@@ -19,9 +19,10 @@ use crate::knowledge::bugs::{self, Change, EnvCondition, Feature, Impact, Kind, 
 use crate::knowledge::codes::cuda_error_in_text;
 use crate::knowledge::thresholds::thresholds;
 use crate::model::{JobModel, ProcessModel};
-use crate::rules::registry::{self, Role};
+use crate::rules::registry::Role;
+use crate::rules::Options;
 use crate::rules::{name_processes, Confidence, Finding};
-use crate::story::NodeClass;
+use crate::story::{NodeClass, Story};
 use ncclshim_format::NcclResult;
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -44,7 +45,7 @@ struct Hit {
     why: Vec<String>,
 }
 
-pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
+pub fn check(job: &JobModel, story: &Story, options: &Options, found: &[Finding]) -> Vec<Finding> {
     let machines: BTreeSet<&str> = job.processes.iter().map(ProcessModel::machine).collect();
     let gpu_models: BTreeSet<&str> = job
         .processes
@@ -86,20 +87,9 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
                 .collect()
         });
     }
-    // The processes a hang finding names (one declared to explain ranks left behind or stuck
-    // inside an operation); looked up per process: a hang finding can name every process.
-    let hang = |f: &&Finding| {
-        registry::declared(&f.id).is_some_and(|d| {
-            d.covers
-                .iter()
-                .any(|c| matches!(c, NodeClass::Behind | NodeClass::StuckInside))
-        })
-    };
-    let stuck_processes: BTreeSet<usize> = found
-        .iter()
-        .filter(hang)
-        .flat_map(|f| f.process_ids.iter().copied())
-        .collect();
+    // The processes a hang holds, as the story tells it (inside NCCL on a communicator that
+    // stopped, or behind the operation the others wait in).
+    let stuck_processes = story.hung_processes(job, options.now_ns, options.stall_after_ns);
     // Each process is matched on its own (side by side: this rule runs after the others, on
     // one core, for every process of the job), then the hits are gathered per entry in
     // process order, as one loop over the processes would have.

@@ -6,10 +6,12 @@
 use crate::knowledge::messages::Role;
 use crate::model::JobModel;
 use crate::rules::{text_has_role, Confidence, Evidence, EvidenceKind, Finding};
+use crate::story::{NodeKind, Story};
 use ncclshim_format::NcclResult;
+use rustc_hash::FxHashSet;
 
-pub fn check(job: &JobModel) -> Vec<Finding> {
-    // (process, call index, time) of every remote-looking error.
+pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
+    // (process, call index) of every remote-looking error.
     let mut remote = Vec::new();
     for (p, pm) in job.processes.iter().enumerate() {
         // A failed call or an async error: both are error reports.
@@ -20,18 +22,13 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 && (c.returned(NcclResult::RemoteError) || text_has_role(c, Role::Consequence)))
                 || async_remote
             {
-                remote.push((p, i, c.fail_time()));
+                remote.push((p, i));
             }
         }
     }
-    let Some(first_remote) = remote.iter().map(|r| r.2).min() else {
+    if remote.is_empty() {
         return Vec::new();
-    };
-    let survivors: Vec<usize> = {
-        let mut v: Vec<usize> = remote.iter().map(|r| r.0).collect();
-        v.dedup();
-        v
-    };
+    }
     let mut f = Finding::new(
         "peer-failure-seen-by-survivors",
         Some("C20"),
@@ -46,47 +43,40 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     // Identical errors on many ranks are one item (a 1,024-rank job has 1,023 survivors):
     // `Finding::facts` joins equal facts.
     let mut calls = Vec::with_capacity(remote.len());
-    for &(p, i, _) in &remote {
+    for &(p, i) in &remote {
         f.involve(job, p);
         calls.push(Evidence::call(&job.processes[p].calls[i]).of(job, p));
     }
-    f.explain_all(remote.iter().map(|&(p, i, _)| (p, i)));
+    f.explain_all(remote.iter().copied());
     f.facts(calls);
-    // Culprits: a process that failed (non-remote) before the first remote error, or whose dump
-    // stops before it without a clean exit.
-    let mut culprit = None;
-    for fl in &job.failures {
-        if fl.t > first_remote {
-            break;
-        }
-        if !survivors.contains(&fl.process)
-            || remote.iter().all(|r| r.0 != fl.process || r.2 > fl.t)
-        {
-            culprit = Some((fl.process, job.describe(fl)));
-            break;
-        }
-    }
-    if culprit.is_none() {
-        culprit = job
-            .processes
-            .iter()
-            .enumerate()
-            .filter(|(p, pm)| !survivors.contains(p) && pm.died() && pm.last_t <= first_remote)
-            .min_by_key(|(_, pm)| pm.last_t)
-            .map(|(p, pm)| {
-                let inside = pm
-                    .in_flight_calls()
-                    .last()
-                    .map(|(_, c)| format!(", inside {}", c.name))
-                    .unwrap_or_default();
-                (
-                    p,
-                    format!(
-                        "its dump ends before the survivors' errors without a clean exit{inside}"
-                    ),
-                )
-            });
-    }
+    // The culprit is what the story says explains the survivors' errors: the root each leads
+    // to, the earliest of them that is not itself one of these errors (the story orders and
+    // links every failure of the job: a rank that failed, crashed or vanished before them).
+    let nodes = story.call_nodes();
+    let remote_nodes: FxHashSet<usize> = remote
+        .iter()
+        .filter_map(|pi| nodes.get(pi).copied())
+        .collect();
+    let culprit = remote_nodes
+        .iter()
+        .map(|&j| story.root_of(j))
+        .filter(|r| !remote_nodes.contains(r))
+        .min_by_key(|&r| (story.nodes[r].t, r))
+        .map(|r| {
+            let n = &story.nodes[r];
+            let what = match n.kind {
+                NodeKind::Vanished => {
+                    let inside = job.processes[n.process]
+                        .in_flight_calls()
+                        .last()
+                        .map(|(_, c)| format!(", inside {}", c.name))
+                        .unwrap_or_default();
+                    format!("its dump ends without a clean exit{inside}")
+                }
+                _ => story.describe_node(job, r),
+            };
+            (n.process, what)
+        });
     match culprit {
         Some((p, what)) => {
             f.fact(

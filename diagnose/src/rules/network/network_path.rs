@@ -25,6 +25,7 @@ use crate::model::endpoints::{
 };
 use crate::model::JobModel;
 use crate::rules::{who, Confidence, Finding, Severity};
+use crate::story::Story;
 
 /// What the peer's address turned out to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -117,14 +118,14 @@ impl Verdict {
     }
 }
 
-/// Whether every process on the peer's machine had ended (failed, died, exited) by `t`:
-/// then the connection failed because the peer was gone, not because of the path.
-fn peer_gone_by(job: &JobModel, peers: &[usize], t: u64) -> bool {
+/// Whether every process on the peer's machine had ended (failed, died, exited) by `t`, as the
+/// story tells each one's end and failures: then the connection failed because the peer was
+/// gone, not because of the path.
+fn peer_gone_by(story: &Story, peers: &[usize], t: u64) -> bool {
     !peers.is_empty()
         && peers.iter().all(|&q| {
-            let pm = &job.processes[q];
-            let ended = pm.exit_t.or(pm.died().then_some(pm.last_t));
-            ended.is_some_and(|e| e <= t) || job.failures.iter().any(|f| f.process == q && f.t < t)
+            story.ends[q].time().is_some_and(|e| e <= t)
+                || story.nodes.iter().any(|n| n.process == q && n.t < t)
         })
 }
 
@@ -132,6 +133,7 @@ fn peer_gone_by(job: &JobModel, peers: &[usize], t: u64) -> bool {
 /// that process ("peer address", "the uniqueId's root address").
 fn judge(
     job: &JobModel,
+    story: &Story,
     p: usize,
     t: u64,
     e: &Endpoint,
@@ -214,7 +216,7 @@ fn judge(
     if owner.machine == me.machine() || outcome == Some(PathOutcome::PeerGone) {
         return None;
     }
-    if peer_gone_by(job, &owner.processes, t) {
+    if peer_gone_by(story, &owner.processes, t) {
         return None;
     }
     let peer = format!("{}'s `{}`", owner.host, owner.interface);
@@ -270,7 +272,7 @@ fn finding_for<'a>(
     &mut findings[k].1
 }
 
-pub fn check(job: &JobModel) -> Vec<Finding> {
+pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
     let shared_if = shared_routable_interface(job);
     let mut findings: Vec<(Verdict, Finding)> = Vec::new();
     for (p, i, t) in job.failures_with_text() {
@@ -283,9 +285,15 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             continue;
         }
         for e in endpoints::endpoints_in(text) {
-            let Some((verdict, fact)) =
-                judge(job, p, t, &e, outcome.map(|o| o.path), "peer address")
-            else {
+            let Some((verdict, fact)) = judge(
+                job,
+                story,
+                p,
+                t,
+                &e,
+                outcome.map(|o| o.path),
+                "peer address",
+            ) else {
                 continue;
             };
             let f = finding_for(
@@ -326,6 +334,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             };
             let Some((verdict, fact)) = judge(
                 job,
+                story,
                 p,
                 pm.last_t,
                 &root,

@@ -3,11 +3,12 @@
 //! went on without the rank (the model decides, as for a rank that vanished); the launcher's
 //! timeout stopping ranks that waited is not one.
 
-use crate::model::{is_termination_signal, FailureWhat, JobModel};
+use crate::model::JobModel;
 use crate::names::signal_name;
 use crate::rules::evidence::{name_refs, ProcessRef};
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
-use crate::story::Story;
+use crate::story::ending::Ending;
+use crate::story::{NodeKind, Story};
 use std::collections::{BTreeMap, HashSet};
 
 pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
@@ -15,31 +16,23 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
     // naming each signal with the ranks it reached ("ranks 3-5 on node2 received SIGSEGV"), since
     // one crash sweeping several ranks is one cause, not one finding per rank.
     let mut by_signal: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
-    // Processes a termination signal stopped (one pass: a scan of the job's failures per
-    // process was processes x failures).
-    let stopped: HashSet<usize> = job
-        .failures
-        .iter()
-        .filter(|f| matches!(f.what, FailureWhat::Signal(s) if is_termination_signal(s)))
-        .map(|f| f.process)
-        .collect();
-    for (p, pm) in job.processes.iter().enumerate() {
+    // The story's signal nodes: every fault signal, and a request to stop only where the job
+    // went on without the process (the model decides, as for a rank that vanished). Its first
+    // per process: the one that ended it.
+    let mut seen: HashSet<usize> = HashSet::new();
+    for n in &story.nodes {
+        let NodeKind::Signal(signo) = n.kind else {
+            continue;
+        };
         // A framework that gave up (aborted its communicator, then SIGABRT) did not crash:
         // its end follows from what it gave up on.
-        if pm.signals.is_empty()
-            || matches!(story.ends[p], crate::story::ending::Ending::Aborted { .. })
-        {
+        if matches!(story.ends[n.process], Ending::Aborted { .. }) || !seen.insert(n.process) {
             continue;
         }
-        let stopped_early = stopped.contains(&p);
-        if let Some(&(signo, _)) = pm
-            .signals
-            .iter()
-            .find(|(s, _)| !is_termination_signal(*s) || stopped_early)
-        {
-            by_signal.entry(signo).or_default().push(p);
-        }
+        by_signal.entry(signo).or_default().push(n.process);
     }
+    // In process order within each signal, as the title lists them.
+    by_signal.values_mut().for_each(|ps| ps.sort_unstable());
     if by_signal.is_empty() {
         return Vec::new();
     }
