@@ -237,7 +237,7 @@ pub fn analyze_run_with(
     let job = model::JobModel::from_processes(parts);
     let story = story::Story::build(&job);
     let findings = rules::diagnose_story(&job, &story, options);
-    let mut report = report::Report::build(&job, findings, problems);
+    let mut report = report::Report::build(&job, &story, findings, problems);
     if story_in_words {
         report.story = story::render::lines(&job, &story);
     }
@@ -289,6 +289,7 @@ pub fn read_runs(
 /// The analysis part of [`analyze_dir`], for callers that read the dumps themselves.
 pub fn analyze_loaded(dir: &Path, loaded: load::Loaded) -> report::Report {
     let job = model::JobModel::build(&loaded.dumps, |d| load::display_path(dir, &d.path));
-    let findings = rules::diagnose(&job);
-    report::Report::build(&job, findings, loaded.problems)
+    let story = story::Story::build(&job);
+    let findings = rules::diagnose_story(&job, &story, &rules::Options::default());
+    report::Report::build(&job, &story, findings, loaded.problems)
 }

@@ -5,6 +5,8 @@ use crate::load::Problem;
 use crate::model::{FailureWhat, JobModel};
 use crate::rules::evidence;
 use crate::rules::{rank_list, Evidence, EvidenceKind, Finding, Severity};
+use crate::story::ending::Ending;
+use crate::story::Story;
 use crate::terminal::Styles;
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -210,7 +212,7 @@ pub const SHOWN_BESIDE_PRIMARY: usize = 3;
 /// The gaps in the evidence, one item per process and kind (records lost on threads are summed
 /// per process; the thread with the most losses is named); the same gap on many processes
 /// (every rank of a job killed at once) is one item with their ranks.
-fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
+fn evidence_gaps(job: &JobModel, story: &Story, findings: &[Finding]) -> Vec<Evidence> {
     let mut out = Vec::new();
     let gap = |what: &str, fact: String| Evidence::new(EvidenceKind::Gap, fact).value("gap", what);
     // Gathered first and joined in one pass: most of these facts hold for every rank of a
@@ -305,7 +307,7 @@ fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
                 .of(job, i),
             );
         }
-        if p.died() && p.signal.is_none() && p.signals.is_empty() {
+        if matches!(story.ends[i], Ending::Vanished { .. }) {
             per_process.push(
                 gap(
                     "no_end_mark",
@@ -329,11 +331,7 @@ fn evidence_gaps(job: &JobModel, findings: &[Finding]) -> Vec<Evidence> {
             .iter()
             .enumerate()
             .filter(|(i, p)| {
-                !p.clean_exit
-                    && (p.signal.is_some_and(|s| s.is_termination_request())
-                        || p.signals
-                            .iter()
-                            .any(|(s, _)| crate::model::is_termination_signal(*s)))
+                matches!(story.ends[*i], Ending::Stopped { .. })
                     && p.in_flight_calls().next().is_none()
                     && !findings.iter().any(|f| f.process_ids.contains(i))
             })
@@ -415,7 +413,12 @@ fn launcher_ranks_without_dump(job: &JobModel) -> Option<Evidence> {
 pub const CROSS_HOST_MARGIN_NS: u64 = 1_000_000;
 
 impl Report {
-    pub fn build(job: &JobModel, mut findings: Vec<Finding>, problems: Vec<Problem>) -> Self {
+    pub fn build(
+        job: &JobModel,
+        story: &Story,
+        mut findings: Vec<Finding>,
+        problems: Vec<Problem>,
+    ) -> Self {
         let firsts = job.first_failure_per_process();
         for f in &mut findings {
             let cover = crate::rules::FailureCover::of(f);
@@ -472,7 +475,7 @@ impl Report {
             })
             .collect();
         let dumps = job.processes.iter().map(|p| p.files.len()).sum();
-        let evidence_gaps = evidence_gaps(job, &findings);
+        let evidence_gaps = evidence_gaps(job, story, &findings);
         let ordering_note = match firsts.as_slice() {
             [a, b, ..] => {
                 let (pa, pb) = (&job.processes[a.process], &job.processes[b.process]);
@@ -821,7 +824,12 @@ mod tests {
             }
         });
         assert!(findings.is_empty(), "{findings:?}");
-        let r = super::Report::build(&job, findings, Vec::new());
+        let r = super::Report::build(
+            &job,
+            &crate::story::Story::build(&job),
+            findings,
+            Vec::new(),
+        );
         let gap = r
             .evidence_gaps
             .iter()
@@ -845,7 +853,13 @@ mod tests {
                     r.get_version(22703);
                 }
             });
-            super::Report::build(&job, findings, Vec::new()).evidence_gaps
+            super::Report::build(
+                &job,
+                &crate::story::Story::build(&job),
+                findings,
+                Vec::new(),
+            )
+            .evidence_gaps
         };
         let missing = gaps("3");
         let g = missing
@@ -865,7 +879,12 @@ mod tests {
             }
             s.ranks[1].init_rank(2, 1, WORLD_UID, 0, 3, Some("boom"), 22703);
         });
-        super::Report::build(&job, findings, Vec::new())
+        super::Report::build(
+            &job,
+            &crate::story::Story::build(&job),
+            findings,
+            Vec::new(),
+        )
     }
 
     #[test]

@@ -574,7 +574,8 @@ pub mod testutil {
         assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
         let job = JobModel::build(&loaded.dumps, |d| d.path.display().to_string());
         let findings = diagnose(&job);
-        let report = crate::report::Report::build(&job, findings.clone(), Vec::new());
+        let report =
+            crate::report::Report::build(&job, &Story::build(&job), findings.clone(), Vec::new());
         super::schema_support::report_json(&report);
         (job, findings)
     }

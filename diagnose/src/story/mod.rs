@@ -334,18 +334,17 @@ impl Story {
                     part_of: None,
                 });
             }
-            // Every rank inside the same operation, none behind: the transport hang.
+            // Every rank inside an operation (a call that never returned, or a kernel that never
+            // ended: `position`), none behind: the transport hang.
             if c.stall.is_none()
                 && c.members.len() >= 2
-                && c.members
-                    .iter()
-                    .all(|m| matches!(m.place, Place::InOp { .. }))
+                && c.members.iter().all(|m| {
+                    matches!(m.place, Place::InOp { .. })
+                        || (m.place == Place::Outside && m.position.inside.is_some())
+                })
             {
                 let first = &c.members[0];
-                let t = match first.place {
-                    Place::InOp { call } => job.processes[first.process].calls[call].t_enter,
-                    _ => 0,
-                };
+                let t = first.position.inside.as_ref().map_or(0, |i| i.since);
                 nodes.push(Node {
                     process: first.process,
                     t,

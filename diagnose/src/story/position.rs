@@ -31,6 +31,8 @@ pub struct Inside {
     pub seq: Option<u64>,
     /// `call_never_returned`, `kernel_never_ended` or `never_completed`.
     pub state: &'static str,
+    /// When it entered the call, or the profiler's operation started.
+    pub since: u64,
 }
 
 /// One rank's progress on one communicator, per source.
@@ -95,6 +97,7 @@ fn inside_call(pm: &ProcessModel, call: usize) -> Inside {
         op: c.name.to_string(),
         seq,
         state: "call_never_returned",
+        since: c.t_enter,
     }
 }
 
@@ -137,6 +140,7 @@ fn inside_profiler(
         op: func.to_string(),
         seq: o.seq,
         state,
+        since: o.t_start,
     })
 }
 

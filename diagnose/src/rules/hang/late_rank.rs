@@ -197,7 +197,8 @@ mod tests {
                 .all(|f| f.severity == crate::rules::Severity::Advisory),
             "{fs:?}"
         );
-        let report = crate::report::Report::build(&jm, fs, Vec::new());
+        let report =
+            crate::report::Report::build(&jm, &crate::story::Story::build(&jm), fs, Vec::new());
         assert_eq!(report.exit_code(), 0);
         let text = report.to_text(false);
         assert!(text.contains("No problem found"), "{text}");
@@ -239,7 +240,9 @@ mod tests {
                 r.clean_exit();
             }
         });
-        let text = crate::report::Report::build(&job, fs, Vec::new()).to_text(false);
+        let text =
+            crate::report::Report::build(&job, &crate::story::Story::build(&job), fs, Vec::new())
+                .to_text(false);
         let line = text
             .lines()
             .find(|l| l.contains("operations"))

@@ -15,6 +15,7 @@
 
 use crate::model::JobModel;
 use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding};
+use crate::story::ending::Ending;
 use crate::story::position::Inside;
 use crate::story::progress::{Behind, Place};
 use crate::story::{NodeKind, Story};
@@ -82,22 +83,21 @@ pub const DEFAULT_STALL_NS: u64 = 10_000_000_000;
 pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<Finding> {
     let mut out = Vec::new();
     for &comm in job.comms.keys() {
-        let members = job.comm_members(comm);
+        let Some(told) = story.comm(comm) else {
+            continue;
+        };
         // Ranks that never arrived explain why the others wait (`missing_ranks`).
-        if members.len() < 2 || !job.comms[&comm].missing().is_empty() {
+        if told.members.len() < 2 || !job.comms[&comm].missing().is_empty() {
             continue;
         }
         // Read while the job runs: an operation in progress is not a hang until the
         // communicator's ranks have recorded nothing for a while.
-        if !story.stalled_at(job, comm, now_ns, stall_ns) {
-            continue;
-        }
         // Hang analysis runs whatever else failed: the verdict decides whether the hang is the
         // cause (a laggard the others' aborts follow from) or a consequence (ranks blocked
         // after a peer crashed).
-        let Some(told) = story.comm(comm) else {
+        if !story.stalled_at(job, comm, now_ns, stall_ns) {
             continue;
-        };
+        }
         let stall = told.stall.as_ref();
         let mut states: Vec<RankState> = told
             .members
@@ -150,7 +150,7 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
             None => states
                 .iter()
                 .filter(|s| s.inside.is_none() && s.issued < max)
-                .filter(|s| !job.processes[s.process].clean_exit)
+                .filter(|s| !matches!(story.ends[s.process], Ending::Exited { .. }))
                 .collect(),
         };
         // The ranks behind the stall left the job, crashed or vanished: their own findings
@@ -181,7 +181,10 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
         {
             continue;
         }
-        let not_finished = members.iter().any(|(_, p)| !job.processes[*p].clean_exit);
+        let not_finished = told
+            .members
+            .iter()
+            .any(|m| !matches!(story.ends[m.process], Ending::Exited { .. }));
         if !(any_inside || (!laggards.is_empty() && not_finished)) {
             continue;
         }

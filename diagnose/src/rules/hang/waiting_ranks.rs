@@ -7,6 +7,7 @@
 use crate::model::{JobModel, ProcessModel};
 use crate::names::signal_name;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
+use crate::story::ending::Ending;
 use crate::story::Story;
 use ncclshim_format::CallId;
 
@@ -31,30 +32,28 @@ fn waiting_in(pm: &ProcessModel) -> String {
     }
 }
 
-/// How a waiting process ended.
-fn ended_by(pm: &ProcessModel, first_t: u64) -> String {
+/// How a waiting process ended, as the story tells it, timed from the first failure.
+fn ended_by(end: Ending, first_t: u64) -> String {
     let after = |t: u64| t.saturating_sub(first_t) / 1_000_000;
-    match (&pm.signal, pm.alive) {
-        (Some(s), _) if s.is_termination_request() => {
-            let by = if s.sender_pid != 0 {
-                format!(" from pid {}", s.sender_pid)
-            } else {
-                String::new()
-            };
+    match end {
+        Ending::Stopped { signo, t, sender } => {
+            let by = sender.map(|pid| format!(" from pid {pid}")).unwrap_or_default();
             format!(
                 "stopped by {}{by} {} ms after the first failure",
-                signal_name(s.signo),
-                after(s.t)
+                signal_name(signo),
+                after(t)
             )
         }
-        (_, true) => "still running when the dumps were read".to_owned(),
-        _ => {
-            let seen = pm.last_t.max(pm.last_alive.unwrap_or(0));
-            format!(
-                "ended without a mark (SIGKILL?) after its last sign of life, {} ms after the first failure",
-                after(seen)
-            )
-        }
+        Ending::Running => "still running when the dumps were read".to_owned(),
+        Ending::Vanished { last_seen } => format!(
+            "ended without a mark (SIGKILL?) after its last sign of life, {} ms after the first failure",
+            after(last_seen)
+        ),
+        other => format!(
+            "{} {} ms after the first failure",
+            other.describe(),
+            after(other.time().unwrap_or(first_t))
+        ),
     }
 }
 
@@ -85,12 +84,16 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
     for (p, pm) in job.processes.iter().enumerate() {
         let failed = located.contains(&p);
         let seen = pm.last_t.max(pm.last_alive.unwrap_or(0));
-        if failed || pm.clean_exit || seen < first.t || pm.calls.is_empty() {
+        if failed
+            || matches!(story.ends[p], Ending::Exited { .. })
+            || seen < first.t
+            || pm.calls.is_empty()
+        {
             continue;
         }
         f.involve(job, p);
         let what = waiting_in(pm);
-        let end = ended_by(pm, first.t);
+        let end = ended_by(story.ends[p], first.t);
         f.fact(
             Evidence::new(EvidenceKind::Lifecycle, format!("{what}; {end}"))
                 .value("waiting_in", &what)

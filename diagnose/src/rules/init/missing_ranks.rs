@@ -10,6 +10,7 @@
 
 use crate::model::JobModel;
 use crate::rules::{name_processes, rank_list, Confidence, Evidence, EvidenceKind, Finding};
+use crate::story::progress::Place;
 use crate::story::{NodeKind, Story};
 
 pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
@@ -33,16 +34,18 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
         }
         let n = view.nranks();
         let present: Vec<(u32, usize)> = job.comm_members(comm);
-        let waiting: Vec<u32> = present
-            .iter()
-            .filter(|(_, p)| {
-                job.processes[*p]
-                    .calls
+        // The ranks the story places inside this communicator's init, still waiting for the
+        // ranks that never came.
+        let waiting: Vec<u32> = story
+            .comm(comm)
+            .map(|c| {
+                c.members
                     .iter()
-                    .any(|c| c.is_init() && c.in_flight() && c.arg("uid_hash") == Some(comm))
+                    .filter(|m| matches!(m.place, Place::InInit { .. }))
+                    .map(|m| m.rank)
+                    .collect()
             })
-            .map(|(r, _)| *r)
-            .collect();
+            .unwrap_or_default();
         let mut f = Finding::new(
             "ranks-never-arrived",
             None,

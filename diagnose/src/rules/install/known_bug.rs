@@ -106,11 +106,11 @@ pub fn check(job: &JobModel, story: &Story, options: &Options, found: &[Finding]
                 return Vec::new();
             }
             let features = features(pm, v, &job_features);
-            let stuck = stuck_processes.contains(&p);
+            let held = stuck_processes.contains(&p) || story.ends[p].is_abnormal();
             entries
                 .iter()
                 .filter(|&&i| conditions_hold(&bugs::changes()[i], pm, &features))
-                .filter_map(|&i| Some((i, symptoms_match(&bugs::changes()[i], pm, p, stuck)?)))
+                .filter_map(|&i| Some((i, symptoms_match(&bugs::changes()[i], pm, p, held)?)))
                 .collect()
         })
         .collect();
@@ -297,7 +297,9 @@ fn conditions_hold(c: &Change, pm: &ProcessModel, features: &BTreeSet<Feature>) 
     env_ok && gpu_ok && c.when.features.iter().all(|f| features.contains(f))
 }
 
-fn symptoms_match(c: &Change, pm: &ProcessModel, p: usize, stuck: bool) -> Option<Hit> {
+/// `held`: a hang holds the process, or it ended without choosing to (the story's word for
+/// both), so a call of it that never returned is where it hung.
+fn symptoms_match(c: &Change, pm: &ProcessModel, p: usize, held: bool) -> Option<Hit> {
     let s = &c.symptoms;
     let has_conditions =
         !c.when.env.is_empty() || !c.when.features.is_empty() || !c.when.gpu_names.is_empty();
@@ -370,7 +372,7 @@ fn symptoms_match(c: &Change, pm: &ProcessModel, p: usize, stuck: bool) -> Optio
             }
         }
     }
-    if s.hang && (stuck || pm.died()) {
+    if s.hang && held {
         if let Some((_, call)) = pm.in_flight_calls().find(|(_, x)| s.call_admitted(&x.name)) {
             // A specific entry whose job-level conditions hold (a layout, a feature) names the
             // hang's mechanism; without such conditions a hang only fits it.
