@@ -55,10 +55,7 @@ fn runner_for(what: &str, cases: u32, max_shrink_iters: u32) -> TestRunner {
 /// Scenarios whose damaged-evidence property finds an engine gap not fixed yet, with the gap in
 /// words: the lab reports them as pending instead of failing (and says when one passes, so the
 /// entry can go). Found by this property; see the minimal failing inputs it prints.
-pub const KNOWN_GAPS: &[(&str, &str)] = &[(
-    "ho-01-nvls-many-comms",
-    "with one rank's dumps dropped, ranks-never-arrived appears once per sub-communicator",
-)];
+pub const KNOWN_GAPS: &[(&str, &str)] = &[];
 
 // ----- damaged evidence ----------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ use crate::model::JobModel;
 use crate::rules::{name_processes, rank_list, Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::progress::Place;
 use crate::story::{NodeKind, Story};
+use std::collections::BTreeSet;
 
 pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
     // The story's roots when every one is a reaction to something the dumps do not show: the
@@ -26,7 +27,8 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
     } else {
         Vec::new()
     };
-    let mut out = Vec::new();
+    // (finding, nranks, present processes, missing count) per communicator missing ranks.
+    let mut out: Vec<(Finding, u32, BTreeSet<usize>, usize)> = Vec::new();
     for (&comm, view) in &job.comms {
         let missing = view.missing();
         if missing.is_empty() || view.nranks_claims.len() > 1 {
@@ -114,21 +116,42 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
             .copied()
             .filter(|&i| present_ps.contains(&story.nodes[i].process))
             .collect();
-        if echoes.is_empty() {
-            out.push(f);
+        let f = if echoes.is_empty() {
+            f
         } else {
-            out.push(left_no_dump(
-                job,
-                story,
-                comm,
-                f,
-                &missing,
-                &present_ps,
-                &echoes,
-            ));
+            left_no_dump(job, story, comm, f, &missing, &present_ps, &echoes)
+        };
+        out.push((f, n, present_ps.into_iter().collect(), missing.len()));
+    }
+    one_absence(out)
+}
+
+/// One finding per absence, not per communicator: a process that left no dump is missing from
+/// every communicator it belonged to (the world and each sub-communicator split from it). A
+/// smaller communicator missing no more ranks than a larger one whose present processes include
+/// all of its own is told inside the larger one's finding, as one more communicator fact.
+fn one_absence(mut found: Vec<(Finding, u32, BTreeSet<usize>, usize)>) -> Vec<Finding> {
+    found.sort_by_key(|(_, n, _, _)| std::cmp::Reverse(*n));
+    let mut kept: Vec<(Finding, u32, BTreeSet<usize>, usize)> = Vec::new();
+    for (f, n, present, missing) in found {
+        let host = kept.iter_mut().find(|(k, kn, kp, km)| {
+            k.id == f.id && *kn >= n && *km >= missing && present.is_subset(kp)
+        });
+        match host {
+            Some((k, ..)) => {
+                for e in f.evidence.into_iter().filter(|e| {
+                    e.values.contains_key("ranks_missing")
+                        || e.values.contains_key("waiting_in_init")
+                }) {
+                    k.fact(e);
+                }
+                k.process_ids.extend(f.process_ids);
+                k.explains.extend(f.explains);
+            }
+            None => kept.push((f, n, present, missing)),
         }
     }
-    out
+    kept.into_iter().map(|(f, ..)| f).collect()
 }
 
 /// The finding when the failures the dumps show are echoes of a rank that left no dump.
@@ -258,6 +281,39 @@ mod tests {
         let f = find(&fs, "ranks-never-arrived").expect("missing");
         assert_eq!(f.ranks, vec![2, 3]);
         assert_eq!(f.severity, Severity::Primary);
+    }
+
+    /// One process without a dump is missing from the world and from the sub-communicator it
+    /// belonged to: one finding, the sub-communicator a fact of it (NCCL's NVLS jobs split
+    /// dozens of communicators; one finding each was the same absence told dozens of times).
+    #[test]
+    fn one_absence_is_one_finding_across_sub_communicators() {
+        const SUB_A: u64 = 0x5eed_0000_0000_00a0;
+        const SUB_B: u64 = 0x5eed_0000_0000_00b0;
+        let (_, fs) = analyze(&["n0", "n0", "n1"], |s| {
+            s.snapshot_all(22005);
+            for (i, r) in s.ranks.iter_mut().enumerate() {
+                r.init_rank_in_flight(4, i as u64, WORLD_UID, i as u64);
+            }
+            // World ranks 0-1 in one pair, 2-3 in the other; rank 3 left no dump.
+            s.ranks[0].init_rank_in_flight(2, 0, SUB_A, 0);
+            s.ranks[1].init_rank_in_flight(2, 1, SUB_A, 1);
+            s.ranks[2].init_rank_in_flight(2, 0, SUB_B, 2);
+        });
+        let never: Vec<_> = fs
+            .iter()
+            .filter(|f| f.id == "ranks-never-arrived")
+            .collect();
+        assert_eq!(never.len(), 1, "{never:#?}");
+        assert_eq!(never[0].ranks, vec![3], "the world's numbering");
+        assert!(
+            never[0].evidence.iter().any(|e| e
+                .values
+                .get("comm")
+                .is_some_and(|c| c == &format!("{SUB_B:#x}"))),
+            "the sub-communicator stays a fact: {:#?}",
+            never[0].evidence
+        );
     }
 
     #[test]
