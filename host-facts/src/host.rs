@@ -57,7 +57,7 @@ pub struct NetIf {
     /// Prefix length of each address in `addrs`, same order (from the netmask).
     #[serde(default)]
     pub prefix_lens: Vec<u8>,
-    /// `/sys/class/net/<if>/mtu`.
+    /// `SIOCGIFMTU` in the process's network namespace, else `/sys/class/net/<if>/mtu`.
     #[serde(default)]
     pub mtu: Option<u32>,
     /// A software interface (`/sys/devices/virtual/net/<if>`: veth, bridge, docker0, tun, ...),
@@ -280,6 +280,34 @@ pub fn find_library(soname: &str) -> Option<String> {
         .map(|p| p.to_string_lossy().into_owned())
 }
 
+/// The MTU of interface `name` as this process's network namespace has it (`SIOCGIFMTU` on a
+/// datagram socket, closed at once). `/sys/class/net` shows the namespace sysfs was mounted in,
+/// which in a container or a network namespace is not always the process's own.
+fn interface_mtu(name: &str) -> Option<u32> {
+    let bytes = name.as_bytes();
+    if bytes.len() >= libc::IFNAMSIZ {
+        return None;
+    }
+    // SAFETY: ifreq is plain old data; all zeros is a valid value (an empty name, mtu 0).
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, &b) in req.ifr_name.iter_mut().zip(bytes) {
+        *dst = b as libc::c_char;
+    }
+    // SAFETY: socket takes no pointers; the fd is closed below on every path.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: SIOCGIFMTU reads ifr_name (NUL-terminated: the name is shorter than IFNAMSIZ and
+    // the rest is zero) and writes ifru_mtu into req, which outlives the call.
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFMTU as _, &mut req) };
+    // SAFETY: fd came from socket above and is closed once.
+    unsafe { libc::close(fd) };
+    // SAFETY: after a successful SIOCGIFMTU the union holds ifru_mtu.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    (rc == 0 && mtu > 0).then_some(mtu as u32)
+}
+
 /// Network interfaces with their addresses (`getifaddrs`), in kernel order.
 pub fn network_interfaces() -> Vec<NetIf> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
@@ -305,8 +333,10 @@ pub fn network_interfaces() -> Vec<NetIf> {
             Some(i) => i,
             None => {
                 out.push(NetIf {
-                    mtu: first_line(&format!("/sys/class/net/{name}/mtu"))
-                        .and_then(|m| m.parse().ok()),
+                    mtu: interface_mtu(&name).or_else(|| {
+                        first_line(&format!("/sys/class/net/{name}/mtu"))
+                            .and_then(|m| m.parse().ok())
+                    }),
                     virtual_if: Path::new(&format!("/sys/devices/virtual/net/{name}")).exists(),
                     name,
                     up: flags & libc::IFF_UP as u32 != 0,
@@ -395,9 +425,11 @@ pub fn ib_ports(root: &Path) -> Vec<IbPort> {
             let pdir = ports_dir.join(&port);
             let read = |f: &str| first_line(&pdir.join(f).to_string_lossy());
             let mut gids = Vec::new();
+            // Every index up to the bound: a table with holes (a container's namespace shows
+            // only its own GIDs, a driver fills entries as addresses appear) goes on past them.
             for i in 0..MAX_GIDS_PER_PORT {
                 let Some(gid) = read(&format!("gids/{i}")) else {
-                    break;
+                    continue;
                 };
                 if gid.bytes().all(|b| b == b'0' || b == b':') {
                     continue;
@@ -549,10 +581,10 @@ mod tests {
         let v4 = lo.addrs.iter().position(|a| a == "127.0.0.1").unwrap();
         assert_eq!(lo.prefix_lens[v4], 8);
         assert!(lo.virtual_if, "lo is a software interface");
-        assert_eq!(
-            lo.mtu,
-            first_line("/sys/class/net/lo/mtu").and_then(|m| m.parse().ok())
-        );
+        // The MTU as this process's network namespace has it (SIOCGIFMTU), the same as sysfs
+        // reports where sysfs belongs to that namespace.
+        assert_eq!(lo.mtu, super::interface_mtu("lo"));
+        assert!(lo.mtu.is_some_and(|m| m > 0));
     }
 
     #[test]
@@ -580,6 +612,12 @@ mod tests {
             "0000:0000:0000:0000:0000:ffff:0a00:0002\n",
         )
         .unwrap();
+        // A hole at 3-4 (a container's namespace shows only its own GIDs): index 5 is read.
+        std::fs::write(
+            p.join("gids/5"),
+            "0000:0000:0000:0000:0000:ffff:0a00:0105\n",
+        )
+        .unwrap();
         std::fs::write(p.join("gid_attrs/types/0"), "IB/RoCE v1\n").unwrap();
         std::fs::write(p.join("gid_attrs/types/2"), "RoCE v2\n").unwrap();
         let ports = ib_ports(&root);
@@ -588,9 +626,9 @@ mod tests {
         assert_eq!((port.device.as_str(), port.port), ("mlx5_0", 1));
         assert_eq!(port.state.as_deref(), Some("4: ACTIVE"));
         assert_eq!(port.link_layer.as_deref(), Some("Ethernet"));
-        // The zero GID (index 1) is skipped; index 3 does not exist, so reading stops there.
+        // The zero GID (index 1) is skipped, and so are the indices that do not exist.
         let idx: Vec<u32> = port.gids.iter().map(|g| g.index).collect();
-        assert_eq!(idx, [0, 2]);
+        assert_eq!(idx, [0, 2, 5]);
         assert_eq!(port.gids[1].kind.as_deref(), Some("RoCE v2"));
     }
 

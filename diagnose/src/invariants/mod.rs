@@ -30,6 +30,7 @@ pub mod devices;
 pub mod endpoints;
 pub mod identity;
 pub mod lifecycle;
+pub mod links;
 pub mod plugins;
 pub mod resources;
 
@@ -169,6 +170,8 @@ pub const INVARIANTS: &[&Invariant] = &[
     &lifecycle::NO_USE_AFTER_DESTROY,
     &lifecycle::NO_CALL_AFTER_FAILED_INIT,
     &consistency::DRIVER_PATHS_AGREE,
+    &links::LINK_MTU_AGREES,
+    &links::GID_INDEX_SELECTS_ALIKE,
     &endpoints::PEER_ADDRESS_IN_JOB,
     &endpoints::ROUTE_UNAMBIGUOUS,
     &devices::ONE_PHYSICAL_GPU_PER_RANK,

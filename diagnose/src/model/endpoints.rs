@@ -192,26 +192,30 @@ pub fn address_kind(a: &IpAddr) -> AddressKind {
 
 /// Whether `a` and `b` lie in the same subnet of `prefix` bits (false across families).
 pub fn same_subnet(a: &IpAddr, b: &IpAddr, prefix: u8) -> bool {
-    match (a, b) {
-        (IpAddr::V4(x), IpAddr::V4(y)) => {
+    a.is_ipv4() == b.is_ipv4() && masked(a, prefix) == masked(b, prefix)
+}
+
+/// `a` with the bits past `prefix` cleared: the network it is in.
+pub fn masked(a: &IpAddr, prefix: u8) -> IpAddr {
+    match a {
+        IpAddr::V4(x) => {
             let bits = u32::from(prefix.min(32));
             let mask = if bits == 0 {
                 0
             } else {
                 u32::MAX << (32 - bits)
             };
-            (u32::from(*x) & mask) == (u32::from(*y) & mask)
+            IpAddr::V4((u32::from(*x) & mask).into())
         }
-        (IpAddr::V6(x), IpAddr::V6(y)) => {
+        IpAddr::V6(x) => {
             let bits = u32::from(prefix.min(128));
             let mask = if bits == 0 {
                 0
             } else {
                 u128::MAX << (128 - bits)
             };
-            (u128::from(*x) & mask) == (u128::from(*y) & mask)
+            IpAddr::V6((u128::from(*x) & mask).into())
         }
-        _ => false,
     }
 }
 
