@@ -105,6 +105,15 @@ pub struct HostFacts {
     pub container: ContainerHints,
     pub dev_shm_bytes: Option<u64>,
     pub dev_shm_free_bytes: Option<u64>,
+    /// `/dev/shm`'s permission bits (`0o1777` when anyone may create objects) and owner.
+    #[serde(default)]
+    pub dev_shm_mode: Option<u32>,
+    #[serde(default)]
+    pub dev_shm_uid: Option<u32>,
+    /// Whether this process may create files in `/dev/shm` (write and search, checked with its
+    /// effective ids: `faccessat(AT_EACCESS)`), as NCCL's `shm_open` needs.
+    #[serde(default)]
+    pub dev_shm_writable: Option<bool>,
     /// RLIMIT_MEMLOCK soft limit; None means unlimited.
     pub memlock_soft_bytes: Option<u64>,
     pub memlock_hard_bytes: Option<u64>,
@@ -203,6 +212,37 @@ pub fn fs_size(path: &str) -> Option<(u64, u64)> {
     }
     let frsize = st.f_frsize as u64;
     Some((st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize))
+}
+
+/// A path's permission bits (with sticky/setuid bits) and owner uid; None when it cannot be
+/// stat'ed.
+pub fn mode_and_owner(path: &str) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.mode() & 0o7777, m.uid()))
+}
+
+/// Whether this process may create files in directory `path`: write and search permission for
+/// its effective ids (root passes unless the filesystem is read-only). None when it cannot be
+/// asked (no such directory).
+pub fn may_create_in(path: &str) -> Option<bool> {
+    let c = CString::new(path).ok()?;
+    // SAFETY: c is NUL-terminated and outlives the call; faccessat reads nothing else.
+    let rc = unsafe {
+        libc::faccessat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::W_OK | libc::X_OK,
+            libc::AT_EACCESS,
+        )
+    };
+    if rc == 0 {
+        return Some(true);
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EROFS) | Some(libc::EPERM) => Some(false),
+        _ => None,
+    }
 }
 
 fn memlock() -> (Option<u64>, Option<u64>) {
@@ -485,6 +525,7 @@ pub fn driver_gpus(root: &Path) -> Vec<DriverGpu> {
 /// Collects every host fact. Only reads files and asks libc; never runs anything.
 pub fn collect_host_facts() -> HostFacts {
     let shm = fs_size("/dev/shm");
+    let shm_stat = mode_and_owner("/dev/shm");
     let (soft, hard) = memlock();
     let verbs = find_library("libibverbs.so.1");
     HostFacts {
@@ -494,6 +535,9 @@ pub fn collect_host_facts() -> HostFacts {
         container: container_hints(),
         dev_shm_bytes: shm.map(|s| s.0),
         dev_shm_free_bytes: shm.map(|s| s.1),
+        dev_shm_mode: shm_stat.map(|s| s.0),
+        dev_shm_uid: shm_stat.map(|s| s.1),
+        dev_shm_writable: may_create_in("/dev/shm"),
         memlock_soft_bytes: soft,
         memlock_hard_bytes: hard,
         memlock_unlimited: soft.is_none(),
@@ -548,6 +592,28 @@ mod tests {
         );
         assert_eq!(ld_cache_paths(img, "libc.so.6"), ["/lib/libc.so.6"]);
         assert!(ld_cache_paths(img, "libnccl.so.2").is_empty());
+    }
+
+    /// A directory without write permission for others: a process of another user may not
+    /// create files in it; its mode and owner are read as they are. (As root only a read-only
+    /// filesystem says no, so the negative side is asked of a user that is not the owner.)
+    #[test]
+    fn dev_shm_access_is_read_as_the_process_has_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("shm");
+        std::fs::create_dir(&d).unwrap();
+        let path = d.to_str().unwrap();
+        std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        assert_eq!(mode_and_owner(path), Some((0o1777, me)));
+        assert_eq!(may_create_in(path), Some(true));
+        assert_eq!(may_create_in("/nonexistent-ncclshim-dir"), None);
+        std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
+        assert_eq!(mode_and_owner(path).map(|m| m.0), Some(0o555));
+        if me != 0 {
+            assert_eq!(may_create_in(path), Some(false), "r-x for its owner");
+        }
     }
 
     #[test]

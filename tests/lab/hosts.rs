@@ -99,8 +99,9 @@ fn host_script(h: &Host, dir: &Path, boot_id: &str, libs: &Path) -> Result<Strin
     ));
     let shm = bytes(h.dev_shm.as_deref().unwrap_or("16G"))?;
     let mode = h.dev_shm_mode.as_deref().unwrap_or("1777");
+    let ro = if h.dev_shm_readonly { ",ro" } else { "" };
     sc.push_str(&format!(
-        "mount -t tmpfs -o size={shm},mode={mode} lab-shm /dev/shm\n"
+        "mount -t tmpfs -o size={shm},mode={mode}{ro} lab-shm /dev/shm\n"
     ));
     let boot = dir.join("boot_id");
     std::fs::write(&boot, format!("{boot_id}\n")).map_err(|e| e.to_string())?;

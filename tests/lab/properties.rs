@@ -241,14 +241,21 @@ fn process_key(p: &Value) -> Option<String> {
     Some(format!("{}.{}", p["host"].as_str()?, p["pid"].as_u64()?))
 }
 
-/// The processes a diagnosis rests on: the primary finding's and the first failure's.
+/// The processes a diagnosis rests on: the primary finding's, those its evidence cites (a
+/// comparison across hosts rests on every side it compares), and the first failure's.
 fn key_processes(orig: &Value) -> Vec<String> {
     let mut out: Vec<String> = primary(orig)
         .map(|p| {
+            let cited = p["evidence"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|e| e["processes"].as_array().into_iter().flatten());
             p["processes"]
                 .as_array()
                 .into_iter()
                 .flatten()
+                .chain(cited)
                 .filter_map(process_key)
                 .collect()
         })

@@ -76,6 +76,9 @@ pub struct Host {
     pub dev_shm: Option<String>,
     /// Mode of `/dev/shm`, octal; default 1777.
     pub dev_shm_mode: Option<String>,
+    /// `/dev/shm` mounted read-only: no rank may create files there, root included.
+    #[serde(default)]
+    pub dev_shm_readonly: bool,
     /// RLIMIT_MEMLOCK of every rank here (`64K`, `unlimited`); default: the runner's own.
     pub memlock: Option<String>,
     /// `/sys` and `/proc` files host-facts reads, with their content (bind-mounted or created on

@@ -58,7 +58,7 @@ pub fn render(outcomes: &[(String, Scenario, Outcome)]) -> String {
          - `[[hosts]]`: `name`, optional `boot_id` (equal for containers on one machine),\n\
            `[[hosts.interfaces]]` (`name`, `address = \"10.0.0.1/24\"`, `addresses` (more, IPv4 or IPv6:\n\
            `[\"fe80::1/64\"]`; a scripted link-local replaces the kernel's), `mtu`, `kind = \"veth\"|\"dummy\"`),\n\
-           `dev_shm`, `dev_shm_mode`, `memlock`, `files` (`/sys`, `/proc` paths → content), `dirs`,\n\
+           `dev_shm`, `dev_shm_mode`, `dev_shm_readonly`, `memlock`, `files` (`/sys`, `/proc` paths → content), `dirs`,\n\
            `libraries` (`libcuda.so.1`, `libcudart.so.12`, `libibverbs.so.1`, `libnccl-net-ofi.so`, `libfabric.so.1`,\n\
            `libmpi.so.40`, `libhcoll.so.1`), `nccl = \"script\"|\"cu12\"|\"cu11\"|\"none\"`;\n\
          - `[[ranks]]`: `host`, `count`, `run` (several runs share one dump directory), `env`\n\

@@ -177,6 +177,7 @@ pub const INVARIANTS: &[&Invariant] = &[
     &devices::ONE_PHYSICAL_GPU_PER_RANK,
     &resources::MEMLOCK_FOR_RDMA,
     &resources::DEV_SHM_ROOM,
+    &resources::DEV_SHM_WRITABLE,
     &plugins::REQUESTED_PLUGIN_LOADED,
     &plugins::LAUNCHER_LAYOUT_MATCHES,
 ];

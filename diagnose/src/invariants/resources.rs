@@ -21,6 +21,17 @@ pub static MEMLOCK_FOR_RDMA: Invariant = Invariant {
     check: memlock_for_rdma,
 };
 
+pub static DEV_SHM_WRITABLE: Invariant = Invariant {
+    id: "dev-shm-writable",
+    family: Family::Resources,
+    statement: "a process that shares its host with other ranks of its communicator may create files in /dev/shm (NCCL's shared-memory transport creates its segments there)",
+    reads: &["/dev/shm mode and owner", "whether the process may create files there (its effective ids)", "ranks per host and communicator", "NCCL_SHM_DISABLE"],
+    remedy: "Make /dev/shm writable by every user (chmod 1777 /dev/shm, or the tmpfs mount's mode=1777), or give the container its own (docker --ipc=private, a Kubernetes emptyDir with medium: Memory); workaround NCCL_SHM_DISABLE=1 (slower).",
+    source: "NVIDIA/nccl#328 (shm_open: Permission denied, fixed by chmod 1777 /dev/shm); NCCL's shm transport: shm_open under /dev/shm",
+    standalone: false,
+    check: dev_shm_writable,
+};
+
 pub static DEV_SHM_ROOM: Invariant = Invariant {
     id: "dev-shm-room",
     family: Family::Resources,
@@ -118,12 +129,86 @@ fn memlock_for_rdma(job: &JobModel, _: &Story) -> Vec<Violation> {
     vec![v]
 }
 
+/// Members per (machine, communicator), counted once when first needed (a scan of every process
+/// per failing one was ranks x ranks): whether a process shares its host with another rank of
+/// one of its communicators, so NCCL's shared-memory transport is in play for it.
+struct LocalPeers<'j>(std::collections::HashMap<(&'j str, u64), usize>);
+
+impl<'j> LocalPeers<'j> {
+    fn of(job: &'j JobModel) -> Self {
+        let mut m = std::collections::HashMap::new();
+        for (q, qm) in job.processes.iter().enumerate() {
+            for c in comms_of(job, q) {
+                *m.entry((qm.machine(), c)).or_default() += 1;
+            }
+        }
+        LocalPeers(m)
+    }
+
+    fn has(&self, job: &JobModel, p: usize) -> bool {
+        let machine = job.processes[p].machine();
+        comms_of(job, p)
+            .into_iter()
+            .any(|c| self.0.get(&(machine, c)).is_some_and(|&n| n >= 2))
+    }
+}
+
+fn dev_shm_writable(job: &JobModel, _: &Story) -> Vec<Violation> {
+    let mut local_peers: Option<LocalPeers> = None;
+    let mut bad = Vec::new();
+    for (p, pm) in job.processes.iter().enumerate() {
+        let Some(h) = &pm.host_facts else { continue };
+        if h.dev_shm_writable != Some(false) || pm.env_var("NCCL_SHM_DISABLE") == Some("1") {
+            continue;
+        }
+        let calls = failures_it_may_cause(job, p, &["dev-shm-not-writable", "shm-permission"]);
+        if calls.is_empty()
+            || !local_peers
+                .get_or_insert_with(|| LocalPeers::of(job))
+                .has(job, p)
+        {
+            continue;
+        }
+        bad.push((p, h.dev_shm_mode, h.dev_shm_uid, calls));
+    }
+    if bad.is_empty() {
+        return Vec::new();
+    }
+    let ps: Vec<usize> = bad.iter().map(|b| b.0).collect();
+    let calls: Vec<(usize, usize)> = bad.iter().flat_map(|b| b.3.iter().copied()).collect();
+    let title = format!(
+        "{} may not create files in /dev/shm ({}) while sharing a host with other ranks of their communicator: NCCL's shared-memory transport creates its segments there",
+        name_processes(job, &ps),
+        match (bad[0].1, bad[0].2) {
+            (Some(mode), Some(owner)) => format!("mode {mode:04o}, owned by uid {owner}"),
+            _ => "not writable".to_owned(),
+        },
+    );
+    let mut v = Violation::new(&DEV_SHM_WRITABLE, title, ps).explaining(calls);
+    for &(p, mode, owner, _) in &bad {
+        v = v.fact(
+            Evidence::new(
+                EvidenceKind::Host,
+                match (mode, owner) {
+                    (Some(m), Some(o)) => format!(
+                        "/dev/shm mode {m:04o}, owner uid {o}, not writable by this process"
+                    ),
+                    _ => "/dev/shm not writable by this process".to_owned(),
+                },
+            )
+            .value("dev_shm_mode", mode.map(|m| format!("{m:04o}")))
+            .value("dev_shm_uid", owner)
+            .value("dev_shm_writable", false)
+            .of(job, p),
+        );
+    }
+    vec![v]
+}
+
 fn dev_shm_room(job: &JobModel, _: &Story) -> Vec<Violation> {
     let min = thresholds().dev_shm.min_bytes;
     let mut bad = Vec::new();
-    // Members per (machine, communicator), counted once when first needed (a scan of every
-    // process per failing one was ranks x ranks).
-    let mut local_members: Option<std::collections::HashMap<(&str, u64), usize>> = None;
+    let mut local_peers: Option<LocalPeers> = None;
     for (p, pm) in job.processes.iter().enumerate() {
         let Some(size) = pm.host_facts.as_ref().and_then(|h| h.dev_shm_bytes) else {
             continue;
@@ -136,18 +221,9 @@ fn dev_shm_room(job: &JobModel, _: &Story) -> Vec<Violation> {
             continue;
         }
         // Another rank of one of its communicators on the same machine: SHM is in play.
-        let counts = local_members.get_or_insert_with(|| {
-            let mut m = std::collections::HashMap::new();
-            for (q, qm) in job.processes.iter().enumerate() {
-                for c in comms_of(job, q) {
-                    *m.entry((qm.machine(), c)).or_default() += 1;
-                }
-            }
-            m
-        });
-        let local_peer = comms_of(job, p)
-            .into_iter()
-            .any(|c| counts.get(&(pm.machine(), c)).is_some_and(|&n| n >= 2));
+        let local_peer = local_peers
+            .get_or_insert_with(|| LocalPeers::of(job))
+            .has(job, p);
         if local_peer {
             bad.push((p, size, calls));
         }

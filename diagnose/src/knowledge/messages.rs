@@ -107,6 +107,8 @@ pub enum HostFlag {
     SelectedGidLinkLocal,
     /// A recorded IB port is not ACTIVE.
     IbPortDown,
+    /// The process may create files in `/dev/shm` (write and search for its effective ids).
+    DevShmWritable,
 }
 
 /// What a cause's conditions are evaluated against: the recorded facts of one process.
@@ -250,6 +252,7 @@ impl HostFlag {
             HostFlag::Roce => "roce",
             HostFlag::SelectedGidLinkLocal => "selected_gid_link_local",
             HostFlag::IbPortDown => "ib_port_down",
+            HostFlag::DevShmWritable => "dev_shm_writable",
         }
     }
 }

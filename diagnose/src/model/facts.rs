@@ -28,6 +28,11 @@ pub struct HostFacts {
     pub container_runtime: Option<String>,
     pub dockerenv: bool,
     pub dev_shm_bytes: Option<u64>,
+    /// `/dev/shm`'s permission bits and owner, and whether the process could create files in
+    /// it (its effective ids); None: not recorded (older recorders).
+    pub dev_shm_mode: Option<u32>,
+    pub dev_shm_uid: Option<u32>,
+    pub dev_shm_writable: Option<bool>,
     pub memlock_soft_bytes: Option<u64>,
     pub memlock_unlimited: Option<bool>,
     /// RLIMIT_NOFILE soft limit; None: unlimited or not recorded.
@@ -149,6 +154,9 @@ pub fn parse_host(v: &Value) -> HostFacts {
         container_runtime: str_of(&container, &["runtime"]),
         dockerenv: bool_of(&container, &["dockerenv"]).unwrap_or(false),
         dev_shm_bytes: int_of(v, &["dev_shm_bytes"]).map(|x| x as u64),
+        dev_shm_mode: int_of(v, &["dev_shm_mode"]).map(|x| x as u32),
+        dev_shm_uid: int_of(v, &["dev_shm_uid"]).map(|x| x as u32),
+        dev_shm_writable: bool_of(v, &["dev_shm_writable"]),
         memlock_soft_bytes: int_of(v, &["memlock_soft_bytes"]).map(|x| x as u64),
         nofile_soft: int_of(v, &["nofile_soft"]).map(|x| x as u64),
         memlock_unlimited: bool_of(v, &["memlock_unlimited"]),

@@ -58,6 +58,7 @@ impl Facts for ProcessFacts<'_> {
                 .or_else(|| h.peermem_exists("nv_mem/version")),
             HostFlag::Roce => (!h.ib_ports.is_empty()).then(|| h.ib_ports.iter().any(is_roce)),
             HostFlag::SelectedGidLinkLocal => self.selected_gid_link_local(),
+            HostFlag::DevShmWritable => h.dev_shm_writable,
             HostFlag::IbPortDown => (!h.ib_ports.is_empty()).then(|| {
                 h.ib_ports
                     .iter()

@@ -84,7 +84,7 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
         let key = (
             c.name.to_string(),
             rc,
-            c.error_text.clone().unwrap_or_default(),
+            text_shape(c.error_text.as_deref().unwrap_or_default()),
         );
         if !groups.contains_key(&key) {
             order.push(key.clone());
@@ -132,6 +132,32 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
         f.facts(facts);
         out.push(f);
     }
+    out
+}
+
+/// An error text with every word that holds a digit (a rank, a segment name, an address, a
+/// hash, a pid) replaced by `#`: ranks that failed alike print texts that differ only there
+/// (`nccl-shm-recv-b7948f40-0-3-0` on rank 3), and they are one failure, not one per rank.
+fn text_shape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        if word.bytes().any(|b| b.is_ascii_digit()) {
+            out.push('#');
+        } else {
+            out.push_str(word);
+        }
+        word.clear();
+    };
+    for ch in text.chars() {
+        if ch.is_ascii_alphanumeric() {
+            word.push(ch);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(ch);
+        }
+    }
+    flush(&mut word, &mut out);
     out
 }
 
@@ -229,6 +255,19 @@ fn catalog_id(id: &str) -> Option<&'static str> {
 
 #[cfg(test)]
 mod tests {
+    /// Texts that differ only in numbers and identifiers are one failure; other words tell
+    /// failures apart.
+    #[test]
+    fn texts_alike_but_for_identifiers_have_one_shape() {
+        let shape = super::text_shape;
+        assert_eq!(
+            shape("Error while creating shared memory segment nccl-shm-recv-b7948f40-0-3-0 (size 4460544)"),
+            shape("Error while creating shared memory segment nccl-shm-recv-c1148f41-0-1-0 (size 4460544)")
+        );
+        assert_eq!(shape("peer 10.0.0.2<45763>"), "peer #.#.#.#<#>");
+        assert_ne!(shape("Connection refused"), shape("Connection reset"));
+    }
+
     use crate::rules::testutil::{analyze, find};
     use crate::rules::Severity;
     use ncclshim_fixtures::synth::WORLD_UID;
