@@ -321,9 +321,20 @@ pub fn run_checks(f: &Facts) -> Vec<Check> {
             .value("soft_bytes", h.memlock_soft_bytes),
     );
 
-    // /dev/shm (C07).
+    // /dev/shm (C07): writable by this user, then large enough.
+    let shm_disabled = env_is_true(env, "NCCL_SHM_DISABLE");
     out.push(
         match h.dev_shm_bytes {
+            Some(_) if h.dev_shm_writable == Some(false) && !shm_disabled => Check::new(
+                "dev-shm",
+                Status::Error,
+                "this user may not create files in /dev/shm: NCCL's shared-memory transport fails between ranks of one host",
+            )
+            .evidence(match (h.dev_shm_mode, h.dev_shm_uid) {
+                (Some(m), Some(u)) => format!("/dev/shm mode {m:04o}, owner uid {u}"),
+                _ => "/dev/shm is not writable".to_owned(),
+            })
+            .remedy("Make /dev/shm writable by every user (chmod 1777 /dev/shm, the tmpfs mount's mode=1777) or give the container its own (docker --ipc=private); workaround NCCL_SHM_DISABLE=1 (slower)."),
             // NCCL needs far more than Docker's default 64 MiB (catalog C07); the threshold is the
             // report's too (knowledge/thresholds.toml).
             Some(b) if thresholds::dev_shm_too_small(b) => Check::new(
@@ -337,7 +348,8 @@ pub fn run_checks(f: &Facts) -> Vec<Check> {
             Some(b) => Check::ok("dev-shm", format!("/dev/shm has {} MiB", b >> 20)),
             None => Check::new("dev-shm", Status::Warn, "/dev/shm is missing").catalog("C07"),
         }
-        .value("bytes", h.dev_shm_bytes),
+        .value("bytes", h.dev_shm_bytes)
+        .value("writable", h.dev_shm_writable),
     );
 
     // NCCL_SOCKET_IFNAME (C08).
@@ -713,6 +725,27 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("nothing here stops a job\n"), "{text}");
+    }
+
+    /// A /dev/shm this user may not create files in fails every job with two ranks on the host
+    /// (NVIDIA/nccl#328), unless the shared-memory transport is off.
+    #[test]
+    fn a_dev_shm_this_user_cannot_write_is_an_error() {
+        let mut h = host();
+        h.dev_shm_writable = Some(false);
+        h.dev_shm_mode = Some(0o755);
+        h.dev_shm_uid = Some(0);
+        let c = run_checks(&facts(&[], h.clone(), &[]));
+        let shm = c.iter().find(|c| c.id == "dev-shm").unwrap();
+        assert_eq!(shm.status, Status::Error, "{shm:#?}");
+        assert!(
+            shm.evidence.iter().any(|e| e.contains("mode 0755")),
+            "{shm:#?}"
+        );
+        assert!(job_would_fail(&c));
+        let c = run_checks(&facts(&[("NCCL_SHM_DISABLE", "1")], h, &[]));
+        let shm = c.iter().find(|c| c.id == "dev-shm").unwrap();
+        assert_eq!(shm.status, Status::Ok, "{shm:#?}");
     }
 
     #[test]
