@@ -14,6 +14,7 @@
 use super::{Family, Invariant, Scope, Violation};
 use crate::model::endpoints::{host_addresses, masked, same_subnet};
 use crate::model::JobModel;
+use crate::rules::message_facts::is_roce;
 use crate::rules::{name_processes, Confidence, Evidence, EvidenceKind};
 use crate::story::Story;
 use std::collections::{BTreeMap, BTreeSet};
@@ -240,11 +241,7 @@ fn selected_gid(job: &JobModel, h: usize, index: u32) -> Option<SelectedGid> {
     facts
         .ib_ports
         .iter()
-        .filter(|p| {
-            p.link_layer
-                .as_deref()
-                .is_some_and(|l| l.eq_ignore_ascii_case("ethernet"))
-        })
+        .filter(|p| is_roce(p))
         .filter(|p| p.state.as_deref().is_none_or(|s| s.contains("ACTIVE")))
         .find_map(|p| {
             let g = p.gids.iter().find(|g| g.index == index)?;
@@ -274,13 +271,10 @@ fn gid_index_selects_alike(job: &JobModel, _: &Story) -> Vec<Violation> {
     let roce: Vec<(usize, Option<SelectedGid>)> = hosts
         .iter()
         .filter(|&&h| {
-            job.processes[h].host_facts.as_ref().is_some_and(|f| {
-                f.ib_ports.iter().any(|p| {
-                    p.link_layer
-                        .as_deref()
-                        .is_some_and(|l| l.eq_ignore_ascii_case("ethernet"))
-                })
-            })
+            job.processes[h]
+                .host_facts
+                .as_ref()
+                .is_some_and(|f| f.ib_ports.iter().any(is_roce))
         })
         .map(|&h| (h, selected_gid(job, h, index)))
         .collect();

@@ -95,7 +95,8 @@ impl Facts for ProcessFacts<'_> {
     }
 }
 
-fn is_roce(p: &IbPort) -> bool {
+/// Whether an IB port runs over Ethernet (RoCE): its link layer says so.
+pub(crate) fn is_roce(p: &IbPort) -> bool {
     p.link_layer
         .as_deref()
         .is_some_and(|l| l.eq_ignore_ascii_case("ethernet"))
