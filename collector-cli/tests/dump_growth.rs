@@ -246,3 +246,35 @@ fn two_runs_in_one_directory_are_reported_apart() {
         assert!(err.contains("no run \"nope\""), "{err}");
     }
 }
+
+/// Threads beyond the dump's rings share its overflow ring, which has no thread of its own: the
+/// report names it as that ring, never as "thread 0".
+#[test]
+fn records_lost_on_the_overflow_ring_are_said_to_be_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = build_against_double(tmp.path(), "thread_calls");
+    let dumps = tmp.path().join("dumps");
+    // One ring (the main thread's): the four workers write the overflow ring, which wraps.
+    let out = preloaded(&prog, &dumps, &["4", "20000"])
+        .env("NCCLSHIM_RINGS", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let d = read_dump(&only_dump(&dumps)).unwrap();
+    assert!(
+        d.rings.iter().any(|r| r.shared && r.lost > 0),
+        "{:?}",
+        d.rings
+    );
+    let report = ncclshim_diagnose::analyze_dir(&dumps, None).unwrap();
+    let lost = report
+        .evidence_gaps
+        .iter()
+        .find(|e| e.text.contains("older records lost"))
+        .expect("a records-lost gap");
+    assert!(
+        lost.text.contains("most on the shared overflow ring") && !lost.text.contains("thread 0"),
+        "{}",
+        lost.text
+    );
+}

@@ -36,11 +36,17 @@ pub struct Listing {
 
 /// Whether a file is named like one of the shim's dumps.
 pub fn is_dump_name(p: &Path) -> bool {
-    // `<host>.<pid>.<start>.<tag>.ncclshim`, or `... .ncclshim.N` when O_EXCL had to pick another name.
-    p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-        n.ends_with(".ncclshim")
-            || n.rsplit_once(".ncclshim.")
-                .is_some_and(|(_, s)| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+    use std::os::unix::ffi::OsStrExt;
+    // `<host>.<pid>.<start>.<tag>.ncclshim`, or `... .ncclshim.N` when O_EXCL had to pick another
+    // name. Compared as bytes: a host name (or a copy's name) that is not UTF-8 is still a dump.
+    const SUFFIX: &[u8] = b".ncclshim";
+    p.file_name().map(|n| n.as_bytes()).is_some_and(|n| {
+        if n.ends_with(SUFFIX) {
+            return true;
+        }
+        let digits = n.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+        let rest = &n[..n.len() - digits];
+        digits > 0 && rest.ends_with(b".ncclshim.")
     })
 }
 
@@ -235,6 +241,10 @@ mod tests {
         assert!(is_dump_name(Path::new("/d/h.1.2.shim.ncclshim.3")));
         assert!(!is_dump_name(Path::new("/d/h.1.2.shim.ncclshim.bak")));
         assert!(!is_dump_name(Path::new("/d/notes.txt")));
+        assert!(!is_dump_name(Path::new("/d/h.1.2.shim.ncclshim.")));
+        use std::os::unix::ffi::OsStrExt;
+        let odd = std::ffi::OsStr::from_bytes(b"/d/h\xff.1.2.shim.ncclshim");
+        assert!(is_dump_name(Path::new(odd)));
     }
 
     /// One walk finds both kinds: the hosts' dumps one level down, PyTorch's files deeper,

@@ -233,7 +233,8 @@ pub fn analyze_run_with(
     let summaries: Vec<runs::RunSummary> = runs.iter().map(|r| r.summary.clone()).collect();
     let mut parts = std::mem::take(&mut runs[chosen].parts);
     // Ranks with only a Flight Recorder dump join the model as stand-in processes.
-    let joined = flight_recorder::prepare(dir, fr, listing, &mut parts);
+    let window = flight_recorder::run_window::RunWindow::of(&summaries, chosen);
+    let joined = flight_recorder::prepare(dir, fr, listing, &mut parts, window);
     let job = model::JobModel::from_processes(parts);
     let story = story::Story::build(&job);
     let findings = rules::diagnose_story(&job, &story, options);

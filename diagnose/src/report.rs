@@ -222,13 +222,13 @@ fn evidence_gaps(job: &JobModel, story: &Story, findings: &[Finding]) -> Vec<Evi
         if p.lost > 0 {
             let worst = p.lost_by_thread.iter().max_by_key(|(_, _, n)| *n);
             let worst_text = worst
-                .map(|(tid, name, n)| {
-                    let name = if name.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({name})")
-                    };
-                    format!(", most on thread {tid}{name}: {n}")
+                .map(|(tid, name, n)| match tid {
+                    Some(tid) if name.is_empty() => format!(", most on thread {tid}: {n}"),
+                    Some(tid) => format!(", most on thread {tid} ({name}): {n}"),
+                    None => format!(
+                        ", most on the shared overflow ring (threads beyond the dump's own \
+                         rings): {n}"
+                    ),
                 })
                 .unwrap_or_default();
             // Rings the dump could not grow to hold send their threads to the small shared
@@ -245,13 +245,14 @@ fn evidence_gaps(job: &JobModel, story: &Story, findings: &[Finding]) -> Vec<Evi
                     p.lost
                 )
             };
-            per_process.push(
-                gap("records_lost", text)
-                    .value("dump_could_not_grow", p.ring_alloc_failed > 0)
-                    .value("records_lost", p.lost)
-                    .value("most_on_thread", worst.map(|(tid, _, _)| tid))
-                    .of(job, i),
-            );
+            let mut item = gap("records_lost", text)
+                .value("dump_could_not_grow", p.ring_alloc_failed > 0)
+                .value("records_lost", p.lost)
+                .value("most_on_thread", worst.and_then(|(tid, _, _)| *tid));
+            if worst.is_some_and(|(tid, _, _)| tid.is_none()) {
+                item = item.value("most_on_overflow_ring", true);
+            }
+            per_process.push(item.of(job, i));
         }
         if p.alloc_failed && p.lost == 0 {
             per_process.push(
@@ -417,8 +418,17 @@ impl Report {
         job: &JobModel,
         story: &Story,
         mut findings: Vec<Finding>,
-        problems: Vec<Problem>,
+        mut problems: Vec<Problem>,
     ) -> Self {
+        problems.extend(job.identity_clashes.iter().map(|c| Problem {
+            file: c.file.clone(),
+            error: format!(
+                "names the same process as {} (host {}, pid {}, same start time) and was read as \
+                 another process: two processes of different PID namespaces (containers sharing \
+                 a host name), or a copy of that dump",
+                c.first, c.host, c.pid
+            ),
+        }));
         let firsts = job.first_failure_per_process();
         for f in &mut findings {
             let cover = crate::rules::FailureCover::of(f);

@@ -9,7 +9,7 @@
 //! without any communicator, an overlapping lifetime. Processes with different launcher ids
 //! are never joined.
 
-use crate::model::ProcessModel;
+use crate::model::{ProcessKey, ProcessModel};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -50,9 +50,6 @@ pub struct RunParts {
 /// Union-find over per-dump parts, with the launcher ranks each set holds: one run has each
 /// launcher rank (RANK, SLURM_PROCID, ...) once, so two sets holding the same rank by different
 /// processes are two runs however close in time they ran.
-/// A process's identity across its dumps ([`ProcessModel::key`]).
-type ProcessKey = (String, String, u32, u64);
-
 struct Sets(
     /// Parent of each part.
     Vec<usize>,

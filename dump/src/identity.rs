@@ -1,9 +1,10 @@
-//! Who is writing: pid, parent, process start time, boot id, hostname, clocksource. Together
-//! (boot id, pid, start ticks) name a process uniquely even when pids are reused, and tell a
+//! Who is writing: pid, parent, process start time, PID namespace, boot id, hostname,
+//! clocksource. Together (boot id, PID namespace, pid, start ticks) name a process uniquely even
+//! when pids are reused or containers share a host, and tell a
 //! reader whether the writer may still be alive (`ncclshim_format::liveness`).
 
 pub use ncclshim_format::liveness::{
-    boot_id, parse_start_ticks, start_ticks_of, writer_may_be_alive,
+    boot_id, parse_start_ticks, pid_namespace, start_ticks_of, writer_may_be_alive,
 };
 use std::fs;
 
@@ -13,6 +14,8 @@ pub struct ProcessIdentity {
     pub pid: u32,
     pub ppid: u32,
     pub start_ticks: u64,
+    /// The inode of the PID namespace `pid` is counted in (0: unknown).
+    pub pid_namespace: u64,
     pub boot_id: String,
     pub hostname: String,
     pub clocksource: String,
@@ -44,6 +47,7 @@ impl ProcessIdentity {
             pid,
             ppid,
             start_ticks: start_ticks_of(pid).unwrap_or(0),
+            pid_namespace: pid_namespace(),
             boot_id: boot_id(),
             hostname: hostname(),
             clocksource: read_trimmed(
@@ -62,9 +66,15 @@ mod tests {
     fn this_process_is_alive() {
         let me = ProcessIdentity::current();
         assert!(me.pid > 0);
-        assert!(writer_may_be_alive(&me.boot_id, me.pid, me.start_ticks));
+        assert!(writer_may_be_alive(
+            &me.boot_id,
+            me.pid_namespace,
+            me.pid,
+            me.start_ticks
+        ));
         assert!(!writer_may_be_alive(
             &me.boot_id,
+            me.pid_namespace,
             me.pid,
             me.start_ticks + 1
         ));

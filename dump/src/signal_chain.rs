@@ -76,6 +76,8 @@ impl Chained {
     /// Does what the kernel would have done with the replaced disposition (nothing if ours was
     /// never installed). `sent`: the signal came from a process (kill, raise, abort), so under
     /// the default action it is sent again; otherwise it is a fault that re-executes.
+    /// Returns [`Forwarded::HandlerReturned`] when the previous disposition was a handler and it
+    /// returned (one that jumps away, `siglongjmp`, never comes back here).
     ///
     /// # Safety
     /// Called from our handler for `sig`, with the kernel's own `info` and `ctx` (or null).
@@ -85,9 +87,9 @@ impl Chained {
         info: *mut libc::siginfo_t,
         ctx: *mut c_void,
         sent: bool,
-    ) {
+    ) -> Forwarded {
         if !self.installed.load(Ordering::Acquire) {
-            return;
+            return Forwarded::Nowhere;
         }
         // SAFETY: `installed` says `previous` was written before our handler was installed.
         let prev = unsafe { (*self.previous.get()).assume_init_ref() };
@@ -110,21 +112,35 @@ impl Chained {
                         );
                     }
                 }
+                Forwarded::Default
             }
-            libc::SIG_IGN => {}
+            libc::SIG_IGN => Forwarded::Nowhere,
             handler if prev.sa_flags & libc::SA_SIGINFO != 0 => {
                 // SAFETY: a disposition read back from sigaction with SA_SIGINFO holds a handler
                 // of this signature; the kernel's own arguments are forwarded.
                 let f = unsafe { std::mem::transmute::<usize, Handler>(handler) };
                 f(sig, info, ctx);
+                Forwarded::HandlerReturned
             }
             handler => {
                 // SAFETY: without SA_SIGINFO the handler takes the signal number only.
                 let f = unsafe { std::mem::transmute::<usize, extern "C" fn(c_int)>(handler) };
                 f(sig);
+                Forwarded::HandlerReturned
             }
         }
     }
+}
+
+/// What [`Chained::forward`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forwarded {
+    /// Nothing: ours was never installed, or the signal was ignored before.
+    Nowhere,
+    /// The default action was restored (and a sent signal sent again).
+    Default,
+    /// The program's own handler ran and returned to us.
+    HandlerReturned,
 }
 
 impl Default for Chained {

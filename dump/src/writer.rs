@@ -247,6 +247,7 @@ impl Recorder {
         h.pid = id.pid;
         h.ppid = id.ppid;
         h.pid_start_ticks = id.start_ticks;
+        h.ext2.pid_namespace = id.pid_namespace;
         fill_fixed(&mut h.boot_id, id.boot_id.as_bytes());
         fill_fixed(&mut h.hostname, id.hostname.as_bytes());
         fill_fixed(&mut h.clocksource, id.clocksource.as_bytes());
@@ -566,6 +567,15 @@ impl Recorder {
     /// The header's fatal-signal record (written by the shim's signal handler).
     pub fn signal_record(&self) -> &SignalRecord {
         &self.header().ext.signal
+    }
+
+    /// Counts a return of the program's own handler for a watched fatal signal (the shim's
+    /// handler chained to it, and it came back: the process goes on).
+    pub fn note_signal_handler_returned(&self) {
+        self.header()
+            .ext2
+            .signal_handler_returns
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// Appends a blob to the arena; returns its file offset, or 0 when the arena is full (the

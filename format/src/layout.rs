@@ -39,6 +39,8 @@
 //!
 //! Format 2.1 added the exit record (`HeaderExt2::exit_via`, `exit_status`,
 //! `exit_call_monotonic_ns`) in what was reserved space: a 2.0 file reads as "no exit call seen".
+//! Format 2.2 added the writer's PID namespace (`HeaderExt2::pid_namespace`), also in reserved
+//! space: an older file reads as "namespace unknown", which is taken to be the reader's.
 //!
 //! Format changes are additive: a new record kind, call id or header field taken from reserved
 //! space bumps the minor version; anything else bumps the major version, which readers refuse.
@@ -51,7 +53,7 @@ pub const MAGIC: [u8; 8] = *b"NCCLSHIM";
 /// newer ones with a message telling to upgrade.
 pub const FORMAT_MAJOR: u16 = 2;
 /// Readers accept any minor version; unknown kinds written by newer writers are skipped.
-pub const FORMAT_MINOR: u16 = 1;
+pub const FORMAT_MINOR: u16 = 2;
 /// The oldest major version this reader still decodes (1.0 and 1.1: everything allocated up front).
 pub const OLDEST_MAJOR: u16 = 1;
 /// Written as a native `u32`; reads back as these bytes only on a little-endian writer.
@@ -209,7 +211,10 @@ pub struct HeaderExt2 {
     pub tail_reserved: AtomicU64,
     /// The most the tail may grow to (the writer's address-space reservation).
     pub tail_max: u64,
-    pub _reserved0: u64,
+    /// Minor 2: the inode of the writer's PID namespace (`/proc/self/ns/pid`; 0: unknown or a
+    /// 2.0/2.1 file). Containers sharing a host name and boot id hand out the same small pids;
+    /// this keeps their processes apart.
+    pub pid_namespace: u64,
     /// Ring claims whose allocation failed (that thread writes to the overflow ring).
     pub ring_alloc_failed: AtomicU32,
     pub _pad: u32,
@@ -225,7 +230,10 @@ pub struct HeaderExt2 {
     pub exit_via: AtomicU32,
     /// The status passed to `exit` / `_exit` / `_Exit` (the process's exit status is its low 8 bits).
     pub exit_status: AtomicI32,
-    pub _pad2: u32,
+    /// Minor 2: how many times a handler the program installed for a watched fatal signal
+    /// (chained to by the shim's) returned to the interrupted code. With later records it says
+    /// the process recovered from the signal recorded in `HeaderExt::signal`.
+    pub signal_handler_returns: AtomicU32,
     /// When that call was made (CLOCK_MONOTONIC ns).
     pub exit_call_monotonic_ns: AtomicU64,
     pub _reserved: [u8; 40],
@@ -742,12 +750,14 @@ mod tests {
         assert_eq!(offset_of!(HeaderExt2, rings_materialized), 4);
         assert_eq!(offset_of!(HeaderExt2, tail_reserved), 8);
         assert_eq!(offset_of!(HeaderExt2, tail_max), 16);
+        assert_eq!(offset_of!(HeaderExt2, pid_namespace), 24);
         assert_eq!(offset_of!(HeaderExt2, ring_alloc_failed), 32);
         assert_eq!(offset_of!(HeaderExt2, run_source), 40);
         assert_eq!(offset_of!(HeaderExt2, run_id), 64);
         assert_eq!(offset_of!(HeaderExt2, launcher_rank), 128);
         assert_eq!(offset_of!(HeaderExt2, exit_via), 132);
         assert_eq!(offset_of!(HeaderExt2, exit_status), 136);
+        assert_eq!(offset_of!(HeaderExt2, signal_handler_returns), 140);
         assert_eq!(offset_of!(HeaderExt2, exit_call_monotonic_ns), 144);
         assert_eq!(offset_of!(RingDirEntry, claimed_ns), 32);
         assert_eq!(offset_of!(RingDirEntry, slots_offset), 40);

@@ -67,6 +67,8 @@ pub struct HeaderInfo {
     pub pid: u32,
     pub ppid: u32,
     pub pid_start_ticks: u64,
+    /// The inode of the writer's PID namespace (format 2.2; 0: unknown).
+    pub pid_namespace: u64,
     pub boot_id: String,
     pub hostname: String,
     pub clocksource: String,
@@ -144,6 +146,9 @@ pub struct SignalInfo {
     pub t_ns: u64,
     /// Fatal-class signals received in all.
     pub count: u32,
+    /// Times the program's own handler for such a signal returned to the interrupted code
+    /// (format 2.2; 0 before).
+    pub handler_returns: u32,
 }
 
 /// One entry of the communicator table: a communicator this process created, and its progress.
@@ -626,7 +631,9 @@ fn decode_header<S: Source + ?Sized>(src: &S, path: &Path) -> Result<(Dump, Geo)
     let pid = u32_at(&h, 48);
     let pid_start_ticks = u64_at(&h, 56);
     let clean_exit = flags_v & flags::CLEAN_EXIT != 0;
-    let writer_alive = !clean_exit && writer_may_be_alive(&boot_id, pid, pid_start_ticks);
+    let pid_namespace = if grows { u64_at(&h, x2 + 24) } else { 0 };
+    let writer_alive =
+        !clean_exit && writer_may_be_alive(&boot_id, pid_namespace, pid, pid_start_ticks);
     let writer_kind_raw = u32_at(&h, 28);
     let clock_kind = u32_at(&h, 360);
     let tsc_hz = u64_at(&h, 368);
@@ -658,6 +665,7 @@ fn decode_header<S: Source + ?Sized>(src: &S, path: &Path) -> Result<(Dump, Geo)
         addr: u64_at(&h, sig + 16),
         t_ns: tb.to_monotonic_ns(u64_at(&h, sig + 24)),
         count: u32_at(&h, sig + 32),
+        handler_returns: if grows { u32_at(&h, x2 + 140) } else { 0 },
     });
     let ext1 = minor >= 1 || grows;
     let comm_next = if ext1 { u32_at(&h, x + 32) } else { 0 };
@@ -698,6 +706,7 @@ fn decode_header<S: Source + ?Sized>(src: &S, path: &Path) -> Result<(Dump, Geo)
         pid,
         ppid: u32_at(&h, 52),
         pid_start_ticks,
+        pid_namespace,
         boot_id,
         hostname: fixed_str(&h[104..168]),
         clocksource: fixed_str(&h[168..184]),

@@ -23,7 +23,7 @@
 //!   goes to `ncclshim_dump::fault_guard` first, which recovers it, and is neither recorded nor
 //!   chained.
 
-use ncclshim_dump::signal_chain::Chained;
+use ncclshim_dump::signal_chain::{Chained, Forwarded};
 use ncclshim_dump::Recorder;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
@@ -90,7 +90,15 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
     if let Some(i) = WATCHED.iter().position(|&s| s == sig) {
         // SAFETY: our handler for `sig`, forwarding the kernel's own arguments; a signal the
         // kernel raised for the interrupted instruction re-executes, any other was sent.
-        unsafe { PREVIOUS[i].forward(sig, info, ctx, !is_fault(sig, code)) };
+        let forwarded = unsafe { PREVIOUS[i].forward(sig, info, ctx, !is_fault(sig, code)) };
+        if forwarded == Forwarded::HandlerReturned {
+            // The program handled it and comes back (a JVM's or Julia's fault handling, a
+            // probe): what the report needs to not call a recovered signal a crash.
+            // SAFETY: the pointer is a leaked recorder whose mapping is never unmapped.
+            if let Some(r) = unsafe { RECORDER.load(Ordering::Acquire).as_ref() } {
+                r.note_signal_handler_returned();
+            }
+        }
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };

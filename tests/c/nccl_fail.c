@@ -19,6 +19,11 @@
  *                            ncclCommDestroy; each line also shows ncclGetLastError()
  *   nccl_fail lateenv        as init, with NCCL_LATE_SETTING=1 set (setenv) after the first call
  *   nccl_fail fork           ncclGetVersion in the parent, then in a forked child
+ *   nccl_fail retry N        ncclGetVersion, then ncclGetUniqueId N times (each fails under a bad
+ *                            NCCL_SOCKET_IFNAME: a rank retrying its rendezvous); prints how many
+ *                            failed, returns 1 if any did
+ *   nccl_fail hold           ncclGetVersion, prints "ready", then stays alive until its stdin
+ *                            ends (a live rank the reader must not call dead)
  *   nccl_fail truncate       ncclGetVersion (creates the dump), then truncates every file in
  *                            $NCCLSHIM_DIR to 0 bytes (a cleanup script under a live job), then
  *                            more calls: the process must go on and exit 0 as without the shim
@@ -57,6 +62,23 @@ int nccl_fail_run(const char* what) {
             if (ncclGetVersion(&v) != ncclSuccess) return 3;
             if (what[5] == 's' && ncclGetErrorString(ncclSuccess) == NULL) return 3;
         }
+    }
+    if (!strncmp(what, "retry ", 6)) {
+        int n = atoi(what + 6), failed = 0;
+        for (int i = 0; i < n; i++) {
+            ncclUniqueId rid;
+            if (ncclGetUniqueId(&rid) != ncclSuccess) failed++;
+        }
+        printf("ncclGetUniqueId failed %d of %d\n", failed, n);
+        fflush(stdout);
+        return failed ? 1 : 0;
+    }
+    if (!strcmp(what, "hold")) {
+        printf("ready\n");
+        fflush(stdout);
+        while (getchar() != EOF) {
+        }
+        return 0;
     }
     if (!strcmp(what, "fork")) {
         fflush(stdout);

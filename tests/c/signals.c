@@ -10,8 +10,15 @@
  *   signals restart       a SIGINT handler with SA_RESTART before NCCL; a read() on a pipe is
  *                         interrupted by SIGINT from a child and must be restarted, not fail EINTR
  *   signals ignored       SIGINT ignored before NCCL, raise(SIGINT): still ignored, exits 0
+ *   signals recover-jump  own SIGSEGV handler installed before NCCL that siglongjmps back (how
+ *                         probing code, the JVM, Julia and Go recover); three real faults, each
+ *                         recovered; then ncclGetUniqueId (fails under a bad NCCL_SOCKET_IFNAME):
+ *                         prints its rc and exits 1 when it failed
+ *   signals recover-return  own plain SIGSEGV handler before NCCL that returns; raise(SIGSEGV)
+ *                         twice (sent, so returning goes on), then as recover-jump
  */
 #include "nccl_min.h"
+#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +38,27 @@ static void on_plain(int sig) {
     seen++;
     int n = snprintf(buf, sizeof buf, "plain handler: sig=%d n=%d\n", sig, (int)seen);
     write(1, buf, n);
+}
+
+static sigjmp_buf probe;
+static volatile sig_atomic_t faults;
+static void on_segv_jump(int sig) {
+    (void)sig;
+    faults++;
+    siglongjmp(probe, 1);
+}
+static void on_segv_return(int sig) {
+    (void)sig;
+    faults++;
+}
+
+/* ncclGetUniqueId after surviving the faults: its rc decides the exit status. */
+static int unique_id_after(void) {
+    ncclUniqueId id;
+    ncclResult_t rc = ncclGetUniqueId(&id);
+    printf("recovered from %d fault(s); ncclGetUniqueId rc=%d\n", (int)faults, (int)rc);
+    fflush(stdout);
+    return rc == ncclSuccess ? 0 : 1;
 }
 
 static void nccl_once(void) {
@@ -58,8 +86,22 @@ int main(int argc, char** argv) {
         sigaction(SIGINT, &sa, NULL);
     } else if (!strcmp(m, "ignored")) {
         signal(SIGINT, SIG_IGN);
+    } else if (!strcmp(m, "recover-jump")) {
+        signal(SIGSEGV, on_segv_jump);
+    } else if (!strcmp(m, "recover-return")) {
+        signal(SIGSEGV, on_segv_return);
     }
     nccl_once();
+    if (!strcmp(m, "recover-jump")) {
+        for (int i = 0; i < 3; i++) {
+            if (sigsetjmp(probe, 1) == 0) *(volatile int*)0 = i;
+        }
+        return unique_id_after();
+    } else if (!strcmp(m, "recover-return")) {
+        raise(SIGSEGV);
+        raise(SIGSEGV);
+        return unique_id_after();
+    }
     if (!strcmp(m, "segv") || !strcmp(m, "own-before")) {
         *(volatile int*)0 = 1;
     } else if (!strcmp(m, "abort")) {

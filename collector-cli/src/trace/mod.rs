@@ -23,7 +23,7 @@ pub mod validate;
 
 use flight_recorder::{NamedGroup, TraceFlightRecorder};
 use items::{Item, LifeSign, What};
-use ncclshim_diagnose::model::JobModel;
+use ncclshim_diagnose::model::{JobModel, ProcessKey};
 use ncclshim_diagnose::names::rc_name;
 use ncclshim_format::profnames::{self, NameTable};
 use ncclshim_format::reader::{Dump, Record};
@@ -46,14 +46,8 @@ const KERNEL_CH_STOP: u64 = 22;
 /// v7 `ncclProfilerKernelPhaseStop`.
 const KERNEL_PHASE_STOP: u64 = 31;
 
-fn process_key(d: &Dump) -> (String, String, u32, u64) {
-    let h = &d.header;
-    (
-        h.hostname.clone(),
-        h.boot_id.clone(),
-        h.pid,
-        h.pid_start_ticks,
-    )
+fn process_key(d: &Dump) -> ProcessKey {
+    ncclshim_diagnose::model::header_key(&d.header)
 }
 
 fn named_args(r: &Record) -> Map<String, Value> {
@@ -392,7 +386,7 @@ pub fn write_trace_json<D: Borrow<Dump>>(
 /// the rank labels and clocks. The same events as `ncclshim trace` writes
 /// ([`write_trace_json`]); a dump of a process the model does not know is left out.
 pub fn build_trace(dumps: &[Dump], job: &JobModel) -> Value {
-    let index: HashMap<(String, String, u32, u64), usize> = job
+    let index: HashMap<ProcessKey, usize> = job
         .processes
         .iter()
         .enumerate()
@@ -579,6 +573,7 @@ mod tests {
             pid,
             ppid: 1,
             start_ticks: 7,
+            pid_namespace: 0,
             boot_id: format!("boot-{host}"),
             hostname: host.into(),
             clocksource: "tsc".into(),
@@ -663,6 +658,7 @@ mod tests {
                 pid,
                 ppid: 1,
                 start_ticks: 7,
+                pid_namespace: 0,
                 boot_id: "boot".into(),
                 hostname: "h".into(),
                 clocksource: "tsc".into(),

@@ -83,13 +83,19 @@ pub fn nccl_cu12_lib() -> PathBuf {
 /// `tests/c/nccl_fail.c` linked against the cu12 wheel's real libnccl ([`nccl_cu12_lib`]),
 /// built as `out/nccl_fail`.
 pub fn nccl_fail_program(out: &Path) -> PathBuf {
+    nccl_program(out, "nccl_fail")
+}
+
+/// `tests/c/<name>.c` linked against the cu12 wheel's real libnccl ([`nccl_cu12_lib`]), built
+/// as `out/<name>`.
+pub fn nccl_program(out: &Path, name: &str) -> PathBuf {
     let lib = nccl_cu12_lib();
-    let prog = out.join("nccl_fail");
+    let prog = out.join(name);
     cc(&[
         "-Wall",
         "-o",
         prog.to_str().unwrap(),
-        root().join("tests/c/nccl_fail.c").to_str().unwrap(),
+        root().join(format!("tests/c/{name}.c")).to_str().unwrap(),
         &format!("-I{}", root().join("tests/c").display()),
         &format!("-L{}", lib.display()),
         "-l:libnccl.so.2",

@@ -15,6 +15,7 @@ pub mod format;
 pub mod join;
 pub mod lazy;
 pub mod pickle;
+pub mod run_window;
 
 use crate::load::{display_path, Listing, Problem};
 use crate::model::ProcessModel;
@@ -92,13 +93,15 @@ impl RankDump {
 pub struct FlightRecorder {
     pub dumps: Vec<RankDump>,
     pub problems: Vec<Problem>,
+    /// Dumps of another run found beside this run's ([`run_window`]): listed, never joined.
+    pub other_runs: Vec<Problem>,
     /// One line per dump of a version not checked here (read best effort).
     pub notes: Vec<String>,
 }
 
 impl FlightRecorder {
     pub fn is_empty(&self) -> bool {
-        self.dumps.is_empty() && self.problems.is_empty()
+        self.dumps.is_empty() && self.problems.is_empty() && self.other_runs.is_empty()
     }
 
     /// Ranks with a readable dump, sorted.
@@ -127,7 +130,7 @@ impl FlightRecorder {
 /// Finds and reads the dumps `source` names (nothing for [`Source::Off`]); `listing` is the job
 /// directory's.
 pub fn load(dir: &Path, source: &Source, listing: &Listing) -> FlightRecorder {
-    read_all(dir, list(source, listing))
+    read_all(dir, list(source, listing), None)
 }
 
 /// The dumps `source` names ((path, rank)), none read; `listing` is the job directory's.
@@ -148,8 +151,13 @@ pub fn any_in(source: &Source, listing: &Listing) -> bool {
     }
 }
 
-/// Reads `files` ((path, rank)) in parallel, like the shim's dumps.
-pub fn read_all(dir: &Path, files: Vec<(PathBuf, u32)>) -> FlightRecorder {
+/// Reads `files` ((path, rank)) in parallel, like the shim's dumps. A dump whose entries lie
+/// outside `window` (another run's) is listed as a problem and not kept.
+pub fn read_all(
+    dir: &Path,
+    files: Vec<(PathBuf, u32)>,
+    window: Option<run_window::RunWindow>,
+) -> FlightRecorder {
     let results: Vec<Result<RankDump, Problem>> = files
         .par_iter()
         .map(|(p, rank)| {
@@ -163,6 +171,10 @@ pub fn read_all(dir: &Path, files: Vec<(PathBuf, u32)>) -> FlightRecorder {
     for r in results {
         match r {
             Ok(d) => {
+                if let Some(why) = window.and_then(|w| w.dump_outside(&d)) {
+                    out.other_runs.push(another_runs(d.file.clone(), why));
+                    continue;
+                }
                 if !KNOWN_VERSIONS.contains(&d.version.as_str()) {
                     out.notes.push(format!(
                         "{}: Flight Recorder format version {:?} is not one this ncclshim knows (2.2 to 2.11); read best effort",
@@ -178,12 +190,21 @@ pub fn read_all(dir: &Path, files: Vec<(PathBuf, u32)>) -> FlightRecorder {
     out
 }
 
+/// The problem line of a Flight Recorder dump that belongs to another run.
+fn another_runs(file: String, why: String) -> Problem {
+    Problem {
+        file,
+        error: format!("a Flight Recorder dump of another run ({why}); not joined with this one"),
+    }
+}
+
 impl FlightRecorder {
     /// Adds the dumps and problems of `more` (read later, of other ranks).
     fn merge(&mut self, more: FlightRecorder) {
         self.dumps.extend(more.dumps);
         self.dumps.sort_by_key(|d| d.rank);
         self.problems.extend(more.problems);
+        self.other_runs.extend(more.other_runs);
         self.notes.extend(more.notes);
     }
 }
@@ -359,6 +380,8 @@ pub struct Joined {
     listed_only: Vec<(PathBuf, u32)>,
     /// Which read rank stands for which listed-only one, per communicator.
     cover: lazy::Cover,
+    /// The reported run's span: dumps read later outside it are another run's.
+    window: Option<run_window::RunWindow>,
 }
 
 /// Whether a process model holds the shim's records: a shim dump, or one the scenario lab and
@@ -377,16 +400,29 @@ pub fn prepare(
     source: &Source,
     listing: &Listing,
     parts: &mut Vec<ProcessModel>,
+    window: Option<run_window::RunWindow>,
 ) -> Option<Joined> {
-    let files = list(source, listing);
+    let mut files = list(source, listing);
     if files.is_empty() {
         return None;
+    }
+    // Another run's dumps, by when they were written, are not even read.
+    let mut other_runs = Vec::new();
+    if let Some(w) = window {
+        files.retain(|(path, _)| match w.file_outside(path) {
+            Some(why) => {
+                other_runs.push(another_runs(display_path(dir, path), why));
+                false
+            }
+            None => true,
+        });
     }
     let mut plan = lazy::plan(parts, files);
     if std::env::var_os(lazy::READ_ALL_VAR).is_some() {
         plan.read.append(&mut plan.listed_only);
     }
-    let fr = read_all(dir, plan.read);
+    let mut fr = read_all(dir, plan.read, window);
+    fr.other_runs.append(&mut other_runs);
     let comm_of = join::comms_of_groups(parts, &fr);
     let job_ranks: BTreeSet<u32> = parts
         .iter()
@@ -408,6 +444,7 @@ pub fn prepare(
         dir: dir.to_path_buf(),
         listed_only: plan.listed_only,
         cover: plan.cover,
+        window,
     })
 }
 
@@ -443,7 +480,7 @@ fn read_what_the_report_needs(report: &crate::report::Report, joined: &mut Joine
         if now.is_empty() {
             break;
         }
-        let more = read_all(&joined.dir, now);
+        let more = read_all(&joined.dir, now, joined.window);
         joined.fr.merge(more);
     }
 }
@@ -518,6 +555,7 @@ pub fn annotate(report: &mut crate::report::Report, mut joined: Joined) {
         }
     }
     report.problems.extend(fr.problems.iter().cloned());
+    report.problems.extend(fr.other_runs.iter().cloned());
     report.problems.sort_by(|a, b| a.file.cmp(&b.file));
     let mut ranks_listed_only: Vec<u32> = listed_only.iter().map(|(_, r)| *r).collect();
     ranks_listed_only.sort_unstable();

@@ -694,8 +694,32 @@ pub fn messages_in(text: &str) -> Vec<&str> {
     out
 }
 
+/// Distinct messages classified and remembered at most: a rank that retried a failing call
+/// thousands of times repeats one text (and ranks of one job repeat each other's); past this
+/// many the memory starts afresh, so a long-lived reader (the exporter) stays bounded.
+const CLASSIFIED_KEPT: usize = 65_536;
+
 /// Classifies one message (no prefix): the first entry in file order with a matching pattern.
+/// Remembered per text: matching runs every pattern of the table at once (`RegexSet`, the
+/// overlapping search), about a millisecond per message, which 1,024 retries of one failing
+/// call on each of 1,024 ranks turned into CPU-minutes.
 pub fn classify_message(message: &str) -> Option<Match> {
+    static SEEN: LazyLock<std::sync::Mutex<std::collections::HashMap<String, Option<Match>>>> =
+        LazyLock::new(Default::default);
+    // A poisoned lock only means another thread panicked mid-insert: the map is still whole.
+    if let Some(known) = SEEN.lock().unwrap_or_else(|p| p.into_inner()).get(message) {
+        return known.clone();
+    }
+    let found = classify_uncached(message);
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if seen.len() >= CLASSIFIED_KEPT {
+        seen.clear();
+    }
+    seen.insert(message.to_owned(), found.clone());
+    found
+}
+
+fn classify_uncached(message: &str) -> Option<Match> {
     let m = &*MESSAGES;
     let first = m.set.matches(message).into_iter().next()?;
     let (ei, pi) = m.owner[first];

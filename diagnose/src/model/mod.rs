@@ -218,6 +218,21 @@ pub struct ProfOp {
     pub kernel_stopped: bool,
 }
 
+/// A process's identity across its dumps ([`ProcessModel::key`]): host, boot id, PID
+/// namespace, pid, start ticks.
+pub type ProcessKey = (String, String, u64, u32, u64);
+
+/// The [`ProcessKey`] a dump's header names (the same as its part's [`ProcessModel::key`]).
+pub fn header_key(h: &ncclshim_format::reader::HeaderInfo) -> ProcessKey {
+    (
+        h.hostname.clone(),
+        h.boot_id.clone(),
+        h.pid_namespace,
+        h.pid,
+        h.pid_start_ticks,
+    )
+}
+
 /// Everything recorded about one process.
 #[derive(Debug, Clone, Default)]
 pub struct ProcessModel {
@@ -225,6 +240,8 @@ pub struct ProcessModel {
     pub boot_id: String,
     pub pid: u32,
     pub start_ticks: u64,
+    /// The inode of the PID namespace `pid` is counted in (0: unknown, a dump before format 2.2).
+    pub pid_namespace: u64,
     pub files: Vec<String>,
     pub synthetic: bool,
     /// Known only from a PyTorch Flight Recorder dump (no ncclshim dump): its host is unknown
@@ -238,6 +255,10 @@ pub struct ProcessModel {
     pub lost: u64,
     /// Completed collectives dropped from `calls` by [`ProcessModel::compact`].
     pub pruned: u64,
+    /// Failures dropped from `calls` by [`ProcessModel::compact`] because they repeated an
+    /// earlier one exactly (call, return code, communicator, text); the first and the last of
+    /// each stay.
+    pub repeated_failures: u64,
     pub torn: u64,
     pub first_t: u64,
     pub last_t: u64,
@@ -252,8 +273,12 @@ pub struct ProcessModel {
     pub prof_ops: Vec<ProfOp>,
     /// (signal number, time).
     pub signals: Vec<(u64, u64)>,
-    /// The fatal signal the shim's handler recorded in the dump header, with its details.
+    /// The fatal signal the shim's handler recorded in the dump header, with its details
+    /// (`None` when the process went on after it: see `survived_signals`).
     pub signal: Option<SignalFact>,
+    /// Faults (signal number, wall time) the process recovered from: its own handler returned
+    /// or jumped away, and it went on recording ([`Self::settle_signals`]). Not how it ended.
+    pub survived_signals: Vec<(u64, u64)>,
     /// Clean-exit time (wall clock), when the process exited normally (its atexit handlers ran,
     /// or it ended through `_exit`).
     pub exit_t: Option<u64>,
@@ -267,8 +292,9 @@ pub struct ProcessModel {
     pub exit_call_t: Option<u64>,
     /// Latest sign of life that left no record (a deduplicated async-error poll), wall clock.
     pub last_alive: Option<u64>,
-    /// Records lost to ring wrap, per thread: (tid, thread name, lost).
-    pub lost_by_thread: Vec<(u32, String, u64)>,
+    /// Records lost to ring wrap, per thread: (tid, thread name, lost); tid `None` for the
+    /// shared overflow ring, which many threads write (it has no thread of its own).
+    pub lost_by_thread: Vec<(Option<u32>, String, u64)>,
     /// Per-communicator progress from the dump's communicator table (never lost to wrap).
     pub progress: Vec<CommProgress>,
     /// The profiler's running totals per communicator (never lost to wrap).
@@ -314,6 +340,8 @@ pub struct SignalFact {
     pub t: u64,
     /// Fatal-class signals received in all.
     pub count: u32,
+    /// Times the program's own handler for such a signal returned to the interrupted code.
+    pub handler_returns: u32,
 }
 
 impl SignalFact {
@@ -567,6 +595,7 @@ impl ProcessModel {
             boot_id: h.boot_id.clone(),
             pid: h.pid,
             start_ticks: h.pid_start_ticks,
+            pid_namespace: h.pid_namespace,
             clock_offset: i128::from(h.clock.realtime_ns) - i128::from(h.clock.monotonic_ns),
             clock_uncertainty: h.clock.uncertainty_ns,
             ..ProcessModel::default()
@@ -593,6 +622,8 @@ impl ProcessModel {
                 keep_call[i] = *n <= keep;
             }
         }
+        let pruned_collectives = keep_call.iter().filter(|k| !**k).count();
+        self.repeated_failures += self.collapse_repeated_failures(&mut keep_call);
         let dropped = keep_call.iter().filter(|k| !**k).count();
         if dropped > 0 {
             // Old index -> new index, for the indices the model holds into `calls`.
@@ -621,7 +652,7 @@ impl ProcessModel {
                     .map(|i| new_index[i])
                     .filter(|&i| i != usize::MAX);
             }
-            self.pruned += dropped as u64;
+            self.pruned += pruned_collectives as u64;
         }
         let mut seen_per_comm: FxHashMap<Option<u64>, usize> = FxHashMap::default();
         let mut keep_op = vec![true; self.prof_ops.len()];
@@ -641,6 +672,30 @@ impl ProcessModel {
         }
         // Also when nothing was dropped: `add_dump` reserved room for every profiler record.
         self.prof_ops.shrink_to_fit();
+    }
+
+    /// Marks in `keep_call` the failures that only repeat another: the same call failing with
+    /// the same return code, communicator and NCCL text (a rank retrying its rendezvous
+    /// thousands of times). The first and the last of each kind stay (when it began, that it
+    /// was still failing at the end); the others are dropped before any rule reads them, and
+    /// counted (the return value). Every rule reads one failure where it read thousands.
+    fn collapse_repeated_failures(&self, keep_call: &mut [bool]) -> u64 {
+        type Kind<'a> = (Option<CallId>, i32, bool, u64, Option<&'a str>);
+        let mut span: FxHashMap<Kind, (usize, usize)> = FxHashMap::default();
+        for (i, c) in self.calls.iter().enumerate().filter(|(_, c)| c.failed()) {
+            let kind = (c.call, c.rc, c.is_cuda, c.comm, c.error_text.as_deref());
+            span.entry(kind).and_modify(|s| s.1 = i).or_insert((i, i));
+        }
+        let mut collapsed = 0;
+        for (i, c) in self.calls.iter().enumerate().filter(|(_, c)| c.failed()) {
+            let kind = (c.call, c.rc, c.is_cuda, c.comm, c.error_text.as_deref());
+            let (first, last) = span[&kind];
+            if i != first && i != last {
+                keep_call[i] = false;
+                collapsed += 1;
+            }
+        }
+        collapsed
     }
 
     fn add_aggregate(&mut self, a: aggregates::CommAggregate) {
@@ -696,11 +751,12 @@ impl ProcessModel {
         self.clock_uncertainty = uncertainty;
     }
 
-    /// Which process a part belongs to: host, boot id, pid and start time.
-    pub fn key(&self) -> (String, String, u32, u64) {
+    /// Which process a part belongs to: host, boot id, PID namespace, pid and start time.
+    pub fn key(&self) -> ProcessKey {
         (
             self.host.clone(),
             self.boot_id.clone(),
+            self.pid_namespace,
             self.pid,
             self.start_ticks,
         )
@@ -721,6 +777,7 @@ impl ProcessModel {
         self.disabled |= o.disabled;
         self.lost += o.lost;
         self.pruned += o.pruned;
+        self.repeated_failures += o.repeated_failures;
         self.torn += o.torn;
         self.damaged.extend(o.damaged);
         if o.first_t != 0 && (self.first_t == 0 || o.first_t < self.first_t) {
@@ -749,6 +806,7 @@ impl ProcessModel {
         }
         self.prof_ops.extend(o.prof_ops);
         self.signals.extend(o.signals);
+        self.survived_signals.extend(o.survived_signals);
         self.signal = self.signal.or(o.signal);
         self.exit_t = self.exit_t.max(o.exit_t);
         if o.exit_call_t > self.exit_call_t {
@@ -794,8 +852,9 @@ impl ProcessModel {
         self.ring_alloc_failed += h.ring_alloc_failed;
         self.alloc_failed |= h.flags & ncclshim_format::layout::flags::ALLOC_FAILED != 0;
         for r in d.lost_by_ring() {
+            let tid = (!r.shared).then_some(r.tid);
             self.lost_by_thread
-                .push((r.tid, r.thread_name.clone(), r.lost));
+                .push((tid, r.thread_name.clone(), r.lost));
         }
         if let Some(x) = h.exit_monotonic_ns {
             self.exit_t = Some(to_wall(d, x));
@@ -826,6 +885,7 @@ impl ProcessModel {
                 tid: sg.tid,
                 t,
                 count: sg.count,
+                handler_returns: sg.handler_returns,
             });
             self.signals.push((u64::from(sg.signo), t));
             self.last_t = self.last_t.max(t);
@@ -1194,6 +1254,41 @@ impl ProcessModel {
         for op in &mut self.ops {
             op.comm_hash = ptr_to_hash.get(&self.calls[op.call_index].comm).copied();
         }
+        self.settle_signals();
+    }
+
+    /// A fault is how a process ended only if it did not go on: the JVM, Julia, Go and
+    /// `sigsetjmp` probes handle SIGSEGV themselves and carry on. It went on when the signal's
+    /// own thread made a call after it (its handler returned or jumped away), or when the
+    /// program's own handler returned (counted by the shim's) and any call followed. Those
+    /// faults move to `survived_signals`. Other threads' calls alone prove nothing: they run
+    /// on while a crashing thread's handlers write tracebacks, or hang. A request to stop
+    /// (SIGTERM, SIGINT) is never moved: a program that handles it and cleans up (destroying
+    /// its communicators) was still asked to stop.
+    fn settle_signals(&mut self) {
+        let header = self.signal;
+        let returned = header.is_some_and(|s| s.handler_returns > 0);
+        let calls = &self.calls;
+        let went_on = |signo: u64, t: u64| {
+            if is_termination_signal(signo) {
+                return false;
+            }
+            let own_thread = header
+                .filter(|h| h.signo == signo && h.t == t)
+                .map(|h| h.tid);
+            calls
+                .iter()
+                .any(|c| c.t_enter > t && (returned || Some(c.tid) == own_thread))
+        };
+        let (survived, fatal): (Vec<_>, Vec<_>) = self
+            .signals
+            .iter()
+            .partition(|&&(signo, t)| went_on(signo, t));
+        if header.is_some_and(|h| went_on(h.signo, h.t)) {
+            self.signal = None;
+        }
+        self.signals = fatal;
+        self.survived_signals.extend(survived);
     }
 
     /// Failed calls, async errors and fatal signals of this process, as (time, what).
@@ -1288,6 +1383,63 @@ pub struct JobModel {
     pub comms: BTreeMap<u64, CommView>,
     /// Every failure, earliest first.
     pub failures: Vec<JobFailure>,
+    /// Dumps that named a process another dump of the same kind already named: read as
+    /// processes of their own, and said in the report.
+    pub identity_clashes: Vec<IdentityClash>,
+}
+
+/// Two dumps of the same writer (two shim dumps, say) claiming one process identity (host,
+/// boot, PID namespace, pid, start time). One process writes one dump per writer, so they are
+/// two processes: containers that share a host name and boot id hand out the same small pids,
+/// and a writer before format 2.2 did not record its PID namespace. Never merged silently.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityClash {
+    /// The dump read as a process of its own.
+    pub file: String,
+    /// The dump of the same identity read first.
+    pub first: String,
+    pub host: String,
+    pub pid: u32,
+}
+
+/// Which writer a per-dump part came from; a process has at most one part of each. Synthetic
+/// dumps (tests, tools) may split one process over several files: never a clash.
+fn part_writer(p: &ProcessModel) -> Option<u8> {
+    match (p.has_shim, p.has_prof) {
+        (true, _) => Some(0),
+        (_, true) => Some(1),
+        _ => None,
+    }
+}
+
+/// The parts of one identity as processes: each process takes at most one part per writer; a
+/// second part of a writer starts another process and is recorded as a clash.
+fn split_identity_clashes(
+    group: Vec<ProcessModel>,
+    clashes: &mut Vec<IdentityClash>,
+) -> Vec<Vec<ProcessModel>> {
+    let mut processes: Vec<Vec<ProcessModel>> = Vec::new();
+    for part in group {
+        let writer = part_writer(&part);
+        let home = processes
+            .iter()
+            .position(|parts| writer.is_none() || parts.iter().all(|q| part_writer(q) != writer));
+        match (home, processes.first()) {
+            (Some(i), _) => processes[i].push(part),
+            (None, None) => processes.push(vec![part]),
+            (None, Some(first)) => {
+                let first = first[0].files.first().cloned().unwrap_or_default();
+                clashes.push(IdentityClash {
+                    file: part.files.first().cloned().unwrap_or_default(),
+                    first,
+                    host: part.host.clone(),
+                    pid: part.pid,
+                });
+                processes.push(vec![part]);
+            }
+        }
+    }
+    processes
 }
 
 impl JobModel {
@@ -1305,11 +1457,15 @@ impl JobModel {
     pub fn from_processes(parts: Vec<ProcessModel>) -> Self {
         // The parts of each process (its shim and profiler dumps, in the order given), merged
         // per process side by side: merging moves and re-times every event of a part.
-        let mut by_key: BTreeMap<(String, String, u32, u64), Vec<ProcessModel>> = BTreeMap::new();
+        let mut by_key: BTreeMap<ProcessKey, Vec<ProcessModel>> = BTreeMap::new();
         for part in parts {
             by_key.entry(part.key()).or_default().push(part);
         }
-        let groups: Vec<Vec<ProcessModel>> = by_key.into_values().collect();
+        let mut identity_clashes = Vec::new();
+        let groups: Vec<Vec<ProcessModel>> = by_key
+            .into_values()
+            .flat_map(|group| split_identity_clashes(group, &mut identity_clashes))
+            .collect();
         let mut processes: Vec<ProcessModel> = groups
             .into_par_iter()
             .filter_map(|group| {
@@ -1456,6 +1612,7 @@ impl JobModel {
             processes,
             comms,
             failures,
+            identity_clashes,
         }
     }
 

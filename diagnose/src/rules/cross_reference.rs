@@ -106,11 +106,14 @@ fn verdict(r: &Resolution) -> Option<(&'static str, String, String, Confidence)>
 /// failure, the same answers reach it as evidence ([`annotate`]) instead of a second finding
 /// for one cause.
 pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
-    let explained = |p: usize, i: usize| {
-        found
-            .iter()
-            .any(|f| !f.consequence && f.explains.contains(&(p, i)))
-    };
+    // One set over every finding: scanning each finding's list per failure was failures x
+    // explained calls (a million retries of one failing call took CPU-hours).
+    let explained_calls: std::collections::HashSet<(usize, usize)> = found
+        .iter()
+        .filter(|f| !f.consequence)
+        .flat_map(|f| f.explains.iter().copied())
+        .collect();
+    let explained = |p: usize, i: usize| explained_calls.contains(&(p, i));
     let mut findings: Vec<(String, Finding)> = Vec::new();
     for (p, i, t) in job.failures_with_text() {
         if explained(p, i) {
