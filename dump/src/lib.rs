@@ -14,6 +14,7 @@ pub mod config;
 pub mod dumpdir;
 pub mod fault_guard;
 pub mod identity;
+pub mod own_stack;
 pub mod process;
 pub mod run;
 pub mod settings;
