@@ -6,7 +6,8 @@
 //! it in the lazy, fork-aware, never-failing lifecycle (atexit mark, disable-on-failure);
 //! [`clock`] picks and calibrates the time base, [`settings`] defines every `NCCLSHIM_*` variable and [`config`] reads the sizes, [`dumpdir`] opens the
 //! dump directory safely, [`fault_guard`] keeps a truncated dump from killing the host,
-//! [`identity`] and [`run`] say who is writing. The format's vocabulary is re-exported so a
+//! [`identity`] and [`run`] say who is writing, [`own_stack`] keeps the rare heavy work off the
+//! host thread's stack. The format's vocabulary is re-exported so a
 //! recorder names one crate; readers depend on `ncclshim-format` alone.
 
 pub mod clock;
@@ -14,6 +15,7 @@ pub mod config;
 pub mod dumpdir;
 pub mod fault_guard;
 pub mod identity;
+pub mod own_stack;
 pub mod process;
 pub mod run;
 pub mod settings;

@@ -217,6 +217,31 @@ impl ProcessRecorder {
             .ok()
     }
 
+    /// Whether a [`with_ring`](Self::with_ring) on this thread now would do the heavy work:
+    /// create the file (nothing decided yet) or claim this thread's ring (the file is ready, this
+    /// thread has not recorded into it). False when recording is off or another thread is
+    /// creating the file (those calls skip), so a process that does not record never pays for
+    /// the heavy path. Callers run the heavy path on the recorder's own stack
+    /// ([`own_stack`](crate::own_stack)).
+    #[inline]
+    pub fn needs_setup_here(&'static self) -> bool {
+        match self.state.load(Ordering::Acquire) {
+            UNINIT => true,
+            READY => {
+                let generation = self.generation.load(Ordering::Relaxed);
+                RINGS
+                    .try_with(|rings| {
+                        rings.get(self.tls_index).is_some_and(|cell| {
+                            // SAFETY: the cell belongs to this thread alone; read only.
+                            unsafe { (*cell.get()).generation != generation }
+                        })
+                    })
+                    .unwrap_or(false)
+            }
+            _ => false,
+        }
+    }
+
     /// Runs `f` with this thread's ring when the recorder is ready and this thread has claimed
     /// its ring already; `None` otherwise. Unlike [`with_ring`](Self::with_ring) it never
     /// creates the file or claims a ring (both allocate and make syscalls), so nothing on its

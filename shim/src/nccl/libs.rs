@@ -10,7 +10,8 @@
 //! it) is taken at its first call, never inside a `dlsym` hook.
 
 use crate::nccl::snapshot;
-use crate::runtime::recorder::record;
+use crate::runtime::recorder::record_heavy;
+use ncclshim_dump::own_stack::run_on_own_stack;
 use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
@@ -71,18 +72,23 @@ fn resolve_bound(
     let errno = unsafe { libc::__errno_location() };
     // SAFETY: as above.
     let saved = unsafe { *errno };
-    let h = library(k);
-    let mut p = null_mut();
-    if !h.is_null() {
-        // SAFETY: h is a live NOLOAD handle we hold; both names are NUL-terminated. A handle
-        // lookup searches that library's scope (not the preload); `pnccl`/plain names that
-        // are not ours pass through our dlsym untouched.
-        p = unsafe { libc::dlsym(h, pname.as_ptr().cast()) };
-        if p.is_null() {
-            // SAFETY: as above; an NCCL built without the pnccl aliases exports only ncclX.
-            p = unsafe { libc::dlsym(h, name.as_ptr().cast()) };
+    // On the recorder's own stack: `dladdr` and `dlopen` NOLOAD walk the loader's maps, more
+    // stack than a small host thread may have left for this first call of a function.
+    let p = run_on_own_stack(|| {
+        let h = library(k);
+        let mut p = null_mut();
+        if !h.is_null() {
+            // SAFETY: h is a live NOLOAD handle we hold; both names are NUL-terminated. A handle
+            // lookup searches that library's scope (not the preload); `pnccl`/plain names that
+            // are not ours pass through our dlsym untouched.
+            p = unsafe { libc::dlsym(h, pname.as_ptr().cast()) };
+            if p.is_null() {
+                // SAFETY: as above; an NCCL built without the pnccl aliases exports only ncclX.
+                p = unsafe { libc::dlsym(h, name.as_ptr().cast()) };
+            }
         }
-    }
+        p
+    });
     if !p.is_null() {
         slot.store(p, Ordering::Release);
     }
@@ -132,7 +138,7 @@ fn library(k: usize) -> *mut c_void {
 pub fn first_call(k: usize) {
     if let Some(done) = SNAPSHOT_TAKEN.get(k) {
         if !done.swap(true, Ordering::Relaxed) {
-            record(|r, w| snapshot::take(r, w, snapshot::Reason::NewLibrary, false));
+            record_heavy(|r, w| snapshot::take(r, w, snapshot::Reason::NewLibrary, false));
         }
     }
 }

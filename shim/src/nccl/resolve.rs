@@ -5,11 +5,13 @@
 //! 2. `dlopen("libnccl.so.2", RTLD_NOLOAD)`: loaded `RTLD_LOCAL` (Python, `ctypes`, torch);
 //! 3. the first `libnccl.so*` the loader has mapped (`dl_iterate_phdr`), by its path, NOLOAD.
 //!
-//! Only successes are cached: a symbol the loaded NCCL lacks is looked up again on each call
+//! The lookup runs on the recorder's own stack (`ncclshim_dump::own_stack`): the first call of a
+//! function may come from a thread with a small stack. Only successes are cached: a symbol the loaded NCCL lacks is looked up again on each call
 //! (a program can only call it by mistake, and it gets `ncclInternalError`). The NOLOAD
 //! handle is kept, so the library stays mapped while we hold pointers into it.
 
 use crate::nccl::libs::Slots;
+use ncclshim_dump::own_stack::run_on_own_stack;
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -37,7 +39,9 @@ fn resolve(slot: &AtomicPtr<c_void>, pname: &'static str, name: &'static str) ->
     let errno = unsafe { libc::__errno_location() };
     // SAFETY: as above.
     let saved = unsafe { *errno };
-    let p = resolve_inner(slot, pname, name);
+    // The loader's lookups (dlopen NOLOAD walks its maps) take more stack than a small host
+    // thread may have left for this first call of a function.
+    let p = run_on_own_stack(|| resolve_inner(slot, pname, name));
     // SAFETY: as above.
     unsafe { *errno = saved };
     p

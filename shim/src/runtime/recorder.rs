@@ -8,7 +8,12 @@
 //! constructor ran (another library's constructor calling NCCL first) gets its setup when the
 //! registration comes: the creator and the registrar agree, through two sequentially consistent
 //! flags, on which of them runs it, exactly once.
+//!
+//! That setup, the file's creation and a thread's first ring are the heavy work (paths, `/proc`,
+//! JSON, `getifaddrs`); it runs on the recorder's own stack ([`ncclshim_dump::own_stack`]), never
+//! on the host thread's, which may be small. The hot path stays on the caller's stack.
 
+use ncclshim_dump::own_stack::catch_unwind_on_own_stack;
 use ncclshim_dump::process::ProcessRecorder;
 use ncclshim_dump::{Recorder, RingWriter, WriterKind};
 use std::cell::Cell;
@@ -36,7 +41,7 @@ static SETUP_OWED: AtomicBool = AtomicBool::new(false);
 pub fn register_setup(setup: Setup) {
     SETUP.store(setup as usize, Ordering::SeqCst);
     if SETUP_OWED.swap(false, Ordering::SeqCst) {
-        record(setup);
+        record_heavy(setup);
     }
 }
 
@@ -98,24 +103,50 @@ pub fn record_keep<R>(f: impl FnOnce(&'static Recorder, &RingWriter) -> R) -> Op
     record(|r, w| f(r, &r.keep_writer_or(w)))
 }
 
+/// As [`record_keep`], always on the recorder's own stack: for rare work that needs more stack
+/// than a host thread may have (snapshots: JSON, `/proc`, the loaded libraries).
+pub fn record_keep_heavy<R>(f: impl FnOnce(&'static Recorder, &RingWriter) -> R) -> Option<R> {
+    guarded(|r, w| f(r, &r.keep_writer_or(w)), true)
+}
+
+/// As [`record`], always on the recorder's own stack (see [`record_keep_heavy`]).
+pub fn record_heavy<R>(f: impl FnOnce(&'static Recorder, &RingWriter) -> R) -> Option<R> {
+    guarded(f, true)
+}
+
 /// Runs recording work `f` with this thread's ring: not at all when nested or not recording,
 /// with errno saved and restored, and with any panic caught (recording is then disabled for
 /// the rest of the process). Returns `None` whenever nothing was recorded.
+///
+/// The call that creates the file (and runs the once-per-file setup) and a thread's first call
+/// (which claims its ring) run on the recorder's own stack, not the caller's: a host thread with
+/// a small stack then needs no more of it for its first call than for any other.
 #[inline]
 pub fn record<R>(f: impl FnOnce(&'static Recorder, &RingWriter) -> R) -> Option<R> {
+    guarded(f, false)
+}
+
+/// [`record`]'s body; `heavy` runs the work on the recorder's own stack whatever the state.
+#[inline]
+fn guarded<R>(f: impl FnOnce(&'static Recorder, &RingWriter) -> R, heavy: bool) -> Option<R> {
     let _guard = DepthGuard::enter()?;
     // SAFETY: __errno_location always returns the calling thread's valid errno pointer.
     let errno_ptr = unsafe { libc::__errno_location() };
     // SAFETY: as above; reading an int.
     let saved = unsafe { *errno_ptr };
-    let out = catch_unwind(AssertUnwindSafe(|| {
+    let work = || {
         SHIM.with_ring_noting_creation(|r, w, created| {
             if created {
                 on_create(r, w);
             }
             f(r, w)
         })
-    }));
+    };
+    let out = if heavy || SHIM.needs_setup_here() {
+        on_own_stack(work)
+    } else {
+        catch_unwind(AssertUnwindSafe(work))
+    };
     // SAFETY: as above; restoring the caller's errno.
     unsafe { *errno_ptr = saved };
     match out {
@@ -125,4 +156,12 @@ pub fn record<R>(f: impl FnOnce(&'static Recorder, &RingWriter) -> R) -> Option<
             None
         }
     }
+}
+
+/// The heavy path out of line, so the hot wrappers that inline [`record`] carry none of it (nor
+/// its frame).
+#[cold]
+#[inline(never)]
+fn on_own_stack<R>(work: impl FnOnce() -> R) -> std::thread::Result<R> {
+    catch_unwind_on_own_stack(work)
 }

@@ -9,7 +9,7 @@ use crate::nccl::ffi::*;
 use crate::nccl::hash::{get_hash, uid_words};
 use crate::nccl::resolve::real;
 use crate::nccl::snapshot;
-use crate::runtime::recorder::{record_keep, SHIM};
+use crate::runtime::recorder::{record_keep, record_keep_heavy, SHIM};
 use ncclshim_dump::schema::{args, ArgView};
 use ncclshim_dump::{BlobKind, CallId, CommEntryWriter, Entry, RecordKind};
 use std::cell::Cell;
@@ -72,7 +72,7 @@ pub(super) unsafe fn count_and_rank(comm: NcclComm) -> (c_int, c_int) {
 
 /// Refreshes the environment and library snapshots as a communicator is being created.
 pub(super) fn snapshot_at_init() {
-    record_keep(|r, w| snapshot::take(r, w, snapshot::Reason::CommInit, false));
+    record_keep_heavy(|r, w| snapshot::take(r, w, snapshot::Reason::CommInit, false));
 }
 
 /// Stores the ncclConfig_t as an `event` record of `call` ahead of the call itself (the call's
