@@ -1,5 +1,7 @@
 //! Where and how big a dump is: `NCCLSHIM_*` variables, their defaults, and the file name.
-//! Read once, when the recorder is created (the first NCCL event), never on the record path.
+//! Read once, when the recorder is created (the first NCCL event), never on the record path;
+//! a relative `NCCLSHIM_DIR` is resolved earlier, when the library loads
+//! ([`resolve_dir_at_load`]).
 //! The variables' names, ranges and documented defaults are defined in [`crate::settings`].
 
 use crate::dumpdir::DirPolicy;
@@ -8,6 +10,7 @@ use crate::settings;
 pub use crate::settings::Limit;
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 /// Default per-thread rings in a shim dump (threads beyond share one overflow ring).
 pub const DEFAULT_RINGS: u32 = 64;
@@ -49,6 +52,38 @@ pub fn default_dir() -> PathBuf {
     // SAFETY: getuid cannot fail and has no preconditions.
     let uid = unsafe { libc::getuid() };
     PathBuf::from(base).join(format!("ncclshim-{uid}"))
+}
+
+/// `NCCLSHIM_DIR` as it was when the library was loaded (`None` inside: unset then): its value
+/// and that value made absolute against the working directory of that moment.
+static DIR_AT_LOAD: OnceLock<Option<(OsString, PathBuf)>> = OnceLock::new();
+
+/// Resolves a relative `NCCLSHIM_DIR` against the working directory of now, for the dump created
+/// later (issue 36: a daemon that changed directory to `/` before its first NCCL call wrote to
+/// `/reldumps`). Called from the shim's constructor, when the process starts under the preload;
+/// idempotent, no file, no output. A working directory that cannot be read leaves the value to
+/// be resolved when the dump is created, as without this call.
+pub fn resolve_dir_at_load() {
+    DIR_AT_LOAD.get_or_init(|| {
+        let value = dir_value()?;
+        let resolved = std::path::absolute(&value).ok()?;
+        Some((value, resolved))
+    });
+}
+
+/// `NCCLSHIM_DIR` now, when set and not blank.
+fn dir_value() -> Option<OsString> {
+    std::env::var_os(settings::DIR.name).filter(|v| !v.is_empty())
+}
+
+/// The directory `NCCLSHIM_DIR` names: as resolved at load when the value is still the one seen
+/// then, else (set or changed by the program since, or no constructor ran) as it reads now.
+fn chosen_dir() -> Option<PathBuf> {
+    let now = dir_value()?;
+    match DIR_AT_LOAD.get() {
+        Some(Some((seen, resolved))) if *seen == now => Some(resolved.clone()),
+        _ => Some(PathBuf::from(now)),
+    }
 }
 
 /// Whether `NCCLSHIM_DISABLE` asks for no recording at all ([`settings::DISABLE`]: `1`/`true`/
@@ -157,9 +192,7 @@ impl RecorderConfig {
     /// Defaults overridden by `NCCLSHIM_DIR`, `NCCLSHIM_RINGS`, `NCCLSHIM_RING_SLOTS`
     /// (`NCCLSHIM_PROFILER_RING_SLOTS` for the profiler) and `NCCLSHIM_ARENA_BYTES`.
     pub fn from_env(writer_kind: WriterKind) -> Self {
-        let chosen = std::env::var_os(settings::DIR.name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from);
+        let chosen = chosen_dir();
         let policy = match chosen {
             Some(_) => DirPolicy::Chosen,
             None => DirPolicy::Private,

@@ -11,7 +11,9 @@
 //! A directory the user named (`NCCLSHIM_DIR`) is the user's choice: it may be a symbolic link
 //! (`/scratch -> /lustre/...`), be owned by a service account, and be group-writable (a shared
 //! job directory is the documented way to collect a job). It is refused only when every user
-//! may write it *without* the sticky bit: there anyone could rename or delete the dumps.
+//! may write it *without* the sticky bit: there anyone could rename or delete the dumps. A file
+//! where the directory (or a directory on its path) should be is refused with a sentence that
+//! says so, not with `mkdir`'s "File exists".
 //!
 //! Either way, files are created with `openat` relative to the opened directory (a directory
 //! swapped after the check is not followed), `O_CREAT | O_EXCL | O_NOFOLLOW` (a planted file,
@@ -66,7 +68,11 @@ pub fn open_dump_dir(dir: &Path, policy: DirPolicy) -> Result<OwnedFd, DirError>
         }
         DirPolicy::Chosen => {
             if let Err(e) = std::fs::create_dir_all(dir) {
-                return Err(DirError::Os("mkdir", e.raw_os_error().unwrap_or(libc::EIO)));
+                let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                return Err(match file_in_the_way(dir, errno) {
+                    Some(why) => DirError::Refused(why),
+                    None => DirError::Os("mkdir", errno),
+                });
             }
         }
     }
@@ -100,6 +106,26 @@ pub fn open_dump_dir(dir: &Path, policy: DirPolicy) -> Result<OwnedFd, DirError>
         return Err(DirError::Os("fstat", errno()));
     }
     refusal(policy, st.st_uid, st.st_mode, euid()).map_or(Ok(fd), |why| Err(DirError::Refused(why)))
+}
+
+/// When creating a chosen directory failed because a file stands where a directory must be (the
+/// path itself: `EEXIST`; a directory on the way: `ENOTDIR`), the sentence saying so: "File
+/// exists" does not tell the user that `NCCLSHIM_DIR` names a file (issue 36).
+fn file_in_the_way(dir: &Path, errno: i32) -> Option<String> {
+    if errno != libc::EEXIST && errno != libc::ENOTDIR {
+        return None;
+    }
+    let file = dir
+        .ancestors()
+        .find(|p| !p.as_os_str().is_empty() && std::fs::metadata(p).is_ok_and(|m| !m.is_dir()))?;
+    Some(if file == dir {
+        "NCCLSHIM_DIR names a file, not a directory".to_owned()
+    } else {
+        format!(
+            "{} on the way to it is a file, not a directory",
+            file.display()
+        )
+    })
 }
 
 fn euid() -> u32 {

@@ -6,10 +6,17 @@
 //! (`HF_TOKEN`) is secret as an option (`--hf-token X`), as a `KEY=VALUE` argument and as a key
 //! in a JSON or dict-like argument (`--config={"hf_token": "X"}`). A redacted value becomes
 //! [`REDACTED`] as a whole, never a part of it. Over-redaction costs a report a detail; a leak
-//! costs the user a credential, so every doubtful case is redacted.
+//! costs the user a credential (dumps are copied to shared filesystems), so every doubtful case
+//! is redacted; the few exceptions (a port after `-p`, `-u` without `user:password`) are rules
+//! of the table too.
 //!
-//! The scanners walk text by characters and slices only: any input (non-UTF-8 arrives already
-//! replaced) gives an answer without panicking (`proptest` below).
+//! The report reads only what the recorder wrote: redaction happens here, once, before anything
+//! reaches a dump, and no reader has a second copy of these rules.
+//!
+//! The scanners ([`scan`]) walk text by characters and slices only: any input (non-UTF-8 arrives
+//! already replaced) gives an answer without panicking (`proptest` below).
+
+mod scan;
 
 /// What a redacted value reads as.
 pub const REDACTED: &str = "<redacted>";
@@ -28,18 +35,61 @@ pub enum Form {
     InnocentFragment(&'static str),
     /// A whole name that is not secret although it contains a marker.
     InnocentName(&'static str),
-    /// An option, spelled exactly, whose value (the next argument or `=value`) is secret.
-    Option(&'static str),
+    /// An option, spelled exactly, whose value (the next argument or `=value`; with `attached`,
+    /// also glued to the flag: `-pVALUE`) is secret when `value` says so.
+    Option {
+        flag: &'static str,
+        attached: bool,
+        value: SecretValue,
+    },
     /// `scheme://user:password@host` (the password) and `scheme://token@host` (the user part).
     UrlUserinfo,
-    /// `Name: value` or `Name=value` at the start of an argument or value, the name secret:
-    /// the rest of the text (`-H "Authorization: Bearer X"`, `WANDB_API_KEY=X`).
+    /// `user:password@host` without a scheme, as a whole value or after `=`, `,` or `;`: the
+    /// password.
+    SchemelessUserinfo,
+    /// A URL on this host (or a subdomain of it) whose path after `path_prefix` is the secret.
+    SecretUrlPath {
+        host: &'static str,
+        path_prefix: &'static str,
+    },
+    /// A bare token this prefix announces, followed by at least `min_body` characters of
+    /// `body`, anywhere in a text (not inside a longer word): the whole token.
+    TokenPrefix {
+        prefix: &'static str,
+        min_body: usize,
+        body: TokenChars,
+    },
+    /// `Name: value` or `Name=value` at the start of an argument, an option's `=value` or a
+    /// variable's value, the name secret: the rest of the text (`-H "Authorization: Bearer X"`,
+    /// `--header=X-Api-Key:X`, `WANDB_API_KEY=X`).
     LeadingKey,
     /// `key=value`, `"key": "value"`, `'key': value`, `key: value` inside a text, the key
     /// secret: the value up to its closing quote or the next separator.
     EmbeddedKey,
     /// This HTTP authentication scheme followed by a credential, anywhere (`Bearer X`).
     AuthScheme(&'static str),
+}
+
+/// Which values of a secret option are secrets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretValue {
+    /// Every value.
+    Any,
+    /// Every value but a port number (1 to 65535).
+    AnyButPort,
+    /// Only a `user:password` value (with a `:`, not a URL: a URL's user info has its own rule).
+    Credential,
+}
+
+/// The characters a token's body is made of (its end is the first other character).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenChars {
+    /// Letters and digits.
+    Alnum,
+    /// Letters, digits and `_`.
+    AlnumUnderscore,
+    /// Letters, digits, `_` and `-`.
+    AlnumDashUnderscore,
 }
 
 /// One entry of the table and why it is there.
@@ -53,7 +103,23 @@ const fn rule(form: Form, why: &'static str) -> Rule {
     Rule { form, why }
 }
 
-/// The redaction table (issue 22 items 8 and 9 list the forms seen leaking).
+const fn option(flag: &'static str, attached: bool, value: SecretValue) -> Form {
+    Form::Option {
+        flag,
+        attached,
+        value,
+    }
+}
+
+const fn token(prefix: &'static str, min_body: usize, body: TokenChars) -> Form {
+    Form::TokenPrefix {
+        prefix,
+        min_body,
+        body,
+    }
+}
+
+/// The redaction table (issues 22 items 8 and 9, and 36 item 9, list the forms seen leaking).
 pub const RULES: &[Rule] = &[
     rule(
         Form::NameContains("TOKEN"),
@@ -72,12 +138,24 @@ pub const RULES: &[Rule] = &[
         "the Unix spelling (--passwd, DB_PASSWD)",
     ),
     rule(
+        Form::NameContains("PASSPHRASE"),
+        "--passphrase X (gpg, ssh-keygen, key stores; issue 36)",
+    ),
+    rule(
+        Form::NameContains("PASS_PHRASE"),
+        "--pass-phrase X, PASS_PHRASE: the same, spelled as two words (issue 36)",
+    ),
+    rule(
         Form::NameContains("KEY"),
         "API keys (WANDB_API_KEY, --api-key); also costs harmless names",
     ),
     rule(
         Form::NameContains("CREDENTIAL"),
         "GOOGLE_APPLICATION_CREDENTIALS and friends",
+    ),
+    rule(
+        Form::NameContains("CREDS"),
+        "--creds user:pass, AWS_CREDS: the short spelling (issue 36)",
     ),
     rule(
         Form::NameContains("AUTH"),
@@ -102,10 +180,22 @@ pub const RULES: &[Rule] = &[
         "DB_PASS, --pass X (issue 22: leaked before)",
     ),
     rule(
+        Form::NameEndsWithWord("SSHPASS"),
+        "SSHPASS: the password sshpass -e reads from the environment (issue 36)",
+    ),
+    rule(
         Form::NameEndsWithWord("PWD"),
         "MYSQL_PWD, --pwd X, ODBC Pwd=X (issue 22)",
     ),
     rule(Form::NameEndsWithWord("PW"), "DB_PW, --pw X"),
+    rule(
+        Form::NameEndsWithWord("PAT"),
+        "GH_PAT, GITLAB_PAT, --pat X: personal access tokens (issue 36)",
+    ),
+    rule(
+        Form::NameEndsWithWord("SIG"),
+        "Azure SAS ...&sig=X (the signature that grants the access; issue 36)",
+    ),
     rule(
         Form::NameEndsWithWord("DSN"),
         "DATABASE_DSN: a connection string with its password (issue 22)",
@@ -127,16 +217,128 @@ pub const RULES: &[Rule] = &[
         "an InfiniBand partition key index, needed for diagnosis",
     ),
     rule(
-        Form::Option("-p"),
-        "mysql/psql-style -p PASSWORD (issue 22); costs the port of ssh -p 22",
+        option("-p", true, SecretValue::AnyButPort),
+        "sshpass -p X, mysql -pX (its only inline form; issues 22 and 36); a port (torchrun or ssh -p 29500) is kept",
+    ),
+    rule(
+        option("-u", true, SecretValue::Credential),
+        "curl -u user:pass, -uuser:pass (issue 36); python -u and -u USER are kept",
+    ),
+    rule(
+        option("--user", false, SecretValue::Credential),
+        "curl --user user:pass; --user NAME is kept",
+    ),
+    rule(
+        option("-U", true, SecretValue::Credential),
+        "curl -U user:pass (proxy credentials)",
+    ),
+    rule(
+        option("--proxy-user", false, SecretValue::Credential),
+        "curl --proxy-user user:pass",
+    ),
+    rule(
+        option("--login", false, SecretValue::Credential),
+        "--login=admin:pass (issue 36); --login NAME is kept",
     ),
     rule(
         Form::UrlUserinfo,
-        "https://user:X@host and https://X@host (a token as user name; issue 22)",
+        "https://user:X@host and https://X@host (a token as user name; issue 22); a password with an @ up to the last one (issue 36)",
+    ),
+    rule(
+        Form::SchemelessUserinfo,
+        "MASTER_ADDR=u:pass@host, a rendezvous or proxy address with credentials (issue 36)",
+    ),
+    rule(
+        Form::SecretUrlPath {
+            host: "hooks.slack.com",
+            path_prefix: "/",
+        },
+        "Slack incoming webhooks: the path is the credential (issue 36)",
+    ),
+    rule(
+        Form::SecretUrlPath {
+            host: "discord.com",
+            path_prefix: "/api/webhooks/",
+        },
+        "Discord webhooks: id and token in the path (issue 36)",
+    ),
+    rule(
+        Form::SecretUrlPath {
+            host: "discordapp.com",
+            path_prefix: "/api/webhooks/",
+        },
+        "Discord webhooks on the older domain",
+    ),
+    rule(
+        Form::SecretUrlPath {
+            host: "webhook.office.com",
+            path_prefix: "/",
+        },
+        "Microsoft Teams incoming webhooks: the path is the credential",
+    ),
+    rule(
+        token("hf_", 30, TokenChars::Alnum),
+        "Hugging Face access tokens (hf_ and 34 letters; issue 36)",
+    ),
+    rule(
+        token("ghp_", 30, TokenChars::Alnum),
+        "GitHub personal access tokens (classic; issue 36)",
+    ),
+    rule(
+        token("gho_", 30, TokenChars::Alnum),
+        "GitHub OAuth access tokens",
+    ),
+    rule(
+        token("ghu_", 30, TokenChars::Alnum),
+        "GitHub user-to-server tokens",
+    ),
+    rule(
+        token("ghs_", 30, TokenChars::Alnum),
+        "GitHub server-to-server (Actions) tokens",
+    ),
+    rule(
+        token("ghr_", 30, TokenChars::Alnum),
+        "GitHub refresh tokens",
+    ),
+    rule(
+        token("github_pat_", 40, TokenChars::AlnumUnderscore),
+        "GitHub fine-grained personal access tokens",
+    ),
+    rule(
+        token("xoxb-", 10, TokenChars::AlnumDashUnderscore),
+        "Slack bot tokens (issue 36)",
+    ),
+    rule(
+        token("xoxp-", 10, TokenChars::AlnumDashUnderscore),
+        "Slack user tokens (issue 36)",
+    ),
+    rule(
+        token("xoxa-", 10, TokenChars::AlnumDashUnderscore),
+        "Slack app tokens",
+    ),
+    rule(
+        token("xoxe-", 10, TokenChars::AlnumDashUnderscore),
+        "Slack refresh tokens",
+    ),
+    rule(
+        token("sk-", 32, TokenChars::AlnumDashUnderscore),
+        "OpenAI/Anthropic-style secret keys (sk-, sk-proj-, sk-ant-); 32 characters keep sk-learn-like names",
+    ),
+    rule(
+        token("glpat-", 20, TokenChars::AlnumDashUnderscore),
+        "GitLab personal access tokens",
+    ),
+    rule(
+        token("npm_", 30, TokenChars::Alnum),
+        "npm access tokens",
+    ),
+    rule(
+        token("pypi-", 50, TokenChars::AlnumDashUnderscore),
+        "PyPI API tokens (long macaroons)",
     ),
     rule(
         Form::LeadingKey,
-        "-H \"Authorization: Bearer X\", API_KEY=X arguments and values",
+        "-H \"Authorization: Bearer X\", --header=X-Api-Key:X, API_KEY=X arguments and values",
     ),
     rule(
         Form::EmbeddedKey,
@@ -178,12 +380,64 @@ pub fn is_secret_name(name: &str) -> bool {
     })
 }
 
-/// Whether an option (`--password`, `-p`) takes a secret value.
-fn is_secret_option(flag: &str) -> bool {
+impl SecretValue {
+    /// Whether `value`, given to an option of this kind, is a secret.
+    fn covers(self, value: &str) -> bool {
+        match self {
+            SecretValue::Any => true,
+            SecretValue::AnyButPort => !is_port(value),
+            SecretValue::Credential => value.contains(':') && !value.contains("://"),
+        }
+    }
+}
+
+/// `29500`: a TCP/UDP port number.
+fn is_port(value: &str) -> bool {
+    value.len() <= 5
+        && value.bytes().all(|b| b.is_ascii_digit())
+        && value.parse::<u32>().is_ok_and(|n| (1..=65535).contains(&n))
+}
+
+impl TokenChars {
+    fn admits(self, c: char) -> bool {
+        c.is_ascii_alphanumeric()
+            || match self {
+                TokenChars::Alnum => false,
+                TokenChars::AlnumUnderscore => c == '_',
+                TokenChars::AlnumDashUnderscore => c == '_' || c == '-',
+            }
+    }
+}
+
+/// Which values an option (`--password`, `-p`, `-u`) takes as secrets; `None`: not a secret
+/// option. An option the table does not list is secret by its name, every value.
+fn secret_option(flag: &str) -> Option<SecretValue> {
     RULES
         .iter()
-        .any(|r| matches!(r.form, Form::Option(o) if o == flag))
-        || (flag.starts_with('-') && is_name(flag) && is_secret_name(flag))
+        .find_map(|r| match r.form {
+            Form::Option { flag: f, value, .. } if f == flag => Some(value),
+            _ => None,
+        })
+        .or_else(|| {
+            (flag.starts_with('-') && is_name(flag) && is_secret_name(flag))
+                .then_some(SecretValue::Any)
+        })
+}
+
+/// `-pVALUE`, `-uuser:pass`: the flag, when `arg` is an option of the table that takes its
+/// value glued on and that value is a secret. `-p=VALUE` is left to the `=` form.
+fn attached_secret_flag(arg: &str) -> Option<&'static str> {
+    RULES.iter().find_map(|r| match r.form {
+        Form::Option {
+            flag,
+            attached: true,
+            value,
+        } => {
+            let rest = arg.strip_prefix(flag)?;
+            (!rest.is_empty() && !rest.starts_with('=') && value.covers(rest)).then_some(flag)
+        }
+        _ => None,
+    })
 }
 
 fn is_name_char(c: char) -> bool {
@@ -204,30 +458,44 @@ pub fn redact_env_value(name: &str, value: &str) -> String {
 }
 
 /// The command line with secrets replaced by [`REDACTED`]:
-/// - `--hf-token=X`, `--password X`, `-p X`: a secret option's value (the next argument, unless
-///   it is itself a long option `--x`: a flag that only looks secret costs its neighbour, never a
-///   secret);
+/// - a secret option's value: `--hf-token=X`, `--password X`, `-p X`, `-pX`, `-u user:pass`
+///   (the next argument, unless it is itself a long option `--x`: a flag that only looks secret
+///   costs its neighbour, never a secret), when the option's rule says that value is secret;
+/// - any other option's `=value`, read as an argument of its own (`--header=X-Api-Key:X`);
 /// - in every argument, argument 0 included, what [`redact_text`] finds.
 pub fn redact_args(args: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(args.len());
-    let mut redact_next = false;
+    let mut pending: Option<SecretValue> = None;
     for (i, arg) in args.iter().enumerate() {
-        if std::mem::take(&mut redact_next) && !arg.starts_with("--") {
-            out.push(REDACTED.to_owned());
-            continue;
+        if let Some(value) = pending.take() {
+            if !arg.starts_with("--") && value.covers(arg) {
+                out.push(REDACTED.to_owned());
+                continue;
+            }
         }
         if i > 0 && arg.starts_with('-') {
+            // Before splitting at `=`: mysql's `-pse=cret` is a password with an `=` in it.
+            if let Some(flag) = attached_secret_flag(arg) {
+                out.push(format!("{flag}{REDACTED}"));
+                continue;
+            }
             match arg.split_once('=') {
-                Some((flag, _)) if is_secret_option(flag) => {
-                    out.push(format!("{flag}={REDACTED}"));
+                Some((flag, value)) if is_name(flag) => {
+                    if secret_option(flag).is_some_and(|v| v.covers(value)) {
+                        out.push(format!("{flag}={REDACTED}"));
+                    } else {
+                        out.push(format!("{flag}={}", redact_text(value)));
+                    }
                     continue;
                 }
-                None if is_secret_option(arg) => {
-                    redact_next = true;
-                    out.push(arg.clone());
-                    continue;
+                None => {
+                    if let Some(value) = secret_option(arg) {
+                        pending = Some(value);
+                        out.push(arg.clone());
+                        continue;
+                    }
                 }
-                _ => {}
+                Some(_) => {}
             }
         }
         out.push(redact_text(arg));
@@ -235,201 +503,18 @@ pub fn redact_args(args: &[String]) -> Vec<String> {
     out
 }
 
-/// Secrets inside one argument or value: URL user info, a leading secret key, embedded secret
-/// keys and authentication schemes.
+/// Secrets inside one argument or value: webhook URLs, URL user info, bare tokens, `user:pass@host`,
+/// a leading secret key, embedded secret keys and authentication schemes.
 pub fn redact_text(text: &str) -> String {
-    let text = redact_url_userinfo(text);
-    if let Some(kept) = leading_key(&text) {
+    let text = scan::redact_secret_url_paths(text);
+    let text = scan::redact_url_userinfo(&text);
+    let text = scan::redact_tokens(&text);
+    let text = scan::redact_schemeless_userinfo(&text);
+    if let Some(kept) = scan::leading_key(&text) {
         return format!("{kept}{REDACTED}");
     }
-    let text = redact_embedded_keys(&text);
-    redact_auth_schemes(&text)
-}
-
-/// `Name: ` / `Name=` when `text` starts with a secret name: the part to keep.
-fn leading_key(text: &str) -> Option<&str> {
-    let body = text.trim_start();
-    let name_len = body.find(|c: char| !is_name_char(c)).unwrap_or(body.len());
-    let name = &body[..name_len];
-    let rest = &body[name_len..];
-    let after_space = rest.trim_start_matches([' ', '\t']);
-    let sep = after_space.chars().next()?;
-    if !matches!(sep, ':' | '=') || !is_name(name) || !is_secret_name(name) {
-        return None;
-    }
-    let value_start = after_space[1..].len() - after_space[1..].trim_start().len();
-    let keep = text.len() - after_space.len() + 1 + value_start;
-    Some(&text[..keep])
-}
-
-/// Every `scheme://userinfo@` in `text` with the password (or a lone user name) redacted.
-fn redact_url_userinfo(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("://") {
-        let (head, tail) = rest.split_at(at + 3);
-        out.push_str(head);
-        // The URL ends at whitespace or a quote; its user info at the first '@'.
-        let url_end = tail
-            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>'))
-            .unwrap_or(tail.len());
-        let url = &tail[..url_end];
-        let consumed = match url.find('@').map(|a| (&url[..a], a)) {
-            Some((info, a)) if is_userinfo(info) => {
-                match info.find(':') {
-                    Some(colon) => {
-                        out.push_str(&info[..=colon]);
-                        out.push_str(REDACTED);
-                    }
-                    None => out.push_str(REDACTED),
-                }
-                a
-            }
-            _ => 0,
-        };
-        rest = &tail[consumed..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// Whether the text between `://` and the first `@` is user info rather than a host and a
-/// path that happens to hold an `@` (`https://host/a@b`). A password may contain `/`: then a
-/// `:` before the first `/` followed by anything but a port number still marks user info.
-fn is_userinfo(info: &str) -> bool {
-    if info.is_empty() || info.contains(['?', '#']) {
-        return false;
-    }
-    let Some(slash) = info.find('/') else {
-        return true;
-    };
-    match info[..slash].split_once(':') {
-        Some((_, after)) => !after.chars().all(|c| c.is_ascii_digit()),
-        None => false,
-    }
-}
-
-/// A quoted string starting at `s[0]` (`"` or `'`): its length including the quotes
-/// (backslash escapes honoured; an unterminated one runs to the end).
-fn quoted_len(s: &str) -> usize {
-    let mut chars = s.char_indices();
-    let Some((_, q)) = chars.next() else {
-        return 0;
-    };
-    let mut escaped = false;
-    for (i, c) in chars {
-        if escaped {
-            escaped = false;
-        } else if c == '\\' {
-            escaped = true;
-        } else if c == q {
-            return i + 1;
-        }
-    }
-    s.len()
-}
-
-/// Where a bare value ends.
-fn is_value_end(c: char) -> bool {
-    c.is_whitespace() || matches!(c, ',' | ';' | '&' | '}' | ']' | ')' | '"' | '\'')
-}
-
-/// `key=value`, `"key": "value"` and friends inside `text`, with secret keys' values redacted.
-fn redact_embedded_keys(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut i = 0;
-    while i < text.len() {
-        let rest = &text[i..];
-        let first = rest.chars().next().unwrap_or(' ');
-        let (key, key_len, quoted) = if matches!(first, '"' | '\'') {
-            let n = quoted_len(rest);
-            (rest[1..n.max(1)].trim_end_matches(first), n, true)
-        } else if is_name_char(first) {
-            let n = rest.find(|c: char| !is_name_char(c)).unwrap_or(rest.len());
-            (&rest[..n], n, false)
-        } else {
-            out.push(first);
-            i += first.len_utf8();
-            continue;
-        };
-        out.push_str(&rest[..key_len]);
-        i += key_len;
-        let after = &text[i..];
-        let gap = after.len() - after.trim_start_matches([' ', '\t']).len();
-        let sep = after[gap..].chars().next();
-        // A bare `key:` is a separator only when a space follows (YAML, headers): `host:port`
-        // and `/lib/keyutils:/usr/lib` are not key-value pairs.
-        let is_pair = match sep {
-            Some('=') => true,
-            Some(':') => quoted || after[gap + 1..].starts_with([' ', '\t']),
-            _ => false,
-        };
-        if !is_pair || !is_secret_name(key) {
-            continue;
-        }
-        let value_at = gap + 1;
-        let value_text = &after[value_at..];
-        let lead = value_text.len() - value_text.trim_start_matches([' ', '\t']).len();
-        out.push_str(&after[..value_at + lead]);
-        i += value_at + lead;
-        let value = &text[i..];
-        match value.chars().next() {
-            Some(q @ ('"' | '\'')) => {
-                let n = quoted_len(value);
-                out.push(q);
-                out.push_str(REDACTED);
-                if n >= 2 && value[..n].ends_with(q) {
-                    out.push(q);
-                }
-                i += n;
-            }
-            Some(c) if !is_value_end(c) && c != '{' && c != '[' => {
-                out.push_str(REDACTED);
-                i += value.find(is_value_end).unwrap_or(value.len());
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
-/// `Bearer X`, `Basic X` (any case) with the credential redacted.
-fn redact_auth_schemes(text: &str) -> String {
-    let mut out = text.to_owned();
-    for r in RULES {
-        let Form::AuthScheme(scheme) = r.form else {
-            continue;
-        };
-        let mut from = 0;
-        loop {
-            let lower = out.to_ascii_lowercase();
-            let Some(pos) = lower[from..]
-                .find(&scheme.to_ascii_lowercase())
-                .map(|p| p + from)
-            else {
-                break;
-            };
-            let word_start =
-                pos == 0 || !lower[..pos].ends_with(|c: char| c.is_ascii_alphanumeric());
-            let after = pos + scheme.len();
-            let gap = out[after..].len() - out[after..].trim_start_matches([' ', '\t']).len();
-            let cred_at = after + gap;
-            let cred_len = out[cred_at..]
-                .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';'))
-                .unwrap_or(out.len() - cred_at);
-            if word_start
-                && gap > 0
-                && cred_len > 0
-                && &out[cred_at..cred_at + cred_len] != REDACTED
-            {
-                out.replace_range(cred_at..cred_at + cred_len, REDACTED);
-                from = cred_at + REDACTED.len();
-            } else {
-                from = after;
-            }
-        }
-    }
-    out
+    let text = scan::redact_embedded_keys(&text);
+    scan::redact_auth_schemes(&text)
 }
 
 #[cfg(test)]
@@ -517,6 +602,129 @@ mod tests {
             &["x", "WANDB_API_KEY=<redacted>"],
         ),
         (&["https://u:pw@h/x"], &["https://u:<redacted>@h/x"]),
+        // Issue 36 item 9.
+        (&["mysql", "-phunter2"], &["mysql", "-p<redacted>"]),
+        (&["mysql", "-pse=cret"], &["mysql", "-p<redacted>"]),
+        (
+            &["x", "--passphrase", "s3cr3t"],
+            &["x", "--passphrase", "<redacted>"],
+        ),
+        (
+            &["x", "--pass-phrase=s3cr3t"],
+            &["x", "--pass-phrase=<redacted>"],
+        ),
+        (
+            &["x", "--creds", "u:s3cr3t"],
+            &["x", "--creds", "<redacted>"],
+        ),
+        (
+            &["curl", "-u", "user:s3cr3t"],
+            &["curl", "-u", "<redacted>"],
+        ),
+        (&["curl", "-uuser:s3cr3t"], &["curl", "-u<redacted>"]),
+        (
+            &["curl", "--user", "user:s3cr3t"],
+            &["curl", "--user", "<redacted>"],
+        ),
+        (
+            &["curl", "--user=user:s3cr3t"],
+            &["curl", "--user=<redacted>"],
+        ),
+        (&["x", "--login=admin:s3cr3t"], &["x", "--login=<redacted>"]),
+        (
+            &["curl", "--header=X-Api-Key:s3cr3t"],
+            &["curl", "--header=X-Api-Key:<redacted>"],
+        ),
+        (
+            &[
+                "x",
+                "https://a.blob.core.windows.net/c/b?sv=2022-11-02&sp=r&sig=ab%2Bc%3D&se=2030",
+            ],
+            &[
+                "x",
+                "https://a.blob.core.windows.net/c/b?sv=2022-11-02&sp=r&sig=<redacted>&se=2030",
+            ],
+        ),
+        (
+            &[
+                "x",
+                "--notify=https://hooks.slack.com/services/T0/B0/s3cr3t",
+            ],
+            &["x", "--notify=https://hooks.slack.com/<redacted>"],
+        ),
+        (
+            &["x", "https://discord.com/api/webhooks/123/s3cr3t"],
+            &["x", "https://discord.com/api/webhooks/<redacted>"],
+        ),
+        (
+            &["x", "https://ptb.discordapp.com/api/webhooks/123/s3cr3t"],
+            &["x", "https://ptb.discordapp.com/api/webhooks/<redacted>"],
+        ),
+        (
+            &["x", "hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"],
+            &["x", "<redacted>"],
+        ),
+        (
+            &["x", "--push-to=ghp_0123456789abcdefghijABCDEFGHIJ012345"],
+            &["x", "--push-to=<redacted>"],
+        ),
+        (
+            &[
+                "x",
+                "repo=github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz0123",
+            ],
+            &["x", "repo=<redacted>"],
+        ),
+        (
+            &["x", "gho_0123456789abcdefghijABCDEFGHIJ012345"],
+            &["x", "<redacted>"],
+        ),
+        (&["x", "xoxb-1234-5678-AbCdEf"], &["x", "<redacted>"]),
+        (&["x", "xoxp-1234-5678-AbCdEf"], &["x", "<redacted>"]),
+        (
+            &["x", "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"],
+            &["x", "<redacted>"],
+        ),
+        (
+            &["x", "--db", "postgres://u:se@cret@h/db"],
+            &["x", "--db", "postgres://u:<redacted>@h/db"],
+        ),
+        (
+            &["x", "https://u:pw@h/pkg@v2"],
+            &["x", "https://u:<redacted>@h/pkg@v2"],
+        ),
+        (
+            &["x", "--rdzv=u:pa@ss@10.0.0.1:29500"],
+            &["x", "--rdzv=u:<redacted>@10.0.0.1:29500"],
+        ),
+        // Kept (issue 36): a port after -p, -u without user:password, look-alikes.
+        (&["torchrun", "-p", "29500"], &["torchrun", "-p", "29500"]),
+        (&["x", "-p29500"], &["x", "-p29500"]),
+        (&["x", "-p=29500"], &["x", "-p=29500"]),
+        (&["python", "-u", "train.py"], &["python", "-u", "train.py"]),
+        (&["x", "-u", "bob"], &["x", "-u", "bob"]),
+        (&["x", "--login", "admin"], &["x", "--login", "admin"]),
+        (&["x", "--user=bob"], &["x", "--user=bob"]),
+        (
+            &["x", "-u", "https://h.org:8080/x"],
+            &["x", "-u", "https://h.org:8080/x"],
+        ),
+        (
+            &["x", "--hf-transfer", "hf_transfer", "--sig-figs", "3"],
+            &["x", "--hf-transfer", "hf_transfer", "--sig-figs", "3"],
+        ),
+        (
+            &["x", "--run-name=task-sk-resnet50"],
+            &["x", "--run-name=task-sk-resnet50"],
+        ),
+        (
+            &["x", "img:tag@sha256:0123abcd", "git@github.com:o/r.git"],
+            &["x", "img:tag@sha256:0123abcd", "git@github.com:o/r.git"],
+        ),
+        (
+            &["x", "https://hooks.slack.com/"],
+            &["x", "https://hooks.slack.com/"],
+        ),
         // Kept: not secrets.
         (
             &["python3", "train.py", "--lr", "0.1", "--epochs=3"],
@@ -595,6 +803,38 @@ mod tests {
         ),
         ("MASTER_ADDR", "10.0.0.1", "10.0.0.1"),
         ("PWD_HINT", "x", "x"),
+        // Issue 36 item 9.
+        ("SSHPASS", "s3cr3t", REDACTED),
+        ("GH_PAT", "github_pat_x", REDACTED),
+        ("MY_PASSPHRASE", "s", REDACTED),
+        ("MASTER_ADDR", "u:s3cr3t@node1", "u:<redacted>@node1"),
+        (
+            "MASTER_ADDR",
+            "u:s3@cr3t@10.0.0.1:29500",
+            "u:<redacted>@10.0.0.1:29500",
+        ),
+        (
+            "MY_DB",
+            "postgres://u:se@cret@h/db",
+            "postgres://u:<redacted>@h/db",
+        ),
+        (
+            "MY_HOOK",
+            "https://hooks.slack.com/services/T0/B0/s3cr3t",
+            "https://hooks.slack.com/<redacted>",
+        ),
+        (
+            "MY_MODEL",
+            "hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh",
+            REDACTED,
+        ),
+        (
+            "MY_SAS",
+            "sv=2022&sig=ab%2Bc&se=1",
+            "sv=2022&sig=<redacted>&se=1",
+        ),
+        ("MASTER_PORT", "29500", "29500"),
+        ("PET_RDZV_ENDPOINT", "node1:29500", "node1:29500"),
     ];
 
     #[test]
@@ -612,15 +852,27 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Any text: no panic, and a secret written as `--password=<it>` never survives.
+        /// Any text: no panic, and a secret in any of these forms never survives.
         #[test]
         fn any_text_is_handled(text in "\\PC{0,60}", secret in "[A-Za-z0-9]{6,12}") {
             let _ = redact_text(&text);
             let _ = redact_args(&[text.clone(), text.clone(), "-p".into()]);
-            let args = vec![text.clone(), format!("--password={secret}"), format!("{{\"token\": \"{secret}\"}}")];
+            let args = vec![
+                text.clone(),
+                format!("--password={secret}"),
+                format!("{{\"token\": \"{secret}\"}}"),
+                format!("-p{secret}"),
+                "-u".into(),
+                format!("u:{secret}"),
+                format!("postgres://u:{secret}@{secret}@h/db"),
+                format!("--rdzv=u:{secret}@node1:29500"),
+            ];
             let out = redact_args(&args);
-            proptest::prop_assert!(!out[1].contains(&secret));
-            proptest::prop_assert!(!out[2].contains(&secret));
+            for (arg, got) in args.iter().zip(&out).skip(1) {
+                proptest::prop_assert!(!got.contains(&secret), "{arg} -> {got}");
+            }
+            let value = redact_env_value("MASTER_ADDR", &format!("u:{secret}@{secret}@h"));
+            proptest::prop_assert!(!value.contains(&secret));
         }
     }
 }

@@ -35,10 +35,14 @@ fn on_dump_created(recorder: &'static Recorder, ring: &RingWriter) {
     driver::on_recorder_created(recorder);
 }
 
-/// Library constructor: only registers [`on_dump_created`] (no file, thread or handler).
+/// Library constructor: registers [`on_dump_created`] and resolves a relative `NCCLSHIM_DIR`
+/// against the working directory the process starts in (no file, thread, handler or output).
 /// Catches any panic: nothing may unwind into the loader.
 extern "C" fn register_layers() {
-    let _ = std::panic::catch_unwind(|| runtime::recorder::register_setup(on_dump_created));
+    let _ = std::panic::catch_unwind(|| {
+        ncclshim_dump::config::resolve_dir_at_load();
+        runtime::recorder::register_setup(on_dump_created);
+    });
 }
 
 #[used]

@@ -4,7 +4,9 @@
 //!   owned by another user, one that group or others may write) is refused with one stderr line,
 //!   nothing written there, the program's output and exit status unchanged;
 //! - a directory the user named may be group-writable (a shared job directory), not
-//!   world-writable without the sticky bit;
+//!   world-writable without the sticky bit; one that is a file is refused in one line that says
+//!   so; a relative one is resolved against the directory the process started in, not the one
+//!   it has at its first NCCL call;
 //! - a live dump truncated to 0 bytes under the running process (SIGBUS on its mapping) leaves
 //!   the process running to the same exit status, with recording turned off and said so.
 //!
@@ -138,6 +140,58 @@ fn a_chosen_directory_may_be_shared_by_a_group_but_not_open_to_everyone() {
     let out = run(preloaded(&prog, &open).arg("version"));
     assert!(shim_lines(&out).is_empty(), "{out:?}");
     assert_eq!(dump_files(&open).len(), 1);
+}
+
+/// Issue 36 item 10: `NCCLSHIM_DIR` naming a regular file said only "File exists". The program
+/// runs as without the shim, one line says the variable names a file, the file is untouched.
+#[test]
+fn a_dump_directory_that_is_a_file_is_refused_in_one_line_saying_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = compile_driver(Wheel::Cu12, tmp.path(), false);
+    let file = tmp.path().join("not-a-directory");
+    std::fs::write(&file, "mine").unwrap();
+    for (dir, why) in [
+        (
+            file.clone(),
+            "NCCLSHIM_DIR names a file, not a directory".to_owned(),
+        ),
+        (
+            file.join("dumps"),
+            format!("{} on the way to it is a file", file.display()),
+        ),
+    ] {
+        let out = preloaded(&prog, &dir).arg("version").output().unwrap();
+        assert_refused(&prog, &out, &dir, &why);
+        assert!(
+            shim_lines(&out)[0].contains("the program continues unaffected"),
+            "{out:?}"
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+    }
+}
+
+/// Issue 36 item 10: a relative `NCCLSHIM_DIR` was resolved at the first NCCL call, so a daemon
+/// that had changed directory to `/` wrote to `/reldumps`. It is resolved when the shim loads:
+/// the program changes directory after that, then calls NCCL, and the dump is where it started.
+#[test]
+fn a_relative_dump_directory_is_resolved_where_the_process_started() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = compile_driver(Wheel::Cu12, tmp.path(), false);
+    let started = tmp.path().join("started-here");
+    let moved = tmp.path().join("moved-here");
+    std::fs::create_dir_all(&started).unwrap();
+    std::fs::create_dir_all(&moved).unwrap();
+    let mut cmd = preloaded(&prog, Path::new("reldumps"));
+    cmd.current_dir(&started)
+        .arg(format!("chdir:{}", moved.display()));
+    let out = run(&mut cmd);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ncclGetVersion rc=0"));
+    assert!(shim_lines(&out).is_empty(), "{out:?}");
+    assert_eq!(dump_files(&started.join("reldumps")).len(), 1);
+    assert!(
+        !moved.join("reldumps").exists(),
+        "written where it moved to"
+    );
 }
 
 #[test]

@@ -27,6 +27,8 @@
  *   nccl_fail truncate       ncclGetVersion (creates the dump), then truncates every file in
  *                            $NCCLSHIM_DIR to 0 bytes (a cleanup script under a live job), then
  *                            more calls: the process must go on and exit 0 as without the shim
+ *   nccl_fail chdir:DIR      chdir(DIR) after the shim loaded, then as version (a daemon that changes
+ *                            directory before its first NCCL call)
  *   nccl_fail flood          2,000 ncclGetVersion, ncclGetUniqueId (fails under a bad NCCL_SOCKET_IFNAME),
  *                            2,000 ncclGetVersion: routine calls on both sides of a failure
  *   nccl_fail floodstr       as flood, each ncclGetVersion followed by ncclGetErrorString
@@ -51,6 +53,10 @@
 
 int nccl_fail_run(const char* what) {
     int v = 0;
+    if (!strncmp(what, "chdir:", 6)) {
+        if (chdir(what + 6) != 0) return 4;
+        what = "version";
+    }
     errno = 77;
     ncclResult_t rc = ncclGetVersion(&v);
     if (!strcmp(what, "errno")) printf("errno=%d\n", errno);
