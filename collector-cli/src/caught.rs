@@ -48,10 +48,20 @@ pub fn notice(how: &str, report: &Report, dir: &Path) -> Option<[String; 2]> {
     Some([
         format!("ncclshim: {how} with status 0, but {who} had a failed call{others}: {returned}"),
         format!(
-            "ncclshim: the job caught the error or fell back; what failed and why: ncclshim report {}",
-            shell_word(&dir.display().to_string())
+            "ncclshim: the job caught the error or fell back; what failed and why: ncclshim report {}{}",
+            shell_word(&dir.display().to_string()),
+            run_option(report)
         ),
     ])
+}
+
+/// ` --run ID` when the directory of `report` holds other runs than the one it is about
+/// (`ncclshim report` alone would choose the most recent), else nothing.
+pub fn run_option(report: &Report) -> String {
+    match report.runs.iter().find(|r| r.reported) {
+        Some(run) if report.runs.len() > 1 => format!(" --run {}", shell_word(&run.id)),
+        _ => String::new(),
+    }
 }
 
 /// `s` as one word a shell reads back unchanged: as is when it holds only characters no shell

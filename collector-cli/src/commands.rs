@@ -1,7 +1,7 @@
 //! The `ncclshim` commands' own modules, under the binary (`main.rs`): the raw `dump` view
 //! ([`dumpjson`]), the Perfetto `trace` ([`trace`]), the `run` launcher ([`run`], with the
-//! library directories it preloads from, [`libdirs`], and its notice of failed calls in a job
-//! that exited 0, [`caught`]), the host checks of `doctor` ([`doctor`])
+//! library directories it preloads from, [`libdirs`], the terminal it hands the job,
+//! [`jobcontrol`], and its notice of failed calls in a job that exited 0, [`caught`]), the host checks of `doctor` ([`doctor`])
 //! and the allocator tuning of the process ([`heap`]). What `report` says is the diagnosis
 //! library's (`ncclshim_diagnose`); this crate parses arguments and prints.
 
@@ -9,6 +9,7 @@ pub mod caught;
 pub mod doctor;
 pub mod dumpjson;
 pub mod heap;
+pub mod jobcontrol;
 pub mod libdirs;
 pub mod run;
 pub mod trace;

@@ -4,7 +4,6 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use collector_cli::dumpjson;
-use ncclshim_diagnose::analyze_dir;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -86,8 +85,10 @@ enum Command {
         flight_recorder: Option<PathBuf>,
     },
     /// Run a command with the recorder preloaded, the profiler plugin and the dump directory set;
-    /// print the report if the command fails or is stopped. SIGINT, SIGTERM, SIGHUP and SIGQUIT
-    /// go to the command's whole process group; a second one kills it (SIGKILL). Exits with the
+    /// print the report of its own processes if the command fails or is stopped. SIGINT,
+    /// SIGTERM, SIGHUP and SIGQUIT go to the command's whole process group; a second one kills it
+    /// (SIGKILL). On a terminal the command is the foreground job: it reads the terminal, Ctrl-C
+    /// reaches it directly, Ctrl-Z / fg / bg stop and continue it with `run`. Exits with the
     /// command's status (128 + signal when a signal ended it; 127 not found, 126 not executable).
     Run {
         /// Dump directory, used as is (default: a fresh <time>-<pid> directory under
@@ -291,48 +292,76 @@ fn cmd_run(
     let code = outcome.code();
     let exit = ExitCode::from(code.clamp(0, 255) as u8);
     let how = outcome.how_it_ended();
-    let written = ncclshim_diagnose::load::find_dumps(&plan.dir).unwrap_or_default();
+    // The report of this run's processes alone: another job may write into the same directory.
+    let in_dir = ncclshim_diagnose::load::find_dumps(&plan.dir).unwrap_or_default();
+    let own = &plan.own_run;
+    let report = if in_dir.is_empty() {
+        Ok(None)
+    } else {
+        ncclshim_diagnose::analyze_own_run(
+            &plan.dir,
+            &own.source,
+            &own.id,
+            &ncclshim_diagnose::flight_recorder::Source::InJobDir,
+        )
+    };
     // A job that succeeded: one line, where its dumps are; two when a rank's call failed all
     // the same (the job caught the error or fell back). A stopped job is reported whatever its
     // exit code: stopping a hung job is the point.
     if code == 0 && !outcome.stopped() {
-        let caught = (!written.is_empty())
-            .then(|| analyze_dir(&plan.dir, None).ok())
-            .flatten()
-            .and_then(|report| collector_cli::caught::notice(&how, &report, &plan.dir));
-        if written.is_empty() {
-            say!("ncclshim: {how}; no process called NCCL, nothing was recorded");
-        } else if let Some(lines) = caught {
-            for line in lines {
-                say!("{line}");
-            }
-        } else {
-            say!(
-                "ncclshim: {how}; {} dump file(s) in {} (`ncclshim report` or `ncclshim trace` on it)",
-                written.len(),
-                plan.dir.display()
-            );
+        match &report {
+            Ok(None) => say!("ncclshim: {how}; no process called NCCL, nothing was recorded"),
+            Ok(Some(r)) => match collector_cli::caught::notice(&how, r, &plan.dir) {
+                Some(lines) => {
+                    for line in lines {
+                        say!("{line}");
+                    }
+                }
+                None => say!(
+                    "ncclshim: {how}; {} dump file(s) in {} (`ncclshim report{}` or `ncclshim trace` on it)",
+                    r.job.dumps,
+                    plan.dir.display(),
+                    collector_cli::caught::run_option(r)
+                ),
+            },
+            Err(e) => say!("ncclshim: {how}; no report: {e:#}"),
         }
         return Ok(exit);
     }
-    if written.is_empty() {
-        let why = match &preload {
-            run::Preload::Fails(why) => format!("the recorder was not loaded ({why})"),
-            run::Preload::Loads if ncclshim_dump::config::disabled_by_env() => {
-                "recording was turned off by NCCLSHIM_DISABLE".to_owned()
-            }
-            run::Preload::Loads => {
-                "the recorder loads here, but no process of the job called NCCL \
-                 (or NCCL is linked statically, or the job replaced LD_PRELOAD or NCCLSHIM_DIR)"
-                    .to_owned()
-            }
-        };
-        say!(
-            "ncclshim: {how} and wrote no dump in {}: {why}; there is no report",
-            plan.dir.display()
-        );
-        return Ok(exit);
-    }
+    let report = match report {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            let why = match &preload {
+                run::Preload::Fails(why) => format!("the recorder was not loaded ({why})"),
+                run::Preload::Loads if ncclshim_dump::config::disabled_by_env() => {
+                    "recording was turned off by NCCLSHIM_DISABLE".to_owned()
+                }
+                run::Preload::Loads => {
+                    "the recorder loads here, but no process of the job called NCCL \
+                     (or NCCL is linked statically, or the job replaced LD_PRELOAD, NCCLSHIM_DIR \
+                     or NCCLSHIM_RUN_ID)"
+                        .to_owned()
+                }
+            };
+            let others = if in_dir.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (the dumps there are other runs': `ncclshim report {} --list-runs`)",
+                    plan.dir.display()
+                )
+            };
+            say!(
+                "ncclshim: {how} and wrote no dump in {}{others}: {why}; there is no report",
+                plan.dir.display()
+            );
+            return Ok(exit);
+        }
+        Err(e) => {
+            say!("ncclshim: {how}; no report: {e:#}");
+            return Ok(exit);
+        }
+    };
     if outcome.stopped() {
         say!(
             "ncclshim: {how}; what the ranks had done (report of {}):",
@@ -341,10 +370,7 @@ fn cmd_run(
     } else {
         say!("ncclshim: {how}; report of {}:", plan.dir.display());
     }
-    match analyze_dir(&plan.dir, None) {
-        Ok(report) => print!("{}", report.to_text(use_color(ColorChoice::Auto))),
-        Err(e) => say!("ncclshim: no report: {e:#}"),
-    }
+    print!("{}", report.to_text(use_color(ColorChoice::Auto)));
     Ok(exit)
 }
 

@@ -10,16 +10,26 @@
 //! - **Its own process group.** The job (and everything it starts) is one process group, so a
 //!   signal can reach all of it, and the wrapper is a child subreaper, so processes orphaned
 //!   inside the job are reaped here rather than by whatever PID 1 a container has.
-//! - **Signals are passed on.** SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the wrapper (Ctrl-C
-//!   on a terminal, `scancel`, a Kubernetes pod deletion) go to the job's whole process group, and
-//!   the wrapper keeps waiting. When the job's main process has ended, what is left of its group
-//!   (e.g. `cmd &` of a shell script, which ignores SIGINT) gets SIGTERM, then SIGKILL after
-//!   [`LEFTOVER_GRACE`]. A **second** signal stops waiting: the group gets SIGKILL at once. The
-//!   report follows in every case (the dumps survive SIGKILL). Those the wrapper was started
-//!   with ignored are not (below).
+//! - **Signals are passed on.** SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the wrapper (`kill`,
+//!   `scancel`, a Kubernetes pod deletion, Ctrl-C on a terminal the job does not hold) go to the
+//!   job's whole process group, and the wrapper keeps waiting. When the job's main process has
+//!   ended, what is left of its group (e.g. `cmd &` of a shell script, which ignores SIGINT) gets
+//!   SIGTERM, then SIGKILL after [`LEFTOVER_GRACE`]. A **second** signal stops waiting: the group
+//!   gets SIGKILL at once. The report follows in every case (the dumps survive SIGKILL). Those
+//!   the wrapper was started with ignored are not (below).
 //! - **The job's status is the wrapper's**: its exit code, or 128 + the signal that ended it, as
 //!   a shell does; 127 when the command is not found, 126 when it cannot be executed (then no
 //!   dump directory is left behind).
+//! - **The terminal is the job's** when stdin is one and `run` is its foreground job: the job's
+//!   group is made the terminal's foreground group, stops and continues (Ctrl-Z, `fg`, `bg`)
+//!   carry through the wrapper as through a shell, and the terminal comes back to the wrapper when
+//!   the job ends ([`crate::jobcontrol`]). Ctrl-C then reaches the job directly, not through the
+//!   wrapper: when the job's main process dies of it (or of Ctrl-\\) what is left of its group is
+//!   stopped as for a passed-on signal, and a second Ctrl-C, now the wrapper's, kills it.
+//! - **Its own report.** The job's processes are told which run they are (`NCCLSHIM_RUN_ID`, in
+//!   every dump header) unless the user or a launcher already named one, and the report is about
+//!   that run alone ([`OwnRun`]): two `run`s sharing a `--dir` never report each other's
+//!   processes.
 //! - **PyTorch's Flight Recorder is turned on** into `<dump dir>/fr/` unless the job set it
 //!   (any of its names: [`ncclshim_diagnose::knowledge::flight_recorder`]); `fr/` is made 0700 before the
 //!   job starts, since PyTorch does not create the folder of its dump files.
@@ -28,8 +38,7 @@
 //!
 //! The signals are blocked in the wrapper and taken synchronously with `sigtimedwait`: no
 //! handler runs, so nothing here has to be async-signal-safe. The child gets the wrapper's
-//! original signal mask back before it executes the job (`pre_exec`). One consequence of the separate
-//! process group: a job that reads from the terminal is stopped (SIGTTIN) like any background job.
+//! original signal mask back before it executes the job (`pre_exec`).
 //!
 //! **A signal ignored when `run` started stays ignored, and is not passed on**, as a shell keeps
 //! it: the job inherits SIG_IGN for it, so passing it on would stop nothing, and the wrapper would
@@ -41,7 +50,10 @@
 //! lost, the wrapper waiting forever): the wrapper sets it to the default for itself and gives
 //! the job the disposition it inherited.
 
+use crate::jobcontrol::{self, Terminal};
 use anyhow::{bail, Context, Result};
+use ncclshim_dump::run::RunIdentity;
+use ncclshim_format::layout::{fill_fixed, fixed_str, HeaderExt2};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
@@ -76,6 +88,62 @@ pub struct RunPlan {
     /// The Flight Recorder's folder (`<dir>/fr`) when `run` points PyTorch's dump files there;
     /// `None` when the job chose where they go.
     pub fr_dir: Option<PathBuf>,
+    /// The run the job's processes name in their dump headers: what `run` reports on.
+    pub own_run: OwnRun,
+}
+
+/// The run of the processes one `run` starts, as their dump headers name it (`run_source`,
+/// `run_id`): the id `run` gives them in `NCCLSHIM_RUN_ID`, or the one the user (that same
+/// variable) or a launcher (a Slurm step, a torchrun, an MPI job: [`RunIdentity`]) gave the
+/// wrapper, which its job inherits. Several wrappers of one launched job (`srun ncclshim run`, one
+/// per node) then share that job's run, and two unrelated `run`s on one `--dir` never do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnRun {
+    pub source: String,
+    pub id: String,
+    /// `run` chose the id (and sets `NCCLSHIM_RUN_ID` for the job).
+    pub chosen_here: bool,
+}
+
+/// The source the dump headers give a run named by `NCCLSHIM_RUN_ID` (`dump/src/run.rs`).
+const OWN_RUN_SOURCE: &str = "ncclshim";
+
+/// `text` as a dump header's fixed-size `field` holds it: the writer cuts what does not fit
+/// ([`ncclshim_format::layout::fill_fixed`]), and the report's run ids are those cut texts.
+fn as_stored<const N: usize>(_field: fn(&HeaderExt2) -> &[u8; N], text: &str) -> String {
+    let mut bytes = [0u8; N];
+    fill_fixed(&mut bytes, text.as_bytes());
+    fixed_str(&bytes)
+}
+
+/// This host's name (empty if it cannot be read).
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into the buffer we own.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    if ok {
+        fixed_str(&buf)
+    } else {
+        String::new()
+    }
+}
+
+/// The run the job will belong to ([`OwnRun`]), read through `current` (the environment).
+pub fn own_run(current: &impl Fn(&str) -> Option<OsString>) -> OwnRun {
+    let inherited =
+        RunIdentity::from_vars(|name| current(name).map(|v| v.to_string_lossy().into_owned()));
+    let (source, id, chosen_here) = if inherited.id.is_empty() {
+        // Unique among the wrappers that may share a directory: this host, this process, now.
+        let id = format!("{}-{}-{}", timestamp(), hostname(), std::process::id());
+        (OWN_RUN_SOURCE.to_owned(), id, true)
+    } else {
+        (inherited.source, inherited.id, false)
+    };
+    OwnRun {
+        source: as_stored(|h| &h.run_source, &source),
+        id: as_stored(|h| &h.run_id, &id),
+        chosen_here,
+    }
 }
 
 /// The Flight Recorder's folder inside the dump directory.
@@ -184,12 +252,17 @@ pub fn plan(
         }
     }
     let fr_dir = flight_recorder_env(&dir, &current, &mut env);
+    let own_run = own_run(&current);
+    if own_run.chosen_here {
+        env.push(("NCCLSHIM_RUN_ID".to_owned(), OsString::from(&own_run.id)));
+    }
     Ok(RunPlan {
         shim,
         plugin,
         dir,
         env,
         fr_dir,
+        own_run,
     })
 }
 
@@ -313,6 +386,8 @@ pub struct Outcome {
     pub elapsed: Duration,
     /// When the first signal was passed on, after the start.
     pub stopped_after: Option<Duration>,
+    /// The job held the terminal ([`crate::jobcontrol`]): Ctrl-C reached it without the wrapper.
+    pub held_terminal: bool,
 }
 
 impl Outcome {
@@ -337,9 +412,14 @@ impl Outcome {
         }
         match self.status {
             Some(s) if matches!(s.signal(), Some(libc::SIGINT | libc::SIGTERM)) => format!(
-                "stopped by {} after {} (sent to the job directly, not through ncclshim)",
+                "stopped by {} after {} ({})",
                 signal_name(s.signal().unwrap_or(0)),
-                secs(self.elapsed)
+                secs(self.elapsed),
+                if self.held_terminal && s.signal() == Some(libc::SIGINT) {
+                    "Ctrl-C on the terminal, or sent to the job directly"
+                } else {
+                    "sent to the job directly, not through ncclshim"
+                }
             ),
             Some(s) if !s.success() => format!("the command failed ({s})"),
             Some(_) => "the command ended".to_owned(),
@@ -423,14 +503,20 @@ pub fn execute(plan: &RunPlan, cmd: &[OsString]) -> Result<RunEnd> {
     // a kernel without it (< 3.4) returns an error, which changes nothing and is ignored.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     let chld_ignored = reap_children_here();
-    let blocked = BlockedSignals::new();
+    let mut terminal = Terminal::foreground_on_stdin();
+    let takes_terminal = terminal.is_some();
+    let blocked = BlockedSignals::new(takes_terminal);
     let unblocked = blocked.old;
-    // SAFETY: runs in the forked child before exec; pthread_sigmask and signal are
-    // async-signal-safe and touch only the child's own mask and dispositions (a copy of the set
-    // lives in the closure). The job must start with the mask and the SIGCHLD disposition the
-    // wrapper was given, not with what the wrapper set for itself.
+    // SAFETY: runs in the forked child before exec; pthread_sigmask, signal and the terminal
+    // calls of `child_takes_foreground` are async-signal-safe and touch only the child's own
+    // mask, dispositions and process group, and the terminal's foreground group the wrapper's
+    // group held (a copy of the set lives in the closure). The job must start with the mask and
+    // the SIGCHLD disposition the wrapper was given, not with what the wrapper set for itself.
     unsafe {
         c.pre_exec(move || {
+            if takes_terminal {
+                jobcontrol::child_takes_foreground();
+            }
             if chld_ignored {
                 libc::signal(libc::SIGCHLD, libc::SIG_IGN);
             }
@@ -441,6 +527,10 @@ pub fn execute(plan: &RunPlan, cmd: &[OsString]) -> Result<RunEnd> {
     let child = match c.spawn() {
         Ok(child) => child,
         Err(e) => {
+            // The child may have taken the terminal before its exec failed.
+            if let Some(t) = terminal.as_mut() {
+                t.reclaim();
+            }
             drop(blocked);
             remove_created(&created);
             let name = prog.to_string_lossy();
@@ -468,14 +558,26 @@ pub fn execute(plan: &RunPlan, cmd: &[OsString]) -> Result<RunEnd> {
     // The Child is not waited through std: `reap` collects every child (orphans included)
     // with waitpid(-1), which would leave std's own wait without a process.
     drop(child);
-    let outcome = supervise(pid, &blocked);
+    if let Some(t) = terminal.as_mut() {
+        t.started(pid);
+    }
+    let outcome = supervise(pid, &blocked, terminal.as_mut());
+    // The terminal is back with the wrapper before it prints the report.
+    drop(terminal);
     // Nothing called NCCL (or PyTorch wrote no Flight Recorder dump): no empty folder stays.
     remove_created(&created);
     Ok(RunEnd::Finished(outcome))
 }
 
 /// Waits for the job whose main process (and process group) is `pid`; see the module docs.
-fn supervise(pid: libc::pid_t, blocked: &BlockedSignals) -> Outcome {
+/// `terminal`: the job holds the terminal ([`crate::jobcontrol`]); its stops and continues are
+/// then followed, and the terminal comes back to the wrapper when the main process ends.
+fn supervise(
+    pid: libc::pid_t,
+    blocked: &BlockedSignals,
+    mut terminal: Option<&mut Terminal>,
+) -> Outcome {
+    use std::os::unix::process::ExitStatusExt;
     let started = Instant::now();
     let mut out = Outcome {
         status: None,
@@ -483,16 +585,50 @@ fn supervise(pid: libc::pid_t, blocked: &BlockedSignals) -> Outcome {
         killed: false,
         elapsed: Duration::ZERO,
         stopped_after: None,
+        held_terminal: terminal.is_some(),
     };
     // Set once the main process has ended after a passed-on signal: when the rest of the group
     // gets SIGKILL (before `killed`), or when waiting stops (after).
     let mut deadline: Option<Instant> = None;
     let mut killed_at: Option<Instant> = None;
+    // The main process, holding the terminal, died of its Ctrl-C or Ctrl-\: the user's stop,
+    // which the wrapper did not see, handled as a passed-on signal.
+    let mut stopped_at_terminal = false;
+    // The main process is stopped now (its continuing is followed with the terminal only).
+    let mut job_stopped = false;
+    let mut end_seen = false;
     loop {
-        reap(pid, &mut out.status);
+        let change = reap(pid, &mut out.status, terminal.is_some());
+        if let Some(t) = terminal.as_deref_mut() {
+            match change {
+                Some(JobChange::Stopped(sig)) if out.status.is_none() => {
+                    job_stopped = true;
+                    t.take_back(pid, true, true);
+                    // Stopped from the terminal (Ctrl-Z, a read or write in the background):
+                    // the wrapper stops too, and goes on when the shell continues it. A SIGSTOP
+                    // is someone's deliberate stop: the job stays stopped until they continue it.
+                    if sig != libc::SIGSTOP {
+                        jobcontrol::stop_self(blocked.has(libc::SIGTSTP));
+                        t.give_to(pid);
+                        signal_group(pid, libc::SIGCONT);
+                    }
+                }
+                Some(JobChange::Continued) => {
+                    job_stopped = false;
+                    t.give_to(pid);
+                }
+                _ => {}
+            }
+            if out.status.is_some() && !end_seen {
+                let by_signal = out.status.and_then(|s| s.signal());
+                t.take_back(pid, false, by_signal.is_some());
+                stopped_at_terminal = matches!(by_signal, Some(libc::SIGINT | libc::SIGQUIT));
+            }
+        }
+        end_seen |= out.status.is_some();
         let now = Instant::now();
         if out.status.is_some() {
-            if out.forwarded.is_empty() || !group_alive(pid) {
+            if (out.forwarded.is_empty() && !stopped_at_terminal) || !group_alive(pid) {
                 break;
             }
             match deadline {
@@ -503,6 +639,11 @@ fn supervise(pid: libc::pid_t, blocked: &BlockedSignals) -> Outcome {
                         LEFTOVER_GRACE.as_secs()
                     );
                     signal_group(pid, libc::SIGTERM);
+                    if out.held_terminal {
+                        // A process stopped from the terminal would keep SIGTERM pending:
+                        // continue it, as a shell's `kill` does.
+                        signal_group(pid, libc::SIGCONT);
+                    }
                     deadline = Some(now + LEFTOVER_GRACE);
                 }
                 Some(t) if now >= t && !out.killed => {
@@ -518,14 +659,26 @@ fn supervise(pid: libc::pid_t, blocked: &BlockedSignals) -> Outcome {
             break;
         }
         match blocked.wait(Duration::from_millis(200)) {
-            Some(sig) if sig != libc::SIGCHLD => {
-                if out.forwarded.is_empty() {
+            None | Some(libc::SIGCHLD) => {}
+            // Passed on: the job stops, and its stop is followed above.
+            Some(libc::SIGTSTP) => signal_group(pid, libc::SIGTSTP),
+            Some(libc::SIGCONT) => {
+                if let Some(t) = terminal.as_deref_mut().filter(|_| out.status.is_none()) {
+                    t.give_to(pid);
+                }
+                signal_group(pid, libc::SIGCONT);
+            }
+            Some(sig) => {
+                if out.forwarded.is_empty() && !stopped_at_terminal {
                     eprintln!(
                         "ncclshim: passed {} on to the job (process group {pid}); waiting for it \
                          to end; send it again (Ctrl-C) to kill the job",
                         signal_name(sig)
                     );
                     signal_group(pid, sig);
+                    if job_stopped {
+                        signal_group(pid, libc::SIGCONT);
+                    }
                 } else if !out.killed {
                     eprintln!(
                         "ncclshim: {} again: killing the job (SIGKILL to process group {pid})",
@@ -538,25 +691,51 @@ fn supervise(pid: libc::pid_t, blocked: &BlockedSignals) -> Outcome {
                 out.forwarded.push(sig);
                 out.stopped_after.get_or_insert_with(|| started.elapsed());
             }
-            _ => {}
         }
     }
     out.elapsed = started.elapsed();
     out
 }
 
+/// A change of the job's main process other than its end, seen by `waitpid` when the job holds
+/// the terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum JobChange {
+    /// Stopped by this signal.
+    Stopped(libc::c_int),
+    Continued,
+}
+
 /// Collects every ended child (the main process and orphans reparented to this subreaper),
-/// keeping the main process's status.
-fn reap(pid: libc::pid_t, status: &mut Option<ExitStatus>) {
+/// keeping the main process's status; `follow_stops`: also report the main process's stops and
+/// continues (the last one seen).
+fn reap(
+    pid: libc::pid_t,
+    status: &mut Option<ExitStatus>,
+    follow_stops: bool,
+) -> Option<JobChange> {
     use std::os::unix::process::ExitStatusExt;
+    let flags = if follow_stops {
+        libc::WNOHANG | libc::WUNTRACED | libc::WCONTINUED
+    } else {
+        libc::WNOHANG
+    };
+    let mut change = None;
     loop {
         let mut raw: libc::c_int = 0;
         // SAFETY: waitpid writes only `raw`; WNOHANG never blocks.
-        let got = unsafe { libc::waitpid(-1, &mut raw, libc::WNOHANG) };
+        let got = unsafe { libc::waitpid(-1, &mut raw, flags) };
         if got <= 0 {
-            return;
+            return change;
         }
-        if got == pid {
+        if got != pid {
+            continue;
+        }
+        if libc::WIFSTOPPED(raw) {
+            change = Some(JobChange::Stopped(libc::WSTOPSIG(raw)));
+        } else if libc::WIFCONTINUED(raw) {
+            change = Some(JobChange::Continued);
+        } else {
             *status = Some(ExitStatus::from_raw(raw));
         }
     }
@@ -613,22 +792,29 @@ fn reap_children_here() -> bool {
 
 /// The forwarded signals that were not ignored when the wrapper started, and SIGCHLD, blocked in
 /// this thread while the job runs (the wrapper has no other thread then) and taken with
-/// `sigtimedwait`. A forwarded signal ignored on entry is left alone: it stays ignored in the
-/// wrapper and in the job (see the module docs). On drop, pending ones are taken first, so
-/// unblocking does not deliver a stale Ctrl-C that would kill the wrapper.
+/// `sigtimedwait`; with the job holding the terminal, SIGTSTP (unless ignored on entry) and
+/// SIGCONT too, which are passed on as a shell passes them to its foreground job. A forwarded
+/// signal ignored on entry is left alone: it stays ignored in the wrapper and in the job (see the
+/// module docs). On drop, pending ones are taken first, so unblocking does not deliver a stale
+/// Ctrl-C that would kill the wrapper.
 struct BlockedSignals {
     set: libc::sigset_t,
     old: libc::sigset_t,
 }
 
 impl BlockedSignals {
-    fn new() -> Self {
+    fn new(job_control: bool) -> Self {
         // Read before blocking: a blocked signal is kept pending even when ignored, so one
         // ignored on entry would otherwise be taken and passed on to a job that ignores it too.
+        let job_control_signals = [libc::SIGTSTP, libc::SIGCONT]
+            .into_iter()
+            .filter(|_| job_control)
+            .filter(|&s| s == libc::SIGCONT || !ignored(s));
         let taken: Vec<libc::c_int> = FORWARDED
             .iter()
             .copied()
             .filter(|&s| !ignored(s))
+            .chain(job_control_signals)
             .chain([libc::SIGCHLD])
             .collect();
         // SAFETY: sigemptyset/sigaddset initialize and fill a set we own; pthread_sigmask only
@@ -643,6 +829,12 @@ impl BlockedSignals {
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
             Self { set, old }
         }
+    }
+
+    /// Whether `sig` is one of the blocked signals.
+    fn has(&self, sig: libc::c_int) -> bool {
+        // SAFETY: `set` is initialized; sigismember only reads it.
+        unsafe { libc::sigismember(&self.set, sig) == 1 }
     }
 
     /// The next blocked signal, or `None` after `timeout`.
@@ -723,6 +915,37 @@ mod tests {
         );
     }
 
+    /// `run` names its job's run unless the user or a launcher did; the run it reports on is
+    /// named as the dump headers will hold it (cut to the header's field).
+    #[test]
+    fn the_job_gets_a_run_id_of_its_own_unless_one_was_inherited() {
+        let own = own_run(&|_: &str| None);
+        assert!(own.chosen_here);
+        assert_eq!(own.source, "ncclshim");
+        assert!(
+            own.id.ends_with(&format!("-{}", std::process::id())),
+            "{own:?}"
+        );
+        let slurm = |k: &str| match k {
+            "SLURM_JOB_ID" => Some(OsString::from("812")),
+            "SLURM_STEP_ID" => Some(OsString::from("3")),
+            _ => None,
+        };
+        assert_eq!(
+            own_run(&slurm),
+            OwnRun {
+                source: "slurm".into(),
+                id: "812.3".into(),
+                chosen_here: false
+            }
+        );
+        let long = "x".repeat(100);
+        let user = |k: &str| (k == "NCCLSHIM_RUN_ID").then(|| OsString::from(&long));
+        let own = own_run(&user);
+        assert!(!own.chosen_here);
+        assert_eq!((own.source.as_str(), own.id.len()), ("ncclshim", 63));
+    }
+
     #[test]
     fn the_flight_recorder_goes_into_the_dump_directory_unless_the_job_chose() {
         let dir = Path::new("/d/run1");
@@ -767,6 +990,7 @@ mod tests {
             killed: false,
             elapsed: Duration::from_millis(12_340),
             stopped_after: Some(Duration::from_millis(12_300)),
+            held_terminal: false,
         };
         let passed_on = outcome(libc::SIGINT, vec![libc::SIGINT]);
         assert!(passed_on.stopped());
@@ -780,6 +1004,16 @@ mod tests {
         assert!(from_outside
             .how_it_ended()
             .starts_with("stopped by SIGTERM after 12.3 s"));
+        // With the terminal, Ctrl-C reaches the job without the wrapper.
+        let at_terminal = Outcome {
+            held_terminal: true,
+            ..outcome(libc::SIGINT, vec![])
+        };
+        assert!(at_terminal.stopped());
+        assert_eq!(
+            at_terminal.how_it_ended(),
+            "stopped by SIGINT after 12.3 s (Ctrl-C on the terminal, or sent to the job directly)"
+        );
         let failed = outcome(1 << 8, vec![]);
         assert!(!failed.stopped());
         assert_eq!(failed.how_it_ended(), "the command failed (exit status: 1)");

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::native::{ensure_shim, nccl_fail_program};
+use support::procs::{descendants, processes, Proc};
 
 /// How long a wait may last before the test gives up: a guard against a hang, generous for a
 /// machine loaded by parallel builds, never a measure of speed.
@@ -235,45 +236,82 @@ fn a_job_that_exits_0_after_a_failed_nccl_call_is_told_so() {
     assert!(!stdout.contains("ncclshim report: "), "no report: {stdout}");
 }
 
-/// A process as `/proc/<pid>/stat` shows it.
-struct Proc {
-    pid: i32,
-    ppid: i32,
-    pgrp: i32,
-    state: char,
-    comm: String,
-    /// When it started (clock ticks after boot): with the pid, names the process even after
-    /// the pid is reused.
-    start: u64,
-}
-
-fn processes() -> Vec<Proc> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let rest: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        if rest.len() < 20 {
-            continue;
+/// Two `ncclshim run` on one `--dir` at the same time, each with a job that fails in its own way
+/// (one cannot find a socket interface, the other has no GPU): each prints the report of its own
+/// process only. Both jobs are alive at once and both dumps are in the directory before either
+/// wrapper reports: each job ends only once the other has failed. (Before: each reported "the
+/// most recent run" of the directory, which held both processes as one run.)
+#[test]
+fn two_runs_on_one_directory_each_report_their_own_job() {
+    ensure_shim();
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = nccl_fail_program(tmp.path());
+    let dumps = tmp.path().join("dumps");
+    let gate = tmp.path().join("gate");
+    std::fs::create_dir(&gate).unwrap();
+    // The job fails its NCCL call, says so, and waits (bounded: a guard, not a measure) for the
+    // other job to have failed too.
+    let job = |mode: &str, me: &str, other: &str| {
+        format!(
+            "{prog} {mode}; touch {g}/{me}; i=0; while [ ! -e {g}/{other} ] && [ $i -lt 6000 ]; do sleep 0.1; i=$((i+1)); done; exit 1",
+            prog = prog.display(),
+            g = gate.display()
+        )
+    };
+    let start = |script: String, env: &[(&str, &str)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ncclshim"));
+        c.args(["run", "--dir"])
+            .arg(&dumps)
+            .args(["--", "sh", "-c", &script])
+            .env_remove("NCCLSHIM_DIR")
+            .env_remove("NCCL_SOCKET_IFNAME")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // Nothing inherited names the run (NCCLSHIM_RUN_ID, a Slurm job the tests run in...):
+        // each wrapper gives its job an id of its own.
+        for name in ncclshim_dump::run::id_variables() {
+            c.env_remove(name);
         }
-        v.push(Proc {
-            pid,
-            comm: stat[open + 1..close].to_owned(),
-            state: rest[0].chars().next().unwrap_or('?'),
-            ppid: rest[1].parse().unwrap_or(0),
-            pgrp: rest[2].parse().unwrap_or(0),
-            start: rest[19].parse().unwrap_or(0),
-        });
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.spawn().unwrap()
+    };
+    let no_socket = start(
+        job("uniqueid", "a", "b"),
+        &[("NCCL_SOCKET_IFNAME", "nonexistent0")],
+    );
+    let no_gpu = start(job("init", "b", "a"), &[]);
+    let finish = |child: std::process::Child| {
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (a_code, a_report, a_err) = finish(no_socket);
+    let (b_code, b_report, b_err) = finish(no_gpu);
+    assert_eq!(a_code, Some(1), "{a_err}");
+    assert_eq!(b_code, Some(1), "{b_err}");
+    assert_eq!(
+        ncclshim_diagnose::load::find_dumps(&dumps).unwrap().len(),
+        2,
+        "one dump per job in the shared directory"
+    );
+    let socket_text = "no socket interface found";
+    let gpu_text = "CUDA driver version is insufficient";
+    for (report, own, other) in [
+        (&a_report, socket_text, gpu_text),
+        (&b_report, gpu_text, socket_text),
+    ] {
+        assert!(report.contains("ncclshim report: "), "{report}");
+        assert!(report.contains(own), "its own failure: {report}");
+        assert!(!report.contains(other), "not the other job's: {report}");
+        assert!(report.contains(" 1 process"), "{report}");
+        assert!(report.contains("this directory holds 2 runs"), "{report}");
     }
-    v
 }
 
 /// Live (non-zombie) members of a process group.
@@ -293,22 +331,6 @@ fn poll<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Option<T>) -> 
         assert!(Instant::now() < end, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// The processes below `pid` (children, their children, ...), found through their parents: a
-/// live process's descendants are its own, unlike a process group number seen earlier, which
-/// another process may have taken since.
-fn descendants(pid: i32) -> Vec<i32> {
-    let all = processes();
-    let mut found = vec![pid];
-    let mut i = 0;
-    while i < found.len() {
-        let parent = found[i];
-        found.extend(all.iter().filter(|p| p.ppid == parent).map(|p| p.pid));
-        i += 1;
-    }
-    found.remove(0);
-    found
 }
 
 /// The signals a test sends to the wrapper; set to their default disposition in the wrapper

@@ -227,11 +227,83 @@ pub fn analyze_run_with(
     story_in_words: bool,
     fr: &flight_recorder::Source,
 ) -> anyhow::Result<report::Report> {
-    let (mut runs, problems) = read_runs(dir, listing, progress);
+    let (runs, problems) = read_runs(dir, listing, progress);
     let chosen = runs::choose(&runs, run).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
-    runs[chosen].summary.reported = true;
+    let chosen = Chosen {
+        runs,
+        problems,
+        index: chosen,
+        named: run.is_some(),
+    };
+    Ok(analyze_chosen(
+        dir,
+        listing,
+        chosen,
+        options,
+        story_in_words,
+        fr,
+    ))
+}
+
+/// What `ncclshim run` reports on: the run of the processes it started, named in their dump
+/// headers by `source` and `id` ([`runs::choose_own`]), never the most recent run of a
+/// directory another job writes into too. `None` when no dump of `dir` is of that run.
+pub fn analyze_own_run(
+    dir: &Path,
+    source: &str,
+    id: &str,
+    fr: &flight_recorder::Source,
+) -> anyhow::Result<Option<report::Report>> {
+    let listing = load::list_dumps(dir)
+        .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", dir.display()))?;
+    let (runs, problems) = read_runs(dir, &listing, None);
+    let Some(chosen) = runs::choose_own(&runs, source, id) else {
+        return Ok(None);
+    };
+    let chosen = Chosen {
+        runs,
+        problems,
+        index: chosen,
+        named: false,
+    };
+    Ok(Some(analyze_chosen(
+        dir,
+        &listing,
+        chosen,
+        &rules::Options::default(),
+        false,
+        fr,
+    )))
+}
+
+/// The runs of a directory with the one to report on.
+struct Chosen {
+    runs: Vec<runs::RunParts>,
+    /// The files that could not be read.
+    problems: Vec<load::Problem>,
+    index: usize,
+    /// The caller named it: the report then lists the runs even when there is one.
+    named: bool,
+}
+
+/// The analysis of the chosen run.
+fn analyze_chosen(
+    dir: &Path,
+    listing: &load::Listing,
+    chosen: Chosen,
+    options: &rules::Options,
+    story_in_words: bool,
+    fr: &flight_recorder::Source,
+) -> report::Report {
+    let Chosen {
+        mut runs,
+        problems,
+        index,
+        named,
+    } = chosen;
+    runs[index].summary.reported = true;
     let summaries: Vec<runs::RunSummary> = runs.iter().map(|r| r.summary.clone()).collect();
-    let mut parts = std::mem::take(&mut runs[chosen].parts);
+    let mut parts = std::mem::take(&mut runs[index].parts);
     // Ranks with only a Flight Recorder dump join the model as stand-in processes.
     let window = flight_recorder::run_window::RunWindow::of(&summaries, chosen);
     let joined = flight_recorder::prepare(dir, fr, listing, &mut parts, window);
@@ -245,14 +317,14 @@ pub fn analyze_run_with(
     if let Some(j) = joined {
         flight_recorder::annotate(&mut report, j);
     }
-    if summaries.len() > 1 || run.is_some() {
+    if summaries.len() > 1 || named {
         report.run_note = runs::note(&summaries);
         report.runs = summaries;
     }
     // The model and the story are freed on a worker while the caller writes the report: at
     // 16k ranks freeing them is millions of allocations, a second on one core otherwise.
     rayon::spawn(move || drop((job, story, runs)));
-    Ok(report)
+    report
 }
 
 /// The runs of a directory (its dumps as `listing` found them), oldest first, and the files

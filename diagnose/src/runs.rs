@@ -311,6 +311,28 @@ pub fn choose(runs: &[RunParts], wanted: Option<&str>) -> Result<usize, String> 
     }
 }
 
+/// The run of the processes one `ncclshim run` started: those whose dump headers carry `source`
+/// and `id` (the run id the wrapper gave its job, or the launcher's it was started under), else
+/// the one run of that launcher whose id is a step of `id` (`812` → `812.3`: a wrapper in a Slurm
+/// batch script whose job calls `srun`). `None` when no run matches, or several steps do: the
+/// caller then reports on none rather than on another run's processes.
+pub fn choose_own(runs: &[RunParts], source: &str, id: &str) -> Option<usize> {
+    if id.is_empty() {
+        return None;
+    }
+    let of_source = |r: &RunParts| r.summary.source == source;
+    if let Some(i) = runs.iter().position(|r| of_source(r) && r.summary.id == id) {
+        return Some(i);
+    }
+    let step = format!("{id}.");
+    let mut steps =
+        (0..runs.len()).filter(|&i| of_source(&runs[i]) && runs[i].summary.id.starts_with(&step));
+    match (steps.next(), steps.next()) {
+        (Some(i), None) => Some(i),
+        _ => None,
+    }
+}
+
 /// `2025-11-25 20:50:01 UTC` for a wall-clock time in ns since the epoch.
 pub fn utc_text(unix_ns: u64) -> String {
     let secs = unix_ns / 1_000_000_000;
@@ -493,6 +515,53 @@ mod tests {
             n.ends_with("reporting on run unnamed-2 (the most recent); use --run ID to choose"),
             "{n}"
         );
+    }
+
+    /// `ncclshim run` reports on the run its processes named: its own id, never the most
+    /// recent run of the directory; a step of the launcher's job it was started under when the
+    /// job called the launcher again (`srun` in a batch script); none when nothing matches.
+    #[test]
+    fn a_wrapper_reports_on_its_own_run_or_a_single_step_of_it() {
+        let mut runs = split(vec![
+            part(1, "a", 0, (10, 20)),
+            part(2, "b", 0, (11, 21)),
+            part(3, "812.0", 0, (12, 22)),
+            part(4, "900.1", 0, (13, 23)),
+            part(5, "900.2", 0, (14, 24)),
+        ]);
+        for r in &mut runs[..2] {
+            r.summary.source = "ncclshim".into();
+        }
+        let id_of = |i: Option<usize>| i.map(|i| runs[i].summary.id.clone());
+        assert_eq!(
+            id_of(choose_own(&runs, "ncclshim", "a")).as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            id_of(choose_own(&runs, "ncclshim", "b")).as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            choose_own(&runs, "slurm", "a"),
+            None,
+            "another launcher's id"
+        );
+        assert_eq!(choose_own(&runs, "ncclshim", "c"), None);
+        assert_eq!(
+            id_of(choose_own(&runs, "slurm", "812")).as_deref(),
+            Some("812.0")
+        );
+        assert_eq!(
+            choose_own(&runs, "slurm", "81"),
+            None,
+            "a prefix is not a step"
+        );
+        assert_eq!(
+            choose_own(&runs, "slurm", "900"),
+            None,
+            "two steps: which one?"
+        );
+        assert_eq!(choose_own(&runs, "ncclshim", ""), None);
     }
 
     #[test]

@@ -72,6 +72,14 @@ const LAUNCHERS: &[Launcher] = &[
     },
 ];
 
+/// Every variable that names a run (the ids and the sub-ids above): what a test clears so that
+/// the run it starts is named by nothing it inherited (a CI job under Slurm, say).
+pub fn id_variables() -> impl Iterator<Item = &'static str> {
+    LAUNCHERS
+        .iter()
+        .flat_map(|l| std::iter::once(l.id).chain(l.sub_id))
+}
+
 /// The run a process belongs to, as far as its environment says.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunIdentity {
@@ -136,6 +144,19 @@ mod tests {
                 .find(|(k, _)| *k == n)
                 .map(|(_, v)| (*v).to_owned())
         })
+    }
+
+    #[test]
+    fn every_id_variable_is_listed_for_the_tests_to_clear() {
+        let names: Vec<&str> = id_variables().collect();
+        for n in [
+            "NCCLSHIM_RUN_ID",
+            "SLURM_JOB_ID",
+            "SLURM_STEP_ID",
+            "TORCHELASTIC_RUN_ID",
+        ] {
+            assert!(names.contains(&n), "{n}: {names:?}");
+        }
     }
 
     #[test]

@@ -5,4 +5,5 @@
 pub mod captures;
 pub mod cli;
 pub mod native;
+pub mod procs;
 pub mod schema;
