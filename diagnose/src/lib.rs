@@ -305,7 +305,7 @@ fn analyze_chosen(
     let summaries: Vec<runs::RunSummary> = runs.iter().map(|r| r.summary.clone()).collect();
     let mut parts = std::mem::take(&mut runs[index].parts);
     // Ranks with only a Flight Recorder dump join the model as stand-in processes.
-    let window = flight_recorder::run_window::RunWindow::of(&summaries, chosen);
+    let window = flight_recorder::run_window::RunWindow::of(&summaries, index);
     let joined = flight_recorder::prepare(dir, fr, listing, &mut parts, window);
     let job = model::JobModel::from_processes(parts);
     let story = story::Story::build(&job);
