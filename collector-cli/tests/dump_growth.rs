@@ -273,7 +273,7 @@ fn records_lost_on_the_overflow_ring_are_said_to_be_there() {
         .find(|e| e.text.contains("older records lost"))
         .expect("a records-lost gap");
     assert!(
-        lost.text.contains("most on the shared overflow ring") && !lost.text.contains("thread 0"),
+        lost.text.contains("most on the shared overflow ring") && !lost.text.contains("thread 0:"),
         "{}",
         lost.text
     );

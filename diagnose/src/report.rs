@@ -2,7 +2,7 @@
 //! built from one [`Report`] so the text never says something the JSON does not.
 
 use crate::load::Problem;
-use crate::model::{FailureWhat, JobModel};
+use crate::model::{FailureWhat, JobModel, LostOn};
 use crate::rules::evidence;
 use crate::rules::{rank_list, Evidence, EvidenceKind, Finding, Severity};
 use crate::story::ending::Ending;
@@ -222,12 +222,18 @@ fn evidence_gaps(job: &JobModel, story: &Story, findings: &[Finding]) -> Vec<Evi
         if p.lost > 0 {
             let worst = p.lost_by_thread.iter().max_by_key(|(_, _, n)| *n);
             let worst_text = worst
-                .map(|(tid, name, n)| match tid {
-                    Some(tid) if name.is_empty() => format!(", most on thread {tid}: {n}"),
-                    Some(tid) => format!(", most on thread {tid} ({name}): {n}"),
-                    None => format!(
+                .map(|(on, name, n)| match on {
+                    LostOn::Thread(tid) if name.is_empty() => {
+                        format!(", most on thread {tid}: {n}")
+                    }
+                    LostOn::Thread(tid) => format!(", most on thread {tid} ({name}): {n}"),
+                    LostOn::OverflowRing => format!(
                         ", most on the shared overflow ring (threads beyond the dump's own \
                          rings): {n}"
+                    ),
+                    LostOn::KeepRing => format!(
+                        ", most on the keep ring (failures and communicator events, kept apart \
+                         from routine calls): {n}"
                     ),
                 })
                 .unwrap_or_default();
@@ -248,9 +254,17 @@ fn evidence_gaps(job: &JobModel, story: &Story, findings: &[Finding]) -> Vec<Evi
             let mut item = gap("records_lost", text)
                 .value("dump_could_not_grow", p.ring_alloc_failed > 0)
                 .value("records_lost", p.lost)
-                .value("most_on_thread", worst.and_then(|(tid, _, _)| *tid));
-            if worst.is_some_and(|(tid, _, _)| tid.is_none()) {
-                item = item.value("most_on_overflow_ring", true);
+                .value(
+                    "most_on_thread",
+                    worst.and_then(|(on, _, _)| match on {
+                        LostOn::Thread(tid) => Some(*tid),
+                        _ => None,
+                    }),
+                );
+            match worst.map(|(on, _, _)| on) {
+                Some(LostOn::OverflowRing) => item = item.value("most_on_ring", "overflow"),
+                Some(LostOn::KeepRing) => item = item.value("most_on_ring", "keep"),
+                _ => {}
             }
             per_process.push(item.of(job, i));
         }

@@ -406,6 +406,9 @@ pub fn prepare(
     if files.is_empty() {
         return None;
     }
+    // Dumps found in the job directory may be any run's that wrote there; dumps named with
+    // `--flight-recorder` are the ones the user chose, whatever their time.
+    let window = window.filter(|_| matches!(source, Source::InJobDir));
     // Another run's dumps, by when they were written, are not even read.
     let mut other_runs = Vec::new();
     if let Some(w) = window {

@@ -4,7 +4,8 @@
 //! with version mismatches and missing ranks that are not there. A dump belongs to the run
 //! when its time (its latest entry, else the file's modification time: PyTorch writes it once,
 //! when it dumps) falls from a little before the run's first record until the next run of the
-//! directory began; any other is listed as another run's and not joined.
+//! directory began; any other is listed as another run's and not joined. Only dumps found in the
+//! job directory are judged so: those named with `--flight-recorder` are the user's choice.
 
 use super::RankDump;
 use crate::runs::RunSummary;

@@ -218,6 +218,16 @@ pub struct ProfOp {
     pub kernel_stopped: bool,
 }
 
+/// The ring that lost records: a thread's own, or one of the two that no single thread owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostOn {
+    Thread(u32),
+    /// Threads beyond the dump's rings share it.
+    OverflowRing,
+    /// Failures and communicator events, kept apart from every thread's routine calls.
+    KeepRing,
+}
+
 /// A process's identity across its dumps ([`ProcessModel::key`]): host, boot id, PID
 /// namespace, pid, start ticks.
 pub type ProcessKey = (String, String, u64, u32, u64);
@@ -292,9 +302,8 @@ pub struct ProcessModel {
     pub exit_call_t: Option<u64>,
     /// Latest sign of life that left no record (a deduplicated async-error poll), wall clock.
     pub last_alive: Option<u64>,
-    /// Records lost to ring wrap, per thread: (tid, thread name, lost); tid `None` for the
-    /// shared overflow ring, which many threads write (it has no thread of its own).
-    pub lost_by_thread: Vec<(Option<u32>, String, u64)>,
+    /// Records lost to ring wrap, per ring: (whose ring, thread name, lost).
+    pub lost_by_thread: Vec<(LostOn, String, u64)>,
     /// Per-communicator progress from the dump's communicator table (never lost to wrap).
     pub progress: Vec<CommProgress>,
     /// The profiler's running totals per communicator (never lost to wrap).
@@ -852,9 +861,15 @@ impl ProcessModel {
         self.ring_alloc_failed += h.ring_alloc_failed;
         self.alloc_failed |= h.flags & ncclshim_format::layout::flags::ALLOC_FAILED != 0;
         for r in d.lost_by_ring() {
-            let tid = (!r.shared).then_some(r.tid);
+            let on = if !r.shared {
+                LostOn::Thread(r.tid)
+            } else if r.index > h.ring_count {
+                LostOn::KeepRing
+            } else {
+                LostOn::OverflowRing
+            };
             self.lost_by_thread
-                .push((tid, r.thread_name.clone(), r.lost));
+                .push((on, r.thread_name.clone(), r.lost));
         }
         if let Some(x) = h.exit_monotonic_ns {
             self.exit_t = Some(to_wall(d, x));
