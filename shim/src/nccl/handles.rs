@@ -15,9 +15,11 @@
 //! therefore each get their calls and their own error text. A library that is slot 0's
 //! library gets the plain export back.
 //!
-//! Untouched: lookups through `RTLD_NEXT` / `RTLD_DEFAULT`, of names we do not export, that
-//! fail, that answer our own export (a handle whose scope includes the preload), or that
-//! answer a function of something that is not a libnccl. When every slot is taken by another
+//! Untouched: lookups through `RTLD_NEXT`, of names we do not export, that fail, or that
+//! answer a function of something that is not a libnccl. A lookup that would answer our own
+//! export (`RTLD_DEFAULT`, a handle whose scope includes the preload: `dlopen(NULL)`) answers
+//! "no such symbol" while no NCCL is loaded anywhere, as it would without the shim
+//! ([`decide_global`]); once NCCL is loaded it answers our export. When every slot is taken by another
 //! library the lookup passes through unwrapped and is counted ([`overflow_count`]): recording
 //! is lost, behaviour is not.
 //!
@@ -301,12 +303,47 @@ pub unsafe extern "C" fn dladdr1(
 #[cold]
 #[inline(never)]
 pub(crate) extern "C" fn decide(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
-    // RTLD_NEXT depends on who asks (only the jump keeps that right); RTLD_DEFAULT's answer is
-    // our export anyway whenever one exists.
-    if handle == libc::RTLD_NEXT || handle == libc::RTLD_DEFAULT {
+    // RTLD_NEXT depends on who asks (only the jump keeps that right).
+    if handle == libc::RTLD_NEXT {
         return null_mut();
     }
+    if handle == libc::RTLD_DEFAULT {
+        return std::panic::catch_unwind(|| decide_global(symbol)).unwrap_or(null_mut());
+    }
     std::panic::catch_unwind(|| decide_handle(handle, symbol)).unwrap_or(null_mut())
+}
+
+/// A lookup whose answer is our export because the preload is in its scope (`RTLD_DEFAULT`,
+/// `dlopen(NULL)`'s handle, what `ctypes.CDLL(None)` uses): without the shim a program that
+/// probes this way before loading NCCL gets "no such symbol" and takes its no-NCCL branch (or
+/// loads libnccl itself); with it, it would find our wrapper and a false NCCL. So while no NCCL
+/// is anywhere in the process (no `libnccl.so*` mapped, and nothing after the preload defines
+/// the name), the answer is [`NOT_FOUND`], its `dlerror` set by that failed search. Once NCCL
+/// is loaded the answer is our export again, so calls through it are recorded. Only names we
+/// export come here.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn decide_global(symbol: *const c_char) -> *mut c_void {
+    // SAFETY: `symbol` is non-null and NUL-terminated (dlsym's contract; checked by the caller).
+    let name = unsafe { std::ffi::CStr::from_ptr(symbol) }.to_bytes();
+    if index_of(name).is_some() && no_nccl_anywhere(symbol) {
+        crate::symbols::dlsym::NOT_FOUND
+    } else {
+        null_mut()
+    }
+}
+
+/// Whether no NCCL is loaded at all: no object named `libnccl.so*` is mapped and no object after
+/// the preload in the global scope defines `symbol`. Leaves `dlerror` set by that search when
+/// it says so.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn no_nccl_anywhere(symbol: *const c_char) -> bool {
+    if libs::slot0_base() != 0 || super::resolve::any_libnccl_mapped() {
+        return false;
+    }
+    let dlsym = crate::symbols::dlsym::real_dlsym();
+    // SAFETY: the real dlsym from our own frame: RTLD_NEXT searches the objects after the
+    // shim, never the shim itself; `symbol` is NUL-terminated. A miss sets dlerror.
+    unsafe { dlsym(libc::RTLD_NEXT, symbol) }.is_null()
 }
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
@@ -320,7 +357,15 @@ fn decide_handle(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     // SAFETY: the real dlsym with the caller's own handle and name; for a handle the answer
     // does not depend on who asks.
     let real = unsafe { dlsym(handle, symbol) };
-    if real.is_null() || export_addrs()[i] == real as usize {
+    if export_addrs()[i] == real as usize {
+        // The handle's scope holds the preload (`dlopen(NULL)`): as `RTLD_DEFAULT`.
+        return if no_nccl_anywhere(symbol) {
+            crate::symbols::dlsym::NOT_FOUND
+        } else {
+            null_mut()
+        };
+    }
+    if real.is_null() {
         return null_mut();
     }
     // SAFETY: PNAMES[i] is NUL-terminated; same handle.

@@ -23,7 +23,12 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 /// glibc's `dlsym` signature.
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
-/// A family's decider: our answer for the lookup, or NULL to let glibc answer. `extern "C"`: a
+/// What a decider returns for "there is no such symbol": the trampoline then returns NULL to the
+/// caller, and the decider has left `dlerror` set by a lookup that failed as glibc's would.
+pub const NOT_FOUND: *mut c_void = std::ptr::without_provenance_mut(1);
+
+/// A family's decider: our answer for the lookup ([`NOT_FOUND`] for none), or NULL to let glibc
+/// answer. `extern "C"`: a
 /// decider catches its own panics, and the ABI says so, so the trampoline's call into it needs
 /// no unwind landing pad and can be a tail call.
 pub type Decider = extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
@@ -67,6 +72,11 @@ macro_rules! dlsym_export {
                 ".cfi_adjust_cfa_offset -8",
                 "test rax, rax",
                 "jz 2f",
+                // NOT_FOUND (1): the answer is "no such symbol" (dlerror already set).
+                "cmp rax, 1",
+                "jne 3f",
+                "xor eax, eax",
+                "3:",
                 "ret",
                 "2:",
                 "jmp qword ptr [rip + {real}]",

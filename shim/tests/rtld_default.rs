@@ -1,0 +1,106 @@
+//! A preloaded shim must not make NCCL look loaded when it is not (issue 35). A program that
+//! asks `dlsym(RTLD_DEFAULT, "ncclGetVersion")`, `dlsym(dlopen(NULL), ...)` or Python's
+//! `ctypes.CDLL(None).ncclGetVersion` before any libnccl is loaded gets "no such symbol"
+//! without the shim; with it, it found the shim's wrapper (which returned `ncclInternalError`
+//! and wrote a dump from a program with no NCCL), and took the wrong branch. Each program here
+//! probes first, then loads the real PyPI libnccl by path and calls it; bare and preloaded, the
+//! output is the same, and the calls made once NCCL is loaded are recorded.
+
+mod common;
+
+use common::*;
+use ncclshim_format::CallId;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn libnccl() -> PathBuf {
+    nccl_lib_dir(Wheel::Cu12).join("libnccl.so.2")
+}
+
+fn probe_program(out: &Path) -> PathBuf {
+    let prog = out.join("rtld_probe");
+    let o = Command::new("cc")
+        .arg("-Wall")
+        .arg("-o")
+        .arg(&prog)
+        .arg(repo_root().join("tests/c/rtld_probe.c"))
+        .arg("-ldl")
+        .output()
+        .expect("cc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    prog
+}
+
+/// (bare stdout, preloaded stdout, the dump's directory) of `program args`.
+fn bare_and_preloaded(
+    tmp: &Path,
+    program: &Path,
+    args: &[&std::ffi::OsStr],
+) -> (String, String, PathBuf) {
+    let bare = run(Command::new(program).args(args));
+    let dir = tmp.join("dumps");
+    let shimmed = run(preloaded(program, &dir).args(args));
+    assert_eq!(bare.status.code(), shimmed.status.code());
+    (
+        String::from_utf8_lossy(&bare.stdout).into_owned(),
+        String::from_utf8_lossy(&shimmed.stdout).into_owned(),
+        dir,
+    )
+}
+
+#[test]
+fn a_c_program_probing_rtld_default_sees_no_nccl_until_it_loads_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = probe_program(tmp.path());
+    let lib = libnccl();
+    let (bare, shimmed, dir) =
+        bare_and_preloaded(tmp.path(), &prog, &[lib.as_os_str(), "global".as_ref()]);
+    assert!(
+        bare.contains("RTLD_DEFAULT before loading: absent, dlerror set")
+            && bare.contains("dlopen(NULL) before loading: absent, dlerror set")
+            && bare.contains("RTLD_DEFAULT after loading: found rc=0"),
+        "{bare}"
+    );
+    assert_eq!(shimmed, bare);
+    // Once NCCL is loaded, the calls through the handle and through RTLD_DEFAULT are recorded.
+    let d = single_dump(&dir);
+    assert_eq!(calls(&d, CallId::NcclGetVersion).len(), 2, "{shimmed}");
+}
+
+#[test]
+fn a_local_load_is_called_and_recorded_as_before() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = probe_program(tmp.path());
+    let lib = libnccl();
+    let (bare, shimmed, dir) =
+        bare_and_preloaded(tmp.path(), &prog, &[lib.as_os_str(), "local".as_ref()]);
+    assert_eq!(shimmed, bare);
+    assert!(bare.contains("by handle: rc=0 version="), "{bare}");
+    assert_eq!(calls(&single_dump(&dir), CallId::NcclGetVersion).len(), 1);
+}
+
+#[test]
+fn python_ctypes_finds_no_nccl_in_the_process_before_loading_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("probe.py");
+    std::fs::write(
+        &script,
+        "import ctypes, sys\n\
+         print('CDLL(None) has ncclGetVersion:', hasattr(ctypes.CDLL(None), 'ncclGetVersion'))\n\
+         lib = ctypes.CDLL(sys.argv[1])\n\
+         v = ctypes.c_int()\n\
+         print('rc', lib.ncclGetVersion(ctypes.byref(v)), 'version', v.value)\n",
+    )
+    .unwrap();
+    let python = PathBuf::from("python3");
+    let lib = libnccl();
+    let (bare, shimmed, dir) =
+        bare_and_preloaded(tmp.path(), &python, &[script.as_os_str(), lib.as_os_str()]);
+    assert!(
+        bare.contains("CDLL(None) has ncclGetVersion: False"),
+        "{bare}"
+    );
+    assert!(bare.contains("rc 0 version"), "{bare}");
+    assert_eq!(shimmed, bare);
+    assert_eq!(calls(&single_dump(&dir), CallId::NcclGetVersion).len(), 1);
+}
