@@ -17,6 +17,12 @@ fn libnccl() -> PathBuf {
     nccl_lib_dir(Wheel::Cu12).join("libnccl.so.2")
 }
 
+/// The cu11 wheel's NCCL (2.21), older than `ncclCommShrink` (2.27) and
+/// `ncclCommWindowRegister` (2.28), which the shim exports.
+fn older_libnccl() -> PathBuf {
+    nccl_lib_dir(Wheel::Cu11).join("libnccl.so.2")
+}
+
 fn probe_program(out: &Path) -> PathBuf {
     let prog = out.join("rtld_probe");
     let o = Command::new("cc")
@@ -65,6 +71,25 @@ fn a_c_program_probing_rtld_default_sees_no_nccl_until_it_loads_one() {
     // Once NCCL is loaded, the calls through the handle and through RTLD_DEFAULT are recorded.
     let d = single_dump(&dir);
     assert_eq!(calls(&d, CallId::NcclGetVersion).len(), 2, "{shimmed}");
+}
+
+/// With an NCCL that lacks an API the shim exports, a program probing for that API finds it
+/// absent, as without the shim; the 2.32 NCCL has both.
+#[test]
+fn apis_the_loaded_nccl_lacks_stay_absent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = probe_program(tmp.path());
+    for (lib, expect) in [(older_libnccl(), "absent"), (libnccl(), "found")] {
+        let (bare, shimmed, dir) =
+            bare_and_preloaded(tmp.path(), &prog, &[lib.as_os_str(), "global".as_ref()]);
+        assert!(
+            bare.contains(&format!("(ncclCommShrink) {expect}"))
+                && bare.contains(&format!("(ncclCommWindowRegister) {expect}")),
+            "{bare}"
+        );
+        assert_eq!(shimmed, bare, "{}", lib.display());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }
 
 #[test]

@@ -1,7 +1,8 @@
 /* "Is NCCL loaded?" asked the way programs ask before loading it (issue 35): dlsym(RTLD_DEFAULT)
  * and dlsym(dlopen(NULL)) of ncclGetVersion, then libnccl loaded by path (argv[1]) with
  * RTLD_GLOBAL (argv[2] "global") or RTLD_LOCAL ("local"), called through its handle, and
- * RTLD_DEFAULT asked again and called when found. Prints found/absent, never dlerror's text
+ * RTLD_DEFAULT asked again and called when found, then asked for two APIs of later NCCLs
+ * (ncclCommShrink 2.27, ncclCommWindowRegister 2.28). Prints found/absent, never dlerror's text
  * (which names the object that searched). Without the shim and with it the output must be
  * the same (after a local load the shim's export stays visible: README). */
 #define _GNU_SOURCE
@@ -37,6 +38,10 @@ int main(int argc, char** argv) {
         v = 0;
         rc = g ? g(&v) : -1;
         printf("RTLD_DEFAULT after loading: %s rc=%d version=%d\n", g ? "found" : "absent", rc, v);
+        /* APIs of later NCCLs (2.27, 2.28): present only when the loaded NCCL has them. */
+        printf("  (ncclCommShrink) %s\n", dlsym(RTLD_DEFAULT, "ncclCommShrink") ? "found" : "absent");
+        printf("  (ncclCommWindowRegister) %s\n",
+               dlsym(RTLD_DEFAULT, "ncclCommWindowRegister") ? "found" : "absent");
     }
     return 0;
 }

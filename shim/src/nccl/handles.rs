@@ -18,8 +18,8 @@
 //! Untouched: lookups through `RTLD_NEXT`, of names we do not export, that fail, or that
 //! answer a function of something that is not a libnccl. A lookup that would answer our own
 //! export (`RTLD_DEFAULT`, a handle whose scope includes the preload: `dlopen(NULL)`) answers
-//! "no such symbol" while no NCCL is loaded anywhere, as it would without the shim
-//! ([`decide_global`]); once NCCL is loaded it answers our export. When every slot is taken by another
+//! "no such symbol" while no loaded NCCL defines the function, as it would without the shim
+//! ([`decide_global`]); once one does, it answers our export. When every slot is taken by another
 //! library the lookup passes through unwrapped and is counted ([`overflow_count`]): recording
 //! is lost, behaviour is not.
 //!
@@ -316,28 +316,27 @@ pub(crate) extern "C" fn decide(handle: *mut c_void, symbol: *const c_char) -> *
 /// A lookup whose answer is our export because the preload is in its scope (`RTLD_DEFAULT`,
 /// `dlopen(NULL)`'s handle, what `ctypes.CDLL(None)` uses): without the shim a program that
 /// probes this way before loading NCCL gets "no such symbol" and takes its no-NCCL branch (or
-/// loads libnccl itself); with it, it would find our wrapper and a false NCCL. So while no NCCL
-/// is anywhere in the process (no `libnccl.so*` mapped, and nothing after the preload defines
-/// the name), the answer is [`NOT_FOUND`], its `dlerror` set by that failed search. Once NCCL
-/// is loaded the answer is our export again, so calls through it are recorded. Only names we
-/// export come here.
+/// loads libnccl itself); with it, it would find our wrapper and a false NCCL. The same holds
+/// for an API the loaded NCCL lacks (`ncclCommShrink` under NCCL 2.21): our export would
+/// promise it. So while the real function behind the export cannot be found, the answer is
+/// [`NOT_FOUND`], its `dlerror` set by a failed search; once it can, our export, so calls
+/// through it are recorded. Only names we export come here.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 fn decide_global(symbol: *const c_char) -> *mut c_void {
     // SAFETY: `symbol` is non-null and NUL-terminated (dlsym's contract; checked by the caller).
     let name = unsafe { std::ffi::CStr::from_ptr(symbol) }.to_bytes();
-    if index_of(name).is_some() && no_nccl_anywhere(symbol) {
-        crate::symbols::dlsym::NOT_FOUND
-    } else {
-        null_mut()
+    match index_of(name) {
+        Some(i) if real_missing(i, symbol) => crate::symbols::dlsym::NOT_FOUND,
+        _ => null_mut(),
     }
 }
 
-/// Whether no NCCL is loaded at all: no object named `libnccl.so*` is mapped and no object after
-/// the preload in the global scope defines `symbol`. Leaves `dlerror` set by that search when
-/// it says so.
+/// Whether export `i` has no real function to call: no loaded NCCL defines it (found the way
+/// the export itself finds it, `super::resolve`). Leaves `dlerror` set by a failed search of
+/// `symbol` after the preload when it says so.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-fn no_nccl_anywhere(symbol: *const c_char) -> bool {
-    if libs::slot0_base() != 0 || super::resolve::any_libnccl_mapped() {
+fn real_missing(i: usize, symbol: *const c_char) -> bool {
+    if !super::resolve::lookup(&EXPORT_REAL[i], PNAMES[i], CNAMES[i]).is_null() {
         return false;
     }
     let dlsym = crate::symbols::dlsym::real_dlsym();
@@ -359,7 +358,7 @@ fn decide_handle(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     let real = unsafe { dlsym(handle, symbol) };
     if export_addrs()[i] == real as usize {
         // The handle's scope holds the preload (`dlopen(NULL)`): as `RTLD_DEFAULT`.
-        return if no_nccl_anywhere(symbol) {
+        return if real_missing(i, symbol) {
             crate::symbols::dlsym::NOT_FOUND
         } else {
             null_mut()

@@ -112,33 +112,6 @@ pub fn library() -> *mut c_void {
     h
 }
 
-/// Whether an object named `libnccl.so*` is mapped in the process (loaded by anyone, in any
-/// scope). Loads nothing, opens nothing: safe inside a `dlsym` hook. Once true, remembered.
-pub fn any_libnccl_mapped() -> bool {
-    static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if SEEN.load(Ordering::Relaxed) {
-        return true;
-    }
-    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, _: *mut c_void) -> i32 {
-        // SAFETY: info is valid during the callback; dlpi_name is NULL or NUL-terminated.
-        let name = unsafe { (*info).dlpi_name };
-        if name.is_null() {
-            return 0;
-        }
-        // SAFETY: as above.
-        let path = unsafe { CStr::from_ptr(name) }.to_bytes();
-        let base = path.rsplit(|&b| b == b'/').next().unwrap_or(&[]);
-        i32::from(base.starts_with(b"libnccl.so"))
-    }
-    // SAFETY: the callback reads only what glibc hands it; dl_iterate_phdr's lock is recursive,
-    // so a dlsym made inside another dl_iterate_phdr callback is fine too.
-    let found = unsafe { libc::dl_iterate_phdr(Some(cb), null_mut()) } != 0;
-    if found {
-        SEEN.store(true, Ordering::Relaxed);
-    }
-    found
-}
-
 fn first_mapped_nccl() -> *mut c_void {
     unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> i32 {
         // SAFETY: info is valid during the callback; dlpi_name is NULL or NUL-terminated; data
