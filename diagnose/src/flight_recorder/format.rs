@@ -175,7 +175,8 @@ impl FrEntry {
     }
 
     /// Send/recv peers from the profiling name: "nccl:send 0->1" is (0, 1), "nccl:recv 1<-0"
-    /// is (0, 1) too: (sender, receiver) in global ranks.
+    /// is (0, 1) too: (sender, receiver) in the process group's own ranks (PyTorch writes its
+    /// group rank and the group-local peer: global ranks only in the default group).
     pub fn p2p_peers(&self) -> Option<(u32, u32)> {
         let tail = self.profiling_name.split_whitespace().nth(1)?;
         if let Some((a, b)) = tail.split_once("->") {

@@ -243,10 +243,12 @@ fn stand_in(d: &RankDump, comm_of: &BTreeMap<String, u64>, fired: Option<u64>) -
         };
         // Sequence numbers start at 1 in PyTorch and at 0 in the shim's records.
         let seq = seq.saturating_sub(1).max(0) as u64;
+        // The peer as a rank of the communicator: PyTorch names it in the process group's own
+        // ranks (its `rank_` and the group-local peer), which are the communicator's.
         let peer = e
             .p2p_peers()
             .map(|(from, to)| if id == CallId::NcclSend { to } else { from })
-            .and_then(|global| g.ranks.iter().position(|r| *r == global))
+            .filter(|&local| (local as usize) < g.ranks.len())
             .unwrap_or(0) as u64;
         let op_seq = {
             let n = per_function.entry((hash, id)).or_default();
@@ -668,6 +670,46 @@ mod tests {
         assert_eq!(call_id("coalesced"), None);
         assert_ne!(nccl_datatype("Float"), nccl_datatype("Half"));
         assert_ne!(nccl_datatype("Foo"), nccl_datatype("Bar"));
+    }
+
+    /// "nccl:send 0->1" in a process group of global ranks 4-7 is group rank 0 sending to
+    /// group rank 1 (global 5): its peer in the communicator is 1.
+    #[test]
+    fn p2p_peers_in_a_subgroup_are_the_groups_own_ranks() {
+        use crate::flight_recorder::format::FrEntry;
+        use crate::flight_recorder::{ProcessGroup, RankDump};
+        let group = ProcessGroup {
+            id: "1".into(),
+            name: "1".into(),
+            desc: "pipeline".into(),
+            ranks: vec![4, 5, 6, 7],
+        };
+        let entry = |name: &str, seq: i64| FrEntry {
+            pg_id: 1,
+            process_group: vec!["1".into(), "pipeline".into()],
+            p2p_seq_id: seq,
+            profiling_name: name.into(),
+            input_sizes: vec![vec![8]],
+            input_dtypes: vec!["Float".into()],
+            state: "completed".into(),
+            time_created_ns: Some(1_000 + seq),
+            time_discovered_completed_ns: Some(2_000 + seq),
+            is_p2p: true,
+            ..FrEntry::default()
+        };
+        let dump = RankDump {
+            file: "fr/rank_4".into(),
+            rank: 4,
+            version: "2.10".into(),
+            groups: vec![group],
+            entries: vec![entry("nccl:send 0->1", 1), entry("nccl:recv 0<-3", 2)],
+            ..RankDump::default()
+        };
+        let comm_of = BTreeMap::from([("1".to_owned(), 0xabc_u64)]);
+        let p = stand_in(&dump, &comm_of, None);
+        let peers: Vec<(CallId, u64)> = p.ops.iter().map(|o| (o.call, o.root_or_peer)).collect();
+        assert_eq!(peers, [(CallId::NcclSend, 1), (CallId::NcclRecv, 3)]);
+        assert_eq!(p.memberships[0].rank, 0, "rank 4 is the group's rank 0");
     }
 
     #[test]
