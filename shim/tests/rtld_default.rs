@@ -129,3 +129,43 @@ fn python_ctypes_finds_no_nccl_in_the_process_before_loading_it() {
     assert_eq!(shimmed, bare);
     assert_eq!(calls(&single_dump(&dir), CallId::NcclGetVersion).len(), 1);
 }
+
+/// NCCL's newer calls and its reduction-operator calls, through a handle (as bindings reach
+/// them), on a NULL communicator (real NCCL rejects it, no GPU needed): the same results bare
+/// and preloaded, and each call recorded with NCCL's return code.
+#[test]
+fn newer_calls_are_recorded_with_nccls_own_result() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = tmp.path().join("newer_apis");
+    let o = Command::new("cc")
+        .arg("-Wall")
+        .arg("-o")
+        .arg(&prog)
+        .arg(repo_root().join("tests/c/newer_apis.c"))
+        .arg("-ldl")
+        .output()
+        .expect("cc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lib = libnccl();
+    let (bare, shimmed, dir) = bare_and_preloaded(tmp.path(), &prog, &[lib.as_os_str()]);
+    assert_eq!(shimmed, bare);
+    let d = single_dump(&dir);
+    for (name, id) in [
+        ("ncclCommSuspend", CallId::NcclCommSuspend),
+        ("ncclCommResume", CallId::NcclCommResume),
+        ("ncclCommGetUniqueId", CallId::NcclCommGetUniqueId),
+        ("ncclRedOpCreatePreMulSum", CallId::NcclRedOpCreatePreMulSum),
+        ("ncclRedOpDestroy", CallId::NcclRedOpDestroy),
+    ] {
+        let rc: i32 = field(&bare, name, "rc")
+            .parse()
+            .unwrap_or_else(|_| panic!("{bare}"));
+        let recorded = calls(&d, id);
+        assert_eq!(recorded.len(), 1, "{name}: {bare}");
+        assert_eq!(recorded[0].rc, rc, "{name}");
+    }
+    // The older NCCL (2.21) lacks the suspend family: absent with and without the shim.
+    let (bare, shimmed, _) = bare_and_preloaded(tmp.path(), &prog, &[older_libnccl().as_os_str()]);
+    assert!(bare.contains("ncclCommSuspend absent"), "{bare}");
+    assert_eq!(shimmed, bare);
+}

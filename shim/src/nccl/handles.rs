@@ -159,6 +159,11 @@ exports!(
     ncclCommDeregister,
     ncclCommWindowRegister,
     ncclCommWindowDeregister,
+    ncclCommSuspend,
+    ncclCommResume,
+    ncclCommGetUniqueId,
+    ncclRedOpCreatePreMulSum,
+    ncclRedOpDestroy,
 );
 
 const N: usize = NAMES.len();

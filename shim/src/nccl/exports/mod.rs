@@ -1,6 +1,7 @@
 //! The exported `nccl*` functions, by family: [`init`] (version, uniqueId, communicator
 //! creation), [`ops`] (groups, collectives, p2p), [`teardown`] (finalize, destroy, abort,
-//! revoke, the async-error poll) and [`memory`] (allocation, registration, windows); the shape
+//! revoke, the async-error poll), [`lifecycle`] (suspend, resume, a communicator's unique id,
+//! custom reduction operators) and [`memory`] (allocation, registration, windows); the shape
 //! they share is [`shape`], the communicator-created record [`created`]. Each one: resolve the real `pncclX` (or return
 //! ncclInternalError with a note when the loaded NCCL lacks it), record the entry, forward,
 //! complete the record, return NCCL's result untouched. Argument layouts follow
@@ -23,11 +24,13 @@ mod created;
 mod shape;
 
 pub mod init;
+pub mod lifecycle;
 pub mod memory;
 pub mod ops;
 pub mod teardown;
 
 pub use init::*;
+pub use lifecycle::*;
 pub use memory::*;
 pub use ops::*;
 pub use teardown::*;

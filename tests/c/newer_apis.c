@@ -1,0 +1,39 @@
+/* NCCL's newer calls (ncclCommSuspend/Resume/GetUniqueId, 2.29) and its custom reduction
+ * operators, reached the way bindings reach them (dlopen of libnccl by path, argv[1], then
+ * dlsym on its handle), each called on a NULL communicator: a real NCCL rejects that itself, so
+ * no GPU is needed. Prints "<name> rc=<n>" per call, or "<name> absent" when the library lacks
+ * it; without the shim and with it the output must be the same. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+
+typedef int (*comm_int_t)(void*, int);
+typedef int (*comm_t)(void*);
+typedef int (*comm_ptr_t)(void*, void*);
+typedef int (*premul_t)(int*, void*, int, int, void*);
+typedef int (*destroy_t)(int, void*);
+
+int main(int argc, char** argv) {
+    if (argc < 2) return 2;
+    void* h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        printf("dlopen failed\n");
+        return 1;
+    }
+    char id[128];
+    float scalar = 0.5f;
+    int op = -1;
+    comm_int_t suspend = (comm_int_t)dlsym(h, "ncclCommSuspend");
+    comm_t resume = (comm_t)dlsym(h, "ncclCommResume");
+    comm_ptr_t get_id = (comm_ptr_t)dlsym(h, "ncclCommGetUniqueId");
+    premul_t premul = (premul_t)dlsym(h, "ncclRedOpCreatePreMulSum");
+    destroy_t destroy = (destroy_t)dlsym(h, "ncclRedOpDestroy");
+    if (suspend) printf("ncclCommSuspend rc=%d\n", suspend(NULL, 1)); else printf("ncclCommSuspend absent\n");
+    if (resume) printf("ncclCommResume rc=%d\n", resume(NULL)); else printf("ncclCommResume absent\n");
+    if (get_id) printf("ncclCommGetUniqueId rc=%d\n", get_id(NULL, id)); else printf("ncclCommGetUniqueId absent\n");
+    /* ncclFloat32 = 7, ncclScalarHostImmediate = 1 */
+    if (premul) printf("ncclRedOpCreatePreMulSum rc=%d\n", premul(&op, &scalar, 7, 1, NULL));
+    else printf("ncclRedOpCreatePreMulSum absent\n");
+    if (destroy) printf("ncclRedOpDestroy rc=%d\n", destroy(5, NULL)); else printf("ncclRedOpDestroy absent\n");
+    return 0;
+}
