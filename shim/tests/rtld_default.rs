@@ -130,7 +130,8 @@ fn python_ctypes_finds_no_nccl_in_the_process_before_loading_it() {
     assert_eq!(calls(&single_dump(&dir), CallId::NcclGetVersion).len(), 1);
 }
 
-/// NCCL's newer calls and its reduction-operator calls, through a handle (as bindings reach
+/// NCCL's newer calls, its reduction-operator calls and the per-collective configuration
+/// calls (2.31), through a handle (as bindings reach
 /// them), on a NULL communicator (real NCCL rejects it, no GPU needed): the same results bare
 /// and preloaded, and each call recorded with NCCL's return code.
 #[test]
@@ -156,6 +157,15 @@ fn newer_calls_are_recorded_with_nccls_own_result() {
         ("ncclCommGetUniqueId", CallId::NcclCommGetUniqueId),
         ("ncclRedOpCreatePreMulSum", CallId::NcclRedOpCreatePreMulSum),
         ("ncclRedOpDestroy", CallId::NcclRedOpDestroy),
+        // The per-collective configuration calls are recorded as their collective.
+        ("ncclAllReduceConfig", CallId::NcclAllReduce),
+        ("ncclBroadcastConfig", CallId::NcclBroadcast),
+        ("ncclReduceConfig", CallId::NcclReduce),
+        ("ncclAllGatherConfig", CallId::NcclAllGather),
+        ("ncclReduceScatterConfig", CallId::NcclReduceScatter),
+        ("ncclAlltoAllConfig", CallId::NcclAlltoAll),
+        ("ncclGatherConfig", CallId::NcclGather),
+        ("ncclScatterConfig", CallId::NcclScatter),
     ] {
         let rc: i32 = field(&bare, name, "rc")
             .parse()

@@ -5,6 +5,7 @@
  * it; without the shim and with it the output must be the same. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stddef.h>
 #include <stdio.h>
 
 typedef int (*comm_int_t)(void*, int);
@@ -35,5 +36,33 @@ int main(int argc, char** argv) {
     if (premul) printf("ncclRedOpCreatePreMulSum rc=%d\n", premul(&op, &scalar, 7, 1, NULL));
     else printf("ncclRedOpCreatePreMulSum absent\n");
     if (destroy) printf("ncclRedOpDestroy rc=%d\n", destroy(5, NULL)); else printf("ncclRedOpDestroy absent\n");
+    /* The per-collective configuration calls (2.31), with a zeroed config: NCCL rejects the
+     * NULL communicator first. */
+    static const char* names[] = {"ncclAllReduceConfig", "ncclBroadcastConfig", "ncclReduceConfig",
+                                  "ncclAllGatherConfig", "ncclReduceScatterConfig", "ncclAlltoAllConfig",
+                                  "ncclGatherConfig", "ncclScatterConfig"};
+    static long long config[32];
+    float buf[4];
+    for (int i = 0; i < 8; i++) {
+        void* f = dlsym(h, names[i]);
+        if (!f) {
+            printf("%s absent\n", names[i]);
+            continue;
+        }
+        int rc;
+        if (i == 0 || i == 4) /* (send, recv, count, dt, op, comm, stream, config) */
+            rc = ((int (*)(const void*, void*, size_t, int, int, void*, void*, const void*))f)(
+                buf, buf, 1, 7, 0, NULL, NULL, config);
+        else if (i == 2) /* reduce: (send, recv, count, dt, op, root, comm, stream, config) */
+            rc = ((int (*)(const void*, void*, size_t, int, int, int, void*, void*, const void*))f)(
+                buf, buf, 1, 7, 0, 0, NULL, NULL, config);
+        else if (i == 3 || i == 5) /* (send, recv, count, dt, comm, stream, config) */
+            rc = ((int (*)(const void*, void*, size_t, int, void*, void*, const void*))f)(
+                buf, buf, 1, 7, NULL, NULL, config);
+        else /* broadcast, gather, scatter: (send, recv, count, dt, root, comm, stream, config) */
+            rc = ((int (*)(const void*, void*, size_t, int, int, void*, void*, const void*))f)(
+                buf, buf, 1, 7, 0, NULL, NULL, config);
+        printf("%s rc=%d\n", names[i], rc);
+    }
     return 0;
 }

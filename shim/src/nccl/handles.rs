@@ -164,6 +164,14 @@ exports!(
     ncclCommGetUniqueId,
     ncclRedOpCreatePreMulSum,
     ncclRedOpDestroy,
+    ncclAllReduceConfig,
+    ncclBroadcastConfig,
+    ncclReduceConfig,
+    ncclAllGatherConfig,
+    ncclReduceScatterConfig,
+    ncclAlltoAllConfig,
+    ncclGatherConfig,
+    ncclScatterConfig,
 );
 
 const N: usize = NAMES.len();

@@ -182,3 +182,34 @@ op_export!(ncclSend, "ncclSend", CallId::NcclSend,
 op_export!(ncclRecv, "ncclRecv", CallId::NcclRecv,
     (recvbuff: *mut c_void, count: usize, datatype: c_int, peer: c_int, comm: NcclComm, stream: Stream),
     count = count, dt = datatype, op = -1, root = peer, send = std::ptr::null(), recv = recvbuff, comm = comm, stream = stream);
+
+// ------------------------------------- collectives with a per-call configuration (NCCL 2.31)
+
+// `nccl<Collective>Config` (nccl.h v2.32.3): the collective with a trailing
+// `const ncclCollConfig_t*` (channels, algorithm selection, a profiler tag). Recorded as the
+// collective it is, under that collective's id: NCCL counts it in the same sequence, and so do
+// the diagnosis's per-function positions. The configuration itself is NCCL's to read.
+op_export!(ncclAllReduceConfig, "ncclAllReduceConfig", CallId::NcclAllReduce,
+    (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, comm: NcclComm, stream: Stream, config: *const c_void),
+    count = count, dt = datatype, op = op, root = -1, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
+op_export!(ncclBroadcastConfig, "ncclBroadcastConfig", CallId::NcclBroadcast,
+    (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream, config: *const c_void),
+    count = count, dt = datatype, op = -1, root = root, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
+op_export!(ncclReduceConfig, "ncclReduceConfig", CallId::NcclReduce,
+    (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, root: c_int, comm: NcclComm, stream: Stream, config: *const c_void),
+    count = count, dt = datatype, op = op, root = root, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
+op_export!(ncclAllGatherConfig, "ncclAllGatherConfig", CallId::NcclAllGather,
+    (sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: c_int, comm: NcclComm, stream: Stream, config: *const c_void),
+    count = sendcount, dt = datatype, op = -1, root = -1, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
+op_export!(ncclReduceScatterConfig, "ncclReduceScatterConfig", CallId::NcclReduceScatter,
+    (sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: c_int, op: c_int, comm: NcclComm, stream: Stream, config: *const c_void),
+    count = recvcount, dt = datatype, op = op, root = -1, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
+op_export!(ncclAlltoAllConfig, "ncclAlltoAllConfig", CallId::NcclAlltoAll,
+    (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, comm: NcclComm, stream: Stream, config: *const c_void),
+    count = count, dt = datatype, op = -1, root = -1, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
+op_export!(ncclGatherConfig, "ncclGatherConfig", CallId::NcclGather,
+    (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream, config: *const c_void),
+    count = count, dt = datatype, op = -1, root = root, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
+op_export!(ncclScatterConfig, "ncclScatterConfig", CallId::NcclScatter,
+    (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream, config: *const c_void),
+    count = count, dt = datatype, op = -1, root = root, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
