@@ -361,6 +361,16 @@ call_ids! {
     NcclCommGetUniqueId = 0x0024, "ncclCommGetUniqueId", NcclCommGetUniqueId { uid_hash };
     NcclRedOpCreatePreMulSum = 0x0025, "ncclRedOpCreatePreMulSum", NcclRedOpCreatePreMulSum { op, datatype, residence };
     NcclRedOpDestroy = 0x0026, "ncclRedOpDestroy", NcclRedOpDestroy { op };
+    /// NCCL 2.29+ (nccl.h v2.32.3). `value` is filled in on success.
+    NcclCommMemStats = 0x0027, "ncclCommMemStats", NcclCommMemStats { stat, value };
+    NcclWinGetUserPtr = 0x0028, "ncclWinGetUserPtr", NcclWinGetUserPtr { window, user_ptr };
+    /// Ends the group as ncclGroupEnd does (estimating, not launching).
+    NcclGroupSimulateEnd = 0x0029, "ncclGroupSimulateEnd", Group;
+    /// One-sided put with a signal to `peer`'s window (`localbuff` is not kept).
+    NcclPutSignal = 0x002a, "ncclPutSignal", NcclPutSignal { count, datatype, peer, window, offset, sig_idx, ctx, flags, stream };
+    NcclSignal = 0x002b, "ncclSignal", NcclSignal { peer, sig_idx, ctx, flags, stream };
+    /// The first descriptor's peer and count of signals to wait for, of `n_desc`.
+    NcclWaitSignal = 0x002c, "ncclWaitSignal", NcclWaitSignal { n_desc, peer0, op_cnt0, stream };
 
     // ---- CUDA driver (0x0100..) ----
     // Written by the shim's driver hooks (shim/src/driver). Conventions for every Cu* record:
@@ -494,6 +504,12 @@ impl CallId {
                 | CallId::NcclCommWindowDeregister
                 | CallId::NcclRedOpCreatePreMulSum
                 | CallId::NcclRedOpDestroy
+                | CallId::NcclCommMemStats
+                | CallId::NcclWinGetUserPtr
+                | CallId::NcclGroupSimulateEnd
+                | CallId::NcclPutSignal
+                | CallId::NcclSignal
+                | CallId::NcclWaitSignal
         )
     }
 

@@ -166,6 +166,12 @@ fn newer_calls_are_recorded_with_nccls_own_result() {
         ("ncclAlltoAllConfig", CallId::NcclAlltoAll),
         ("ncclGatherConfig", CallId::NcclGather),
         ("ncclScatterConfig", CallId::NcclScatter),
+        ("ncclCommMemStats", CallId::NcclCommMemStats),
+        ("ncclWinGetUserPtr", CallId::NcclWinGetUserPtr),
+        ("ncclPutSignal", CallId::NcclPutSignal),
+        ("ncclSignal", CallId::NcclSignal),
+        ("ncclWaitSignal", CallId::NcclWaitSignal),
+        ("ncclGroupSimulateEnd", CallId::NcclGroupSimulateEnd),
     ] {
         let rc: i32 = field(&bare, name, "rc")
             .parse()
@@ -174,6 +180,9 @@ fn newer_calls_are_recorded_with_nccls_own_result() {
         assert_eq!(recorded.len(), 1, "{name}: {bare}");
         assert_eq!(recorded[0].rc, rc, "{name}");
     }
+    // ncclWaitSignal keeps its first descriptor: 1 signal from peer 0, of 1 descriptor.
+    let wait = calls(&d, CallId::NcclWaitSignal)[0];
+    assert_eq!(&wait.args[..3], &[1, 0, 1], "n_desc, peer0, op_cnt0");
     // The older NCCL (2.21) lacks the suspend family: absent with and without the shim.
     let (bare, shimmed, _) = bare_and_preloaded(tmp.path(), &prog, &[older_libnccl().as_os_str()]);
     assert!(bare.contains("ncclCommSuspend absent"), "{bare}");

@@ -64,5 +64,33 @@ int main(int argc, char** argv) {
                 buf, buf, 1, 7, 0, NULL, NULL, config);
         printf("%s rc=%d\n", names[i], rc);
     }
+    /* 2.29-2.32: memory statistics, a window's user pointer, one-sided signals (NULL
+     * communicator), and a simulated group end after a group start. */
+    unsigned long long value = 0;
+    void* user_ptr = NULL;
+    int desc[4] = {1, 0, 0, 0};
+    void* f;
+    if ((f = dlsym(h, "ncclCommMemStats")))
+        printf("ncclCommMemStats rc=%d\n", ((int (*)(void*, int, unsigned long long*))f)(NULL, 0, &value));
+    else printf("ncclCommMemStats absent\n");
+    if ((f = dlsym(h, "ncclWinGetUserPtr")))
+        printf("ncclWinGetUserPtr rc=%d\n", ((int (*)(void*, void*, void**))f)(NULL, NULL, &user_ptr));
+    else printf("ncclWinGetUserPtr absent\n");
+    if ((f = dlsym(h, "ncclPutSignal")))
+        printf("ncclPutSignal rc=%d\n",
+               ((int (*)(const void*, size_t, int, int, void*, size_t, int, int, unsigned, void*, void*))f)(
+                   buf, 1, 7, 1, NULL, 0, 0, 0, 0, NULL, NULL));
+    else printf("ncclPutSignal absent\n");
+    if ((f = dlsym(h, "ncclSignal")))
+        printf("ncclSignal rc=%d\n", ((int (*)(int, int, int, unsigned, void*, void*))f)(1, 0, 0, 0, NULL, NULL));
+    else printf("ncclSignal absent\n");
+    if ((f = dlsym(h, "ncclWaitSignal")))
+        printf("ncclWaitSignal rc=%d\n", ((int (*)(int, void*, void*, void*))f)(1, desc, NULL, NULL));
+    else printf("ncclWaitSignal absent\n");
+    void* start = dlsym(h, "ncclGroupStart");
+    if ((f = dlsym(h, "ncclGroupSimulateEnd")) && start) {
+        int s = ((int (*)(void))start)();
+        printf("ncclGroupSimulateEnd rc=%d (after ncclGroupStart rc=%d)\n", ((int (*)(void*))f)(NULL), s);
+    } else printf("ncclGroupSimulateEnd absent\n");
     return 0;
 }

@@ -172,6 +172,12 @@ exports!(
     ncclAlltoAllConfig,
     ncclGatherConfig,
     ncclScatterConfig,
+    ncclCommMemStats,
+    ncclWinGetUserPtr,
+    ncclGroupSimulateEnd,
+    ncclPutSignal,
+    ncclSignal,
+    ncclWaitSignal,
 );
 
 const N: usize = NAMES.len();

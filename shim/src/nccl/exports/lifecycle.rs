@@ -2,14 +2,15 @@
 //! resume (2.29: `ncclCommSuspend` releases a communicator's dynamic GPU memory with
 //! `NCCL_SUSPEND_MEM`), a communicator's own unique id (`ncclCommGetUniqueId`, 2.29, what a
 //! grow or a rebuild hands to new ranks), and `ncclRedOpCreatePreMulSum` / `ncclRedOpDestroy`
-//! (PyTorch's `ReduceOp.PREMUL_SUM` and averaging). Signatures from nccl.h (v2.30.7-1,
-//! `src/nccl.h.in`). See `super` for what every export does; a loaded NCCL that lacks one
+//! (PyTorch's `ReduceOp.PREMUL_SUM` and averaging); and the 2.29-2.32 memory statistics, window
+//! pointer and one-sided signal calls (`ncclGroupSimulateEnd` closes a group: `ops`). Signatures from nccl.h (v2.30.7-1
+//! `src/nccl.h.in`; v2.32.3 of the PyPI wheel for the later calls). See `super` for what every export does; a loaded NCCL that lacks one
 //! answers through `missing`, and `dlsym(RTLD_DEFAULT)` does not offer it (`handles`).
 
 #![allow(clippy::missing_safety_doc)] // C callers: the contract is NCCL's own (nccl.h).
 
 use super::created::uid_args;
-use super::shape::{export, recorded, s};
+use super::shape::{export, p, recorded, s};
 use crate::nccl::call::boundary;
 use crate::nccl::ffi::*;
 use crate::nccl::resolve::real;
@@ -44,3 +45,60 @@ on_success = |pc| if !op.is_null() {
 export!(ncclRedOpDestroy, "ncclRedOpDestroy", CallId::NcclRedOpDestroy,
     (op: c_int, comm: NcclComm),
     comm = comm, args = args::NcclRedOpDestroy { op: s(op) });
+
+// ---------------------------------------------------- NCCL 2.29-2.32: stats, windows, signals
+
+export!(ncclCommMemStats, "ncclCommMemStats", CallId::NcclCommMemStats,
+(comm: NcclComm, stat: c_int, value: *mut u64),
+comm = comm, args = args::NcclCommMemStats { stat: s(stat), value: 0 },
+on_success = |pc| if !value.is_null() {
+    pc.set_arg(arg_index!(NcclCommMemStats, value), *value)
+});
+
+export!(ncclWinGetUserPtr, "ncclWinGetUserPtr", CallId::NcclWinGetUserPtr,
+(comm: NcclComm, win: *mut c_void, out_user_ptr: *mut *mut c_void),
+comm = comm, args = args::NcclWinGetUserPtr { window: p(win), user_ptr: 0 },
+on_success = |pc| if !out_user_ptr.is_null() {
+    pc.set_arg(arg_index!(NcclWinGetUserPtr, user_ptr), p(*out_user_ptr))
+});
+
+export!(ncclPutSignal, "ncclPutSignal", CallId::NcclPutSignal,
+(localbuff: *const c_void, count: usize, datatype: c_int, peer: c_int, peer_win: *mut c_void,
+ peer_win_offset: usize, sig_idx: c_int, ctx: c_int, flags: u32, comm: NcclComm, stream: Stream),
+comm = comm,
+args = args::NcclPutSignal {
+    count: count as u64, datatype: s(datatype), peer: s(peer), window: p(peer_win),
+    offset: peer_win_offset as u64, sig_idx: s(sig_idx), ctx: s(ctx), flags: u64::from(flags),
+    stream: p(stream),
+});
+
+export!(ncclSignal, "ncclSignal", CallId::NcclSignal,
+(peer: c_int, sig_idx: c_int, ctx: c_int, flags: u32, comm: NcclComm, stream: Stream),
+comm = comm,
+args = args::NcclSignal {
+    peer: s(peer), sig_idx: s(sig_idx), ctx: s(ctx), flags: u64::from(flags), stream: p(stream),
+});
+
+/// `ncclWaitSignalDesc_t` (nccl.h v2.32.3): how many signals to wait for, from whom.
+#[repr(C)]
+pub struct WaitSignalDesc {
+    pub op_cnt: c_int,
+    pub peer: c_int,
+    pub sig_idx: c_int,
+    pub ctx: c_int,
+}
+
+export!(ncclWaitSignal, "ncclWaitSignal", CallId::NcclWaitSignal,
+(n_desc: c_int, signal_descs: *mut WaitSignalDesc, comm: NcclComm, stream: Stream),
+comm = comm,
+args = {
+    // The caller's array holds `n_desc` descriptors (NCCL reads them under the same
+    // contract); only the first is kept.
+    let first = if n_desc > 0 && !signal_descs.is_null() { Some(&*signal_descs) } else { None };
+    args::NcclWaitSignal {
+        n_desc: s(n_desc),
+        peer0: first.map_or(u64::MAX, |d| s(d.peer)),
+        op_cnt0: first.map_or(u64::MAX, |d| s(d.op_cnt)),
+        stream: p(stream),
+    }
+});

@@ -40,25 +40,48 @@ pub unsafe extern "C" fn ncclGroupStart() -> NcclResult {
 #[no_mangle]
 pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
     boundary(|out| {
-        let Some(f) = real!("ncclGroupEnd", unsafe extern "C" fn() -> NcclResult) else {
-            *out = Some(missing(CallId::NcclGroupEnd));
-            return;
-        };
-        let nested = call::nested();
-        let depth = call::group_depth();
-        let args = args::Group {
-            depth: u64::from(depth),
-        }
-        .to_args();
-        let a = enter(CallId::NcclGroupEnd, null_mut(), args);
-        // The group is closed from the caller's view whatever GroupEnd returns (NCCL resets it).
-        if !nested {
-            call::set_group_depth(depth.saturating_sub(1));
-        }
-        let rc = forward(|| f());
-        *out = Some(rc);
-        a.finish(rc, null_mut(), |_| {});
+        let real = real!("ncclGroupEnd", unsafe extern "C" fn() -> NcclResult);
+        group_end(CallId::NcclGroupEnd, real, |f| f(), out);
     })
+}
+
+/// `ncclGroupSimulateEnd(ncclSimInfo_t*)` (NCCL 2.29+): ends the group as `ncclGroupEnd` does,
+/// estimating instead of launching.
+#[no_mangle]
+pub unsafe extern "C" fn ncclGroupSimulateEnd(sim_info: *mut c_void) -> NcclResult {
+    boundary(|out| {
+        type F = unsafe extern "C" fn(*mut c_void) -> NcclResult;
+        let real = real!("ncclGroupSimulateEnd", F);
+        group_end(CallId::NcclGroupSimulateEnd, real, |f| f(sim_info), out);
+    })
+}
+
+/// Records a call that closes a group around `fwd`.
+#[inline(always)]
+fn group_end<F>(
+    call: CallId,
+    real: Option<F>,
+    fwd: impl FnOnce(F) -> NcclResult,
+    out: &mut Option<NcclResult>,
+) {
+    let Some(f) = real else {
+        *out = Some(missing(call));
+        return;
+    };
+    let nested = call::nested();
+    let depth = call::group_depth();
+    let args = args::Group {
+        depth: u64::from(depth),
+    }
+    .to_args();
+    let a = enter(call, null_mut(), args);
+    // The group is closed from the caller's view whatever the call returns (NCCL resets it).
+    if !nested {
+        call::set_group_depth(depth.saturating_sub(1));
+    }
+    let rc = forward(|| fwd(f));
+    *out = Some(rc);
+    a.finish(rc, null_mut(), |_| {});
 }
 
 // ---------------------------------------------------------------- collectives and p2p
