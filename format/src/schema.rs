@@ -371,6 +371,9 @@ call_ids! {
     NcclSignal = 0x002b, "ncclSignal", NcclSignal { peer, sig_idx, ctx, flags, stream };
     /// The first descriptor's peer and count of signals to wait for, of `n_desc`.
     NcclWaitSignal = 0x002c, "ncclWaitSignal", NcclWaitSignal { n_desc, peer0, op_cnt0, stream };
+    /// The device communicator's address (the caller's struct NCCL fills or reads).
+    NcclDevCommCreate = 0x002d, "ncclDevCommCreate", NcclDevCommCreate { dev_comm };
+    NcclDevCommDestroy = 0x002e, "ncclDevCommDestroy", NcclDevCommCreate;
 
     // ---- CUDA driver (0x0100..) ----
     // Written by the shim's driver hooks (shim/src/driver). Conventions for every Cu* record:

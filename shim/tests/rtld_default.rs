@@ -172,6 +172,8 @@ fn newer_calls_are_recorded_with_nccls_own_result() {
         ("ncclSignal", CallId::NcclSignal),
         ("ncclWaitSignal", CallId::NcclWaitSignal),
         ("ncclGroupSimulateEnd", CallId::NcclGroupSimulateEnd),
+        ("ncclDevCommCreate", CallId::NcclDevCommCreate),
+        ("ncclDevCommDestroy", CallId::NcclDevCommDestroy),
     ] {
         let rc: i32 = field(&bare, name, "rc")
             .parse()

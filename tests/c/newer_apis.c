@@ -87,6 +87,13 @@ int main(int argc, char** argv) {
     if ((f = dlsym(h, "ncclWaitSignal")))
         printf("ncclWaitSignal rc=%d\n", ((int (*)(int, void*, void*, void*))f)(1, desc, NULL, NULL));
     else printf("ncclWaitSignal absent\n");
+    char dev_comm[512];
+    if ((f = dlsym(h, "ncclDevCommCreate")))
+        printf("ncclDevCommCreate rc=%d\n", ((int (*)(void*, const void*, void*))f)(NULL, config, dev_comm));
+    else printf("ncclDevCommCreate absent\n");
+    if ((f = dlsym(h, "ncclDevCommDestroy")))
+        printf("ncclDevCommDestroy rc=%d\n", ((int (*)(void*, const void*))f)(NULL, dev_comm));
+    else printf("ncclDevCommDestroy absent\n");
     void* start = dlsym(h, "ncclGroupStart");
     if ((f = dlsym(h, "ncclGroupSimulateEnd")) && start) {
         int s = ((int (*)(void))start)();

@@ -178,6 +178,8 @@ exports!(
     ncclPutSignal,
     ncclSignal,
     ncclWaitSignal,
+    ncclDevCommCreate,
+    ncclDevCommDestroy,
 );
 
 const N: usize = NAMES.len();

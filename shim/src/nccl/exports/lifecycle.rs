@@ -3,7 +3,7 @@
 //! `NCCL_SUSPEND_MEM`), a communicator's own unique id (`ncclCommGetUniqueId`, 2.29, what a
 //! grow or a rebuild hands to new ranks), and `ncclRedOpCreatePreMulSum` / `ncclRedOpDestroy`
 //! (PyTorch's `ReduceOp.PREMUL_SUM` and averaging); and the 2.29-2.32 memory statistics, window
-//! pointer and one-sided signal calls (`ncclGroupSimulateEnd` closes a group: `ops`). Signatures from nccl.h (v2.30.7-1
+//! pointer and one-sided signal calls, and device communicators (`ncclGroupSimulateEnd` closes a group: `ops`). Signatures from nccl.h (v2.30.7-1
 //! `src/nccl.h.in`; v2.32.3 of the PyPI wheel for the later calls). See `super` for what every export does; a loaded NCCL that lacks one
 //! answers through `missing`, and `dlsym(RTLD_DEFAULT)` does not offer it (`handles`).
 
@@ -102,3 +102,13 @@ args = {
         stream: p(stream),
     }
 });
+
+// ------------------------------------------ device communicators (2.28+, nccl_device/core.h)
+
+export!(ncclDevCommCreate, "ncclDevCommCreate", CallId::NcclDevCommCreate,
+    (comm: NcclComm, reqs: *const c_void, out_dev_comm: *mut c_void),
+    comm = comm, args = args::NcclDevCommCreate { dev_comm: p(out_dev_comm) });
+
+export!(ncclDevCommDestroy, "ncclDevCommDestroy", CallId::NcclDevCommDestroy,
+    (comm: NcclComm, dev_comm: *const c_void),
+    comm = comm, args = args::NcclDevCommCreate { dev_comm: p(dev_comm) });
