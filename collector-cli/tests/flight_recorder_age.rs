@@ -10,22 +10,13 @@ mod support;
 
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, SystemTime};
 use support::cli::report_json;
-use support::native::{nccl_fail_program, shim_so};
+use support::native::failed_unique_id_job;
 
 fn real_job_with_old_flight_recorder_dumps(tmp: &Path, age: Option<Duration>) -> Value {
-    let prog = nccl_fail_program(tmp);
     let dir = tmp.join("job");
-    let out = Command::new(&prog)
-        .arg("uniqueid")
-        .env("NCCL_SOCKET_IFNAME", "bad0")
-        .env("LD_PRELOAD", shim_so())
-        .env("NCCLSHIM_DIR", &dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    failed_unique_id_job(tmp, &dir);
     let fr = dir.join("fr");
     std::fs::create_dir_all(&fr).unwrap();
     let old = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/flight-recorder/v2.10");

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use support::native::{nccl_fail_program, shim_so};
+use support::native::{failed_unique_id_job, nccl_fail_program, shim_so};
 
 fn dumps(dir: &Path) -> Vec<Dump> {
     std::fs::read_dir(dir)
@@ -159,16 +159,8 @@ fn processes_of_different_pid_namespaces_are_not_merged() {
 fn a_dump_whose_file_name_is_not_utf8_is_read() {
     use std::os::unix::ffi::OsStrExt;
     let tmp = tempfile::tempdir().unwrap();
-    let prog = nccl_fail_program(tmp.path());
     let written = tmp.path().join("written");
-    let out = Command::new(&prog)
-        .arg("uniqueid")
-        .env("NCCL_SOCKET_IFNAME", "bad0")
-        .env("LD_PRELOAD", shim_so())
-        .env("NCCLSHIM_DIR", &written)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    failed_unique_id_job(tmp.path(), &written);
     let dump = std::fs::read_dir(&written)
         .unwrap()
         .next()

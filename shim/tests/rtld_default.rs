@@ -23,18 +23,23 @@ fn older_libnccl() -> PathBuf {
     nccl_lib_dir(Wheel::Cu11).join("libnccl.so.2")
 }
 
-fn probe_program(out: &Path) -> PathBuf {
-    let prog = out.join("rtld_probe");
+/// `tests/c/<name>.c` built as `out/<name>` (it loads libnccl itself, by path).
+fn dl_program(out: &Path, name: &str) -> PathBuf {
+    let prog = out.join(name);
     let o = Command::new("cc")
         .arg("-Wall")
         .arg("-o")
         .arg(&prog)
-        .arg(repo_root().join("tests/c/rtld_probe.c"))
+        .arg(repo_root().join(format!("tests/c/{name}.c")))
         .arg("-ldl")
         .output()
         .expect("cc");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     prog
+}
+
+fn probe_program(out: &Path) -> PathBuf {
+    dl_program(out, "rtld_probe")
 }
 
 /// (bare stdout, preloaded stdout, the dump's directory) of `program args`.
@@ -137,16 +142,7 @@ fn python_ctypes_finds_no_nccl_in_the_process_before_loading_it() {
 #[test]
 fn newer_calls_are_recorded_with_nccls_own_result() {
     let tmp = tempfile::tempdir().unwrap();
-    let prog = tmp.path().join("newer_apis");
-    let o = Command::new("cc")
-        .arg("-Wall")
-        .arg("-o")
-        .arg(&prog)
-        .arg(repo_root().join("tests/c/newer_apis.c"))
-        .arg("-ldl")
-        .output()
-        .expect("cc");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let prog = dl_program(tmp.path(), "newer_apis");
     let lib = libnccl();
     let (bare, shimmed, dir) = bare_and_preloaded(tmp.path(), &prog, &[lib.as_os_str()]);
     assert_eq!(shimmed, bare);

@@ -86,6 +86,19 @@ pub fn nccl_fail_program(out: &Path) -> PathBuf {
     nccl_program(out, "nccl_fail")
 }
 
+/// A real job of one rank: `nccl_fail uniqueid` under the shim (dumps in `dir`), whose
+/// `ncclGetUniqueId` fails for real on a bad `NCCL_SOCKET_IFNAME`. `out` holds the program.
+pub fn failed_unique_id_job(out: &Path, dir: &Path) {
+    let o = Command::new(nccl_fail_program(out))
+        .arg("uniqueid")
+        .env("NCCL_SOCKET_IFNAME", "bad0")
+        .env("LD_PRELOAD", shim_so())
+        .env("NCCLSHIM_DIR", dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+}
+
 /// `tests/c/<name>.c` linked against the cu12 wheel's real libnccl ([`nccl_cu12_lib`]), built
 /// as `out/<name>`.
 pub fn nccl_program(out: &Path, name: &str) -> PathBuf {
