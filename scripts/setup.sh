@@ -17,8 +17,10 @@ if [[ $(id -u) == 0 ]] && ! { command -v unshare && command -v nsenter && comman
     apt-get install -y -qq util-linux iproute2 >/dev/null || say "could not install util-linux/iproute2; the scenario lab will be skipped"
 fi
 
-say "[1/3] the real libnccl.so.2 of the PyPI wheels nvidia-nccl-cu12/cu11 in .cache/nccl (first run: ~500 MB download, under a minute on a fast link)"
+say "[1/3] the real libnccl.so.2 of the PyPI wheels nvidia-nccl-cu12/cu11 in .cache/nccl and nccl4py in target/tools-venv (first run: ~520 MB download, under a minute on a fast link)"
 bash scripts/fetch-nccl.sh
+# nccl4py (NVIDIA's Python binding, pinned with hashes), which a test runs under the shim.
+bash scripts/tools-venv.sh --test >/dev/null
 
 if [[ -x target/release/ncclshim ]]; then
     say "[2/3] cargo build --release --workspace (up to date: only what changed is rebuilt)"

@@ -10,6 +10,9 @@
 #   scripts/tools-venv.sh --tools   also the build tools pinned in scripts/tools-requirements.txt
 #                                   (cargo-zigbuild, ziglang, maturin, auditwheel; ~115 MB), installed
 #                                   again whenever that file changes
+#   scripts/tools-venv.sh --test    also the Python packages the tests run against, pinned in
+#                                   scripts/test-requirements.txt (nccl4py and what it imports;
+#                                   ~21 MB), installed again whenever that file changes
 #
 # Prints the environment's directory (the last line of stdout); messages go to stderr.
 # Made from the first python3 on PATH (NCCLSHIM_PYTHON names another) with its venv module, or
@@ -19,8 +22,11 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/target/tools-venv"
 requirements="$root/scripts/tools-requirements.txt"
 python="${NCCLSHIM_PYTHON:-python3}"
+test_requirements="$root/scripts/test-requirements.txt"
 want_tools=0
+want_test=0
 [[ "${1:-}" == "--tools" ]] && want_tools=1
+[[ "${1:-}" == "--test" ]] && want_test=1
 
 say() { echo "tools-venv: $*" >&2; }
 
@@ -64,6 +70,17 @@ if [[ $want_tools -eq 1 ]]; then
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes \
             --only-binary=:all: -r "$requirements" >&2
         echo "$pins" >"$venv/.tools"
+    fi
+fi
+if [[ $want_test -eq 1 ]]; then
+    pins="$(sha256sum <"$test_requirements" | cut -d' ' -f1)"
+    if [[ "$(cat "$venv/.test" 2>/dev/null)" != "$pins" ]]; then
+        say "installing nccl4py, numpy, cuda-pathfinder (pinned with hashes in scripts/test-requirements.txt; ~21 MB download)"
+        # --no-deps: nccl4py's device-side dependencies (cuda-core, cuda-bindings) are not what the
+        # tests import, and every package installed must be pinned with its hash.
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes \
+            --no-deps --only-binary=:all: -r "$test_requirements" >&2
+        echo "$pins" >"$venv/.test"
     fi
 fi
 echo "$venv"
