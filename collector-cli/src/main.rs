@@ -70,6 +70,20 @@ enum Command {
         #[arg(long, value_name = "PATH_PREFIX")]
         flight_recorder: Option<PathBuf>,
     },
+    /// Summarize the dumps of one node (or any part of a job) where they lie: kilobytes per rank
+    /// holding all the report needs. `report` reads summaries as it reads dumps (put them in one
+    /// directory), with the same findings; summaries of summaries reduce very large jobs in a
+    /// tree. Run it under the job's launcher, one task per node (see the README).
+    Summarize {
+        /// Job directories (their dumps and summaries, subdirectories one level deep too) or
+        /// summary files.
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+        /// The summary to write (default: `<host name>.ncclshim-summary` in the current
+        /// directory).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
     /// Write a Perfetto / Chrome trace (one process per rank, clocks aligned across hosts).
     Trace {
         /// Directory holding the job's `*.ncclshim` files.
@@ -182,6 +196,7 @@ fn main() -> ExitCode {
             command,
         } => cmd_run(dir.as_deref(), !no_plugin, &command),
         Command::Doctor { json, color } => cmd_doctor(json, color),
+        Command::Summarize { inputs, output } => cmd_summarize(&inputs, output),
         Command::PreloadProbe { shim } => {
             return ExitCode::from(if collector_cli::run::shim_is_loaded(&shim) {
                 0
@@ -387,6 +402,44 @@ fn cmd_doctor(json: bool, color: ColorChoice) -> anyhow::Result<ExitCode> {
     }
     // 1 when a job started on this host would fail, as `report` exits 1 on a failure.
     Ok(ExitCode::from(u8::from(doctor::job_would_fail(&checks))))
+}
+
+fn cmd_summarize(inputs: &[PathBuf], output: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    use ncclshim_diagnose::summary;
+    let output = output.unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "{}{}",
+            ncclshim_host_facts::host::hostname(),
+            summary::FILE_SUFFIX
+        ))
+    });
+    let s = summary::summarize(inputs).map_err(|e| anyhow::anyhow!(e.message))?;
+    s.write(&output)?;
+    let size = std::fs::metadata(&output).map_or(0, |m| m.len());
+    let per = size / (s.processes.len().max(1) as u64);
+    say!(
+        "ncclshim summarize: {} process{} from {} file{} -> {} ({} KiB, {} KiB per process){}",
+        s.processes.len(),
+        if s.processes.len() == 1 { "" } else { "es" },
+        s.dumps_read,
+        if s.dumps_read == 1 { "" } else { "s" },
+        output.display(),
+        size.div_ceil(1024),
+        per.div_ceil(1024),
+        match s.problems.len() {
+            0 => String::new(),
+            n => format!("; {n} problem{} kept in it", if n == 1 { "" } else { "s" }),
+        }
+    );
+    if let Some(first) = s.flight_recorder_not_carried.first() {
+        say!(
+            "ncclshim summarize: {} PyTorch Flight Recorder dump{} (such as {first}) not carried in the summary: \
+             give `report` their prefix with --flight-recorder",
+            s.flight_recorder_not_carried.len(),
+            if s.flight_recorder_not_carried.len() == 1 { "" } else { "s" },
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn cmd_dump(file: &std::path::Path) -> anyhow::Result<ExitCode> {

@@ -32,6 +32,8 @@ pub struct Listing {
     /// and its non-hidden folders up to [`OTHER_FILES_DEPTH`] deep, unsorted: where
     /// [`crate::flight_recorder::find_in_dir`] looks for PyTorch's dumps.
     pub other_files: Vec<PathBuf>,
+    /// Summaries (`crate::summary`) where dumps may lie, each once, sorted.
+    pub summaries: Vec<PathBuf>,
 }
 
 /// Whether a file is named like one of the shim's dumps.
@@ -84,8 +86,11 @@ pub fn list_dumps(dir: &Path) -> std::io::Result<Listing> {
         ..
     } = walk;
     let mut files = Vec::new();
+    let mut summaries = Vec::new();
     for (p, m) in candidates {
-        if m.is_file() {
+        if m.is_file() && crate::summary::is_summary_name(&p) {
+            summaries.push((p, m));
+        } else if m.is_file() {
             files.push((p, m));
         } else {
             problems.push(Problem {
@@ -100,11 +105,16 @@ pub fn list_dumps(dir: &Path) -> std::io::Result<Listing> {
     files.retain(|(_, m)| seen.insert((m.dev(), m.ino())));
     let mut files: Vec<PathBuf> = files.into_iter().map(|(p, _)| p).collect();
     files.sort();
+    summaries.sort_by_cached_key(|(p, _)| (p.components().count(), p.clone()));
+    summaries.retain(|(_, m)| seen.insert((m.dev(), m.ino())));
+    let mut summaries: Vec<PathBuf> = summaries.into_iter().map(|(p, _)| p).collect();
+    summaries.sort();
     problems.sort_by(|a, b| a.file.cmp(&b.file));
     Ok(Listing {
         files,
         problems,
         other_files,
+        summaries,
     })
 }
 
@@ -121,7 +131,7 @@ struct Wanted {
 
 struct Walk<'a> {
     root: &'a Path,
-    /// Files with a dump's name, with their (followed) metadata.
+    /// Files with a dump's or a summary's name, with their (followed) metadata.
     candidates: Vec<(PathBuf, std::fs::Metadata)>,
     problems: Vec<Problem>,
     other_files: Vec<PathBuf>,
@@ -176,7 +186,8 @@ impl Walk<'_> {
     /// Takes `path` as a dump candidate when it is named like one; returns whether it is a
     /// subdirectory whose dumps are wanted too (only the job directory's own).
     fn dump_entry(&mut self, path: &Path, depth: usize) -> bool {
-        if depth > 0 && !is_dump_name(path) {
+        let wanted = is_dump_name(path) || crate::summary::is_summary_name(path);
+        if depth > 0 && !wanted {
             return false;
         }
         // Follows links: a link to a dump (or to a host's subdirectory) is read.
@@ -190,7 +201,7 @@ impl Walk<'_> {
         if depth == 0 && meta.is_dir() {
             return true;
         }
-        if is_dump_name(path) {
+        if wanted {
             self.candidates.push((path.to_path_buf(), meta));
         }
         false

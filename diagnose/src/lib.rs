@@ -47,6 +47,7 @@ pub mod report;
 pub mod rules;
 pub mod runs;
 pub mod story;
+pub mod summary;
 pub mod terminal;
 
 use serde::Serialize;
@@ -140,7 +141,8 @@ pub fn open_job_dir(dir: &Path) -> Result<load::Listing, ToolError> {
 
 /// Why a listing of `dir` has no dump to read, if it has none.
 pub fn require_dumps(dir: &Path, listing: &load::Listing) -> Result<(), ToolError> {
-    if listing.files.is_empty() && !listing.problems.is_empty() {
+    let nothing_to_read = listing.files.is_empty() && listing.summaries.is_empty();
+    if nothing_to_read && !listing.problems.is_empty() {
         // Only unusable entries (a FIFO named like a dump, an unreadable subdirectory): say
         // which, in one line.
         let p = &listing.problems[0];
@@ -161,7 +163,7 @@ pub fn require_dumps(dir: &Path, listing: &load::Listing) -> Result<(), ToolErro
         e.problems = listing.problems.clone();
         return Err(e);
     }
-    if listing.files.is_empty() {
+    if nothing_to_read {
         return Err(ToolError::new(
             ToolErrorKind::NoDumps,
             dir,
@@ -338,7 +340,11 @@ pub fn read_runs(
     if let Some(pb) = progress {
         pb.set_length(files.len() as u64);
     }
-    let (parts, mut problems) = load::load_models(dir, files, progress);
+    let (mut parts, mut problems) = load::load_models(dir, files, progress);
+    // Summaries (per node, `ncclshim summarize`) carry the same models, made where the dumps lie.
+    let (summarized, summary_problems, _) = summary::load_summaries(dir, &listing.summaries);
+    parts = summary::prefer_dumps(parts, summarized, &mut problems);
+    problems.extend(summary_problems);
     problems.extend(listing.problems.iter().cloned());
     let mut runs = runs::split(parts);
     if runs.is_empty() {

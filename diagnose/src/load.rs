@@ -4,11 +4,11 @@
 use crate::model::ProcessModel;
 use ncclshim_format::reader::{read_dump, Dump};
 use rayon::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// A file that could not be read as a dump.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Problem {
     pub file: String,
     pub error: String,

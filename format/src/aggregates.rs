@@ -148,6 +148,7 @@ pub struct AggSnapshot {
 
 /// Totals of one table (or of some of its cells).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "reader", derive(serde::Serialize, serde::Deserialize))]
 pub struct AggTotals {
     /// Operations started.
     pub count: u64,

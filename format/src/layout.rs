@@ -241,7 +241,7 @@ pub struct HeaderExt2 {
 
 /// How a process ended, as far as its own exit call says (`HeaderExt2::exit_via`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "reader", derive(serde::Serialize))]
+#[cfg_attr(feature = "reader", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "reader", serde(rename_all = "snake_case"))]
 pub enum ExitVia {
     /// `exit(status)`: atexit handlers ran after it (`CLEAN_EXIT` once ours did).

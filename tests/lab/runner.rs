@@ -316,6 +316,7 @@ pub fn run(kit: &Kit, s: &Scenario, dir: &Path) -> Result<Ran, String> {
     )
     .map_err(|e| e.to_string())?;
     let exit = o.status.code();
+    same_from_summary(kit, &dumps, dir, &report, exit)?;
     std::fs::write(
         dir.join("report.exit"),
         format!("{}\n", exit.map_or("signal".into(), |c| c.to_string())),
@@ -326,6 +327,66 @@ pub fn run(kit: &Kit, s: &Scenario, dir: &Path) -> Result<Ran, String> {
         exit,
         dir: dir.to_path_buf(),
     })
+}
+
+/// The report on the scenario's summary (`ncclshim summarize`, as a node would write it) must be
+/// the report on its dumps (issue 37): the same JSON and exit status. Flight Recorder dumps are
+/// not carried in a summary, so they are named with `--flight-recorder`, and the one line saying
+/// they were not carried is the only difference allowed.
+fn same_from_summary(
+    kit: &Kit,
+    dumps: &Path,
+    dir: &Path,
+    direct: &Value,
+    exit: Option<i32>,
+) -> Result<(), String> {
+    let summaries = dir.join("summaries");
+    std::fs::create_dir_all(&summaries).map_err(|e| e.to_string())?;
+    let o = Command::new(&kit.cli)
+        .arg("summarize")
+        .arg(dumps)
+        .arg("-o")
+        .arg(summaries.join("job.ncclshim-summary"))
+        .output()
+        .map_err(|e| format!("ncclshim summarize: {e}"))?;
+    if !o.status.success() {
+        return Err(format!(
+            "ncclshim summarize failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    let o = Command::new(&kit.cli)
+        .arg("report")
+        .arg(&summaries)
+        .arg("--json")
+        .arg("--flight-recorder")
+        .arg(dumps)
+        .output()
+        .map_err(|e| format!("ncclshim: {e}"))?;
+    let mut from_summary: Value = serde_json::from_slice(&o.stdout)
+        .map_err(|e| format!("report on the summary gave no JSON ({e})"))?;
+    if let Some(problems) = from_summary
+        .get_mut("problems")
+        .and_then(Value::as_array_mut)
+    {
+        problems.retain(|p| {
+            !p["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("not carried in this summary"))
+        });
+    }
+    if &from_summary == direct && o.status.code() == exit {
+        return Ok(());
+    }
+    std::fs::write(
+        dir.join("report-from-summary.json"),
+        serde_json::to_string_pretty(&from_summary).unwrap(),
+    )
+    .map_err(|e| e.to_string())?;
+    Err(format!(
+        "the report on the summary differs from the report on the dumps (exit {:?} vs {exit:?}; see report-from-summary.json beside report.json)",
+        o.status.code()
+    ))
 }
 
 /// Waits for the ranks like torchrun / Slurm: at the job timeout every rank still running gets

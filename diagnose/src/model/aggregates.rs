@@ -10,7 +10,7 @@ use ncclshim_format::reader::Dump;
 use ncclshim_format::BlobKind;
 
 /// One rank's running totals on one communicator.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CommAggregate {
     pub comm_hash: u64,
     pub rank: i32,

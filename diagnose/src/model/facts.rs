@@ -5,7 +5,7 @@
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct LibFacts {
     pub nccl_paths: Vec<String>,
     pub nccl_version: Option<i64>,
@@ -22,7 +22,7 @@ pub struct LibFacts {
 /// definition, in `host-facts`); only the older top-level fields below are read key by key.
 pub use ncclshim_host_facts::{DriverGpu, IbPort, NetIf};
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct HostFacts {
     pub hostname: Option<String>,
     pub container_runtime: Option<String>,
@@ -44,6 +44,11 @@ pub struct HostFacts {
     pub dev_infiniband: Option<bool>,
     pub netifs: Option<Vec<NetIf>>,
     /// `Some(None)`: the dump says no NVIDIA kernel driver was loaded; `None`: not recorded.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::serial::present_maybe_null"
+    )]
     pub nvidia_driver: Option<Option<String>>,
     /// `/dev/nvidia<N>` nodes, when recorded.
     pub nvidia_devices: Option<Vec<String>>,
@@ -56,7 +61,7 @@ pub struct HostFacts {
     pub nvswitch_devices: u32,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GpuFacts {
     pub ordinal: Option<i64>,
     pub pci_bus_id: Option<String>,

@@ -8,6 +8,7 @@ pub mod aggregates;
 pub mod endpoints;
 pub mod facts;
 pub mod references;
+pub mod serial;
 
 use crate::names::{nccl_version_string, rc_name};
 use facts::{GpuFacts, HostFacts, LibFacts};
@@ -23,10 +24,13 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// One intercepted call (NCCL or CUDA driver).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CallEvent {
+    #[serde(with = "serial::optional_call_id")]
     pub call: Option<CallId>,
     /// The call's name (borrowed from the schema for every known id: millions of calls).
+    /// Written to a summary only for calls the schema does not know; read back from the schema.
+    #[serde(default, skip_serializing_if = "serial::skip_name")]
     pub name: Cow<'static, str>,
     pub rc: i32,
     pub is_cuda: bool,
@@ -171,7 +175,7 @@ impl CallEvent {
 }
 
 /// A process's place in one communicator.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Membership {
     pub comm_hash: u64,
     pub nranks: u32,
@@ -186,10 +190,11 @@ pub struct Membership {
 }
 
 /// One collective or point-to-point call seen by the shim, with its communicator resolved.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct OpCall {
     pub comm_hash: Option<u64>,
     pub seq: u64,
+    #[serde(with = "serial::call_id")]
     pub call: CallId,
     pub count: u64,
     pub datatype: u64,
@@ -199,7 +204,7 @@ pub struct OpCall {
 }
 
 /// One profiler Coll/P2p event.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ProfOp {
     pub comm_hash: Option<u64>,
     pub p2p: bool,
@@ -219,7 +224,7 @@ pub struct ProfOp {
 }
 
 /// The ring that lost records: a thread's own, or one of the two that no single thread owns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LostOn {
     Thread(u32),
     /// Threads beyond the dump's rings share it.
@@ -244,7 +249,7 @@ pub fn header_key(h: &ncclshim_format::reader::HeaderInfo) -> ProcessKey {
 }
 
 /// Everything recorded about one process.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct ProcessModel {
     pub host: String,
     pub boot_id: String,
@@ -333,11 +338,12 @@ pub struct ProcessModel {
     pub run_id: String,
     /// Indices of the calls that report an error, made on first use by [`Self::error_calls`]
     /// (emptied by whatever changes `calls`).
+    #[serde(skip)]
     pub(crate) error_index: std::sync::OnceLock<Vec<u32>>,
 }
 
 /// A fatal signal as the shim's handler recorded it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SignalFact {
     pub signo: u64,
     /// `si_code`: > 0 a fault the kernel raised, <= 0 sent by a process.
@@ -367,7 +373,7 @@ pub fn is_termination_signal(signo: u64) -> bool {
 }
 
 /// One communicator's progress as the communicator table kept it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CommProgress {
     pub comm_hash: u64,
     pub comm_ptr: u64,
@@ -377,12 +383,14 @@ pub struct CommProgress {
     pub issued: u64,
     /// Operations whose call returned.
     pub completed: u64,
+    #[serde(with = "serial::optional_call_id")]
     pub last_call: Option<CallId>,
     pub last_count: u64,
     /// Wall clock of the last operation issued.
     pub last_t: Option<u64>,
     /// `live`, `pending`, `destroyed`, `aborted`.
-    pub state: &'static str,
+    #[serde(with = "serial::comm_state")]
+    pub state: serial::StaticName,
     pub parent_hash: u64,
 }
 

@@ -1,0 +1,275 @@
+//! Summaries: what the diagnosis needs from some of a job's processes, kilobytes per rank where
+//! their dumps take megabytes, so a large job is read where its dumps lie (one `ncclshim
+//! summarize` per node, run by the job's own launcher) and reported from the summaries alone
+//! (issue 37).
+//!
+//! A summary holds the very [`ProcessModel`]s the report builds from the dumps (read and compacted
+//! as [`crate::load::load_models`] does, so findings on summaries are those on the dumps), with
+//! the problems met reading them. That type is the one definition shared by writer and reader;
+//! its fields that point into the dump schema are written by id (`model::serial`). Summaries
+//! compose: summarizing a directory that holds summaries carries their processes on, so very
+//! large jobs reduce in a tree (node, rack, pod).
+//!
+//! The file is gzip-compressed JSON (`zcat F | jq .` reads it): a `format` name and a
+//! `[major, minor]` version first, as the dump format does it. A reader reads every version of its
+//! own major (a newer minor only adds fields, which it ignores) and refuses another major with
+//! one line; a damaged file (not gzip, cut short, not JSON, not a summary) is one problem line,
+//! never a stop.
+
+use crate::load::{display_path, Problem};
+use crate::model::{serial, ProcessModel};
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use serde::{Deserialize, Serialize};
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// The `format` value of every summary.
+pub const FORMAT_NAME: &str = "ncclshim-summary";
+/// This writer's version: the major changes when a reader of the previous one would misread.
+pub const VERSION: [u32; 2] = [1, 0];
+/// How a summary's file name ends (`<node>.ncclshim-summary`): found beside dumps by name.
+pub const FILE_SUFFIX: &str = ".ncclshim-summary";
+
+/// One summary file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Summary {
+    /// [`FORMAT_NAME`].
+    pub format: String,
+    /// [`VERSION`] of the writer.
+    pub version: [u32; 2],
+    /// The `ncclshim` that wrote it.
+    pub writer_version: String,
+    /// Where it was made (the node's host name) and when (Unix nanoseconds).
+    pub made_on: String,
+    pub made_unix_ns: u64,
+    /// What was summarized: the directories and summaries named to `summarize`.
+    pub inputs: Vec<String>,
+    /// Dump files and summaries read, in all (a summary of summaries adds its inputs' counts).
+    pub dumps_read: u64,
+    /// The processes, each as the report's model of it.
+    pub processes: Vec<ProcessModel>,
+    /// Files that could not be read, each with its one-line reason (paths as the summarized
+    /// directory showed them).
+    pub problems: Vec<Problem>,
+    /// PyTorch Flight Recorder dumps found beside the summarized dumps (absolute paths), which a
+    /// summary does not carry yet: `report --flight-recorder` joins them from where they lie.
+    #[serde(default)]
+    pub flight_recorder_not_carried: Vec<String>,
+}
+
+/// Whether a file is named like a summary.
+pub fn is_summary_name(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(FILE_SUFFIX) && n.len() > FILE_SUFFIX.len())
+}
+
+impl Summary {
+    /// A summary of `processes` read from `inputs`.
+    pub fn new(inputs: Vec<String>, dumps_read: u64, processes: Vec<ProcessModel>) -> Self {
+        Summary {
+            format: FORMAT_NAME.to_string(),
+            version: VERSION,
+            writer_version: env!("CARGO_PKG_VERSION").to_string(),
+            made_on: ncclshim_host_facts::host::hostname(),
+            made_unix_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+            inputs,
+            dumps_read,
+            processes,
+            problems: Vec::new(),
+            flight_recorder_not_carried: Vec::new(),
+        }
+    }
+
+    /// Writes it to `path` (0600, like the dumps: it holds the jobs' settings), through a
+    /// temporary file renamed into place, so a reader never sees half a summary.
+    pub fn write(&self, path: &Path) -> anyhow::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let tmp = temporary_path(path);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", tmp.display()))?;
+        let written = (|| -> std::io::Result<()> {
+            let mut gz = GzEncoder::new(BufWriter::new(file), flate2::Compression::default());
+            serde_json::to_writer(&mut gz, self)?;
+            let mut inner = gz.finish()?;
+            inner.flush()?;
+            inner.get_ref().sync_all()
+        })();
+        if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+            let _ = std::fs::remove_file(&tmp);
+            anyhow::bail!("{}: cannot write: {e}", path.display());
+        }
+        Ok(())
+    }
+
+    /// Reads a summary; every way it can be wrong is one line.
+    pub fn read(path: &Path) -> Result<Summary, String> {
+        let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+        let mut text = Vec::new();
+        GzDecoder::new(BufReader::new(file))
+            .read_to_end(&mut text)
+            .map_err(|e| format!("not a readable summary (its compressed data is damaged: {e})"))?;
+        #[derive(Deserialize)]
+        struct Head {
+            format: Option<String>,
+            version: Option<[u32; 2]>,
+        }
+        let head: Head = serde_json::from_slice(&text)
+            .map_err(|e| format!("not a readable summary (damaged: {e})"))?;
+        if head.format.as_deref() != Some(FORMAT_NAME) {
+            return Err("not an ncclshim summary (no `format: ncclshim-summary`)".to_string());
+        }
+        let version = head.version.unwrap_or([0, 0]);
+        if version[0] != VERSION[0] {
+            return Err(format!(
+                "a summary of version {}.{}, which this ncclshim ({}, summary version {}.{}) cannot read; \
+                 read it with the ncclshim that wrote it",
+                version[0],
+                version[1],
+                env!("CARGO_PKG_VERSION"),
+                VERSION[0],
+                VERSION[1]
+            ));
+        }
+        let mut s: Summary = serde_json::from_slice(&text)
+            .map_err(|e| format!("not a readable summary (damaged: {e})"))?;
+        for p in &mut s.processes {
+            for c in &mut p.calls {
+                serial::restore_name(c.call, &mut c.name);
+            }
+        }
+        Ok(s)
+    }
+}
+
+fn temporary_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".tmp.{}", std::process::id()));
+    path.with_file_name(name)
+}
+
+/// Reads `files` (summaries) in parallel: their processes, and their problems with each one's
+/// file shown under the summary's own name, plus one problem per summary that cannot be read.
+pub fn load_summaries(dir: &Path, files: &[PathBuf]) -> (Vec<ProcessModel>, Vec<Problem>, u64) {
+    use rayon::prelude::*;
+    let read: Vec<(PathBuf, Result<Summary, String>)> = files
+        .par_iter()
+        .map(|p| (p.clone(), Summary::read(p)))
+        .collect();
+    let mut processes = Vec::new();
+    let mut problems = Vec::new();
+    let mut dumps_read = 0;
+    for (p, r) in read {
+        let shown = display_path(dir, &p);
+        match r {
+            Ok(s) => {
+                dumps_read += s.dumps_read;
+                if let Some(first) = s.flight_recorder_not_carried.first() {
+                    problems.push(Problem {
+                        file: shown.clone(),
+                        error: format!(
+                            "{} PyTorch Flight Recorder dump{} of {} not carried in this summary \
+                             (such as {first}): name them with --flight-recorder to join them",
+                            s.flight_recorder_not_carried.len(),
+                            if s.flight_recorder_not_carried.len() == 1 {
+                                ""
+                            } else {
+                                "s"
+                            },
+                            s.made_on
+                        ),
+                    });
+                }
+                processes.extend(s.processes);
+                problems.extend(s.problems.into_iter().map(|q| Problem {
+                    file: format!("{shown}: {}", q.file),
+                    error: q.error,
+                }));
+            }
+            Err(error) => problems.push(Problem { file: shown, error }),
+        }
+    }
+    (processes, problems, dumps_read)
+}
+
+/// Summarizes `inputs` (job directories, with dumps and summaries, or summary files): every
+/// process read and compacted as the report reads it. A process both in a dump and in a summary
+/// is taken from the dump. Fails only when an input cannot be listed or holds nothing to read.
+pub fn summarize(inputs: &[PathBuf]) -> Result<Summary, crate::ToolError> {
+    let mut processes = Vec::new();
+    let mut problems = Vec::new();
+    let mut dumps_read = 0u64;
+    let mut flight_recorder = Vec::new();
+    for input in inputs {
+        let (dir, dumps, summaries, listed_problems) = if input.is_file() {
+            let dir = input.parent().unwrap_or(Path::new(".")).to_path_buf();
+            (dir, Vec::new(), vec![input.clone()], Vec::new())
+        } else {
+            let listing = crate::list_job_dir(input)?;
+            flight_recorder.extend(
+                crate::flight_recorder::find_in_dir(&listing)
+                    .into_iter()
+                    .map(|(p, _)| std::fs::canonicalize(&p).unwrap_or(p).display().to_string()),
+            );
+            (
+                input.clone(),
+                listing.files,
+                listing.summaries,
+                listing.problems,
+            )
+        };
+        let (from_dumps, dump_problems) = crate::load::load_models(&dir, &dumps, None);
+        dumps_read += (dumps.len() - dump_problems.len()) as u64;
+        let (from_summaries, summary_problems, inner) = load_summaries(&dir, &summaries);
+        dumps_read += inner;
+        processes.extend(prefer_dumps(from_dumps, from_summaries, &mut problems));
+        problems.extend(dump_problems);
+        problems.extend(summary_problems);
+        problems.extend(listed_problems);
+    }
+    let mut s = Summary::new(
+        inputs.iter().map(|p| p.display().to_string()).collect(),
+        dumps_read,
+        processes,
+    );
+    s.problems = problems;
+    s.flight_recorder_not_carried = flight_recorder;
+    Ok(s)
+}
+
+/// The processes of dumps and of summaries read together, without a process twice: one that a
+/// dump and a summary both hold (a summary written into the job directory, then the directory
+/// reported) is taken from its dump, which may be newer; one line says how many were dropped.
+pub fn prefer_dumps(
+    mut from_dumps: Vec<ProcessModel>,
+    from_summaries: Vec<ProcessModel>,
+    problems: &mut Vec<Problem>,
+) -> Vec<ProcessModel> {
+    if from_summaries.is_empty() {
+        return from_dumps;
+    }
+    let keys: std::collections::HashSet<_> = from_dumps.iter().map(ProcessModel::key).collect();
+    let (twice, kept): (Vec<_>, Vec<_>) = from_summaries
+        .into_iter()
+        .partition(|p| keys.contains(&p.key()));
+    if !twice.is_empty() {
+        problems.push(Problem {
+            file: "(summaries)".to_string(),
+            error: format!(
+                "{} process{} both in a summary and in dumps read here: taken from the dumps",
+                twice.len(),
+                if twice.len() == 1 { " is" } else { "es are" }
+            ),
+        });
+    }
+    from_dumps.extend(kept);
+    from_dumps
+}
