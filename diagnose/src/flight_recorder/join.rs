@@ -886,6 +886,103 @@ mod tests {
         assert_eq!(p.memberships[0].rank, 0, "rank 4 is the group's rank 0");
     }
 
+    fn nccl2_entry(name: &str, seq: i64, outputs: usize) -> FrEntry {
+        FrEntry {
+            pg_id: 0,
+            process_group: vec!["0".into(), "default_pg".into()],
+            collective_seq_id: seq,
+            profiling_name: name.into(),
+            input_sizes: vec![vec![8]],
+            input_dtypes: vec!["Float".into()],
+            output_sizes: vec![vec![8]; outputs],
+            state: "completed".into(),
+            time_created_ns: Some(1_000 + seq),
+            time_discovered_completed_ns: Some(2_000 + seq),
+            ..FrEntry::default()
+        }
+    }
+
+    /// Under nccl2 a `split` takes a number and issues nothing, and a list all_gather is one
+    /// ncclBroadcast per rank: the stand-in issues what the shim would have recorded, numbered
+    /// as the shim numbers it.
+    #[test]
+    fn an_nccl2_stand_in_issues_the_lowered_calls_at_the_shims_numbers() {
+        let dump = RankDump {
+            file: "fr/rank_1".into(),
+            rank: 1,
+            version: "2.10".into(),
+            groups: vec![ProcessGroup {
+                id: "0".into(),
+                name: "0".into(),
+                desc: "default_pg".into(),
+                ranks: vec![0, 1],
+            }],
+            entries: vec![
+                nccl2_entry("nccl2:all_reduce", 1, 1),
+                nccl2_entry("nccl2:split", 2, 1),
+                nccl2_entry("nccl2:all_gather", 3, 2),
+                nccl2_entry("nccl2:all_reduce", 4, 1),
+            ],
+            ..RankDump::default()
+        };
+        let p = stand_in(&dump, &BTreeMap::new(), None, &HashSet::new());
+        let ops: Vec<(CallId, u64, u64)> = p
+            .ops
+            .iter()
+            .map(|o| (o.call, o.seq, o.root_or_peer))
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                (CallId::NcclAllReduce, 0, 0),
+                (CallId::NcclBroadcast, 1, 0),
+                (CallId::NcclBroadcast, 2, 1),
+                (CallId::NcclAllReduce, 3, 0),
+            ]
+        );
+        assert_eq!(p.progress[0].issued, 4);
+    }
+
+    /// nccl-lazy runs a pipeline group's sends and receives on one 2-rank communicator per
+    /// peer pair: a stand-in's p2p lands there, with the peer's rank in that pair.
+    #[test]
+    fn nccl_lazy_p2p_runs_on_a_pair_communicator() {
+        let group = ProcessGroup {
+            id: "1".into(),
+            name: "1".into(),
+            desc: "pp".into(),
+            ranks: vec![0, 1, 2, 3],
+        };
+        let send = FrEntry {
+            pg_id: 1,
+            process_group: vec!["1".into(), "pp".into()],
+            p2p_seq_id: 1,
+            profiling_name: "nccl-lazy:send 2->3".into(),
+            input_sizes: vec![vec![8]],
+            input_dtypes: vec!["Float".into()],
+            state: "completed".into(),
+            is_p2p: true,
+            ..FrEntry::default()
+        };
+        let dump = RankDump {
+            file: "fr/rank_2".into(),
+            rank: 2,
+            groups: vec![group.clone()],
+            entries: vec![send],
+            ..RankDump::default()
+        };
+        let p = stand_in(&dump, &BTreeMap::new(), None, &HashSet::new());
+        let pair = pair_hash(&group, 2, 3);
+        let m = p
+            .memberships
+            .iter()
+            .find(|m| m.comm_hash == pair)
+            .expect("a pair comm");
+        assert_eq!((m.nranks, m.rank), (2, 0));
+        assert_eq!(p.ops[0].comm_hash, Some(pair));
+        assert_eq!(p.ops[0].root_or_peer, 1, "rank 3 is the pair's rank 1");
+    }
+
     #[test]
     fn rank_ranges() {
         assert_eq!(ranks_text(&[2]), "rank 2");
