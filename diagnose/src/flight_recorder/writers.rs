@@ -163,6 +163,11 @@ pub fn collective_seqs(d: &RankDump, g: &ProcessGroup) -> BTreeMap<usize, Option
 
 /// How the evidence numbers an entry with the shim's sequence number beside PyTorch's.
 pub fn shim_seq_text(d: &RankDump, g: &ProcessGroup, e: &FrEntry) -> String {
+    // The legacy numbering needs no walk of the dump (a report quotes one entry per rank of
+    // every group: a walk each was ranks x entries on a large job).
+    if legacy(of_entry(d, e)) {
+        return format!("shim seq {}", e.collective_seq_id.saturating_sub(1));
+    }
     let seqs = collective_seqs(d, g);
     let at = d
         .entries
