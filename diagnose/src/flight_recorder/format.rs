@@ -60,13 +60,16 @@ pub struct FrEntry {
     pub collective_seq_id: i64,
     pub p2p_seq_id: i64,
     pub op_id: i64,
-    /// "nccl:all_reduce", "nccl:send 0->1", "nccl:_allgather_base", "nccl:coalesced".
+    /// "nccl:all_reduce", "nccl:send 0->1", "nccl:_allgather_base", "nccl:coalesced"; PyTorch
+    /// 2.15's c10d FlightRecorderHook writes "<backend>:<op>" ("nccl2:all_reduce",
+    /// "nccl-lazy:send", no peers).
     pub profiling_name: Arc<str>,
     pub input_sizes: Vec<Vec<i64>>,
     pub input_dtypes: Vec<Arc<str>>,
     pub output_sizes: Vec<Vec<i64>>,
     pub output_dtypes: Vec<Arc<str>>,
-    /// "scheduled", "started" or "completed".
+    /// "scheduled", "started" or "completed" (never "started" from nccl2, nccl-lazy or
+    /// torchcomms: they record no start event).
     pub state: Arc<str>,
     pub time_created_ns: Option<i64>,
     pub time_discovered_started_ns: Option<i64>,
@@ -118,12 +121,17 @@ pub enum Ranks {
 }
 
 impl Ranks {
-    /// The ranks, or None when the text is not a list of integers.
+    /// The ranks, or None when the text is not a list of integers. "[0, 1]" is what PyTorch
+    /// writes; torchcomms writes "0,1" (`ranks_str`, no brackets).
     pub fn list(&self) -> Option<Vec<u32>> {
         match self {
             Ranks::List(v) => v.iter().map(|r| u32::try_from(*r).ok()).collect(),
             Ranks::Text(s) => {
-                let inner = s.trim().strip_prefix('[')?.strip_suffix(']')?;
+                let t = s.trim();
+                let inner = match t.strip_prefix('[') {
+                    Some(rest) => rest.strip_suffix(']')?,
+                    None => t,
+                };
                 if inner.trim().is_empty() {
                     return Some(Vec::new());
                 }
@@ -135,6 +143,11 @@ impl Ranks {
 }
 
 impl FrEntry {
+    /// The backend prefix of the profiling name ("nccl", "nccl2", "nccl-lazy"; empty without).
+    pub fn backend(&self) -> &str {
+        self.profiling_name.split_once(':').map_or("", |(b, _)| b)
+    }
+
     /// The operation without the backend prefix and the p2p peers: "all_reduce", "send".
     pub fn op_name(&self) -> &str {
         let n = self
@@ -202,6 +215,11 @@ mod tests {
         assert_eq!(Ranks::Text("[0, 1, 2]".into()).list(), Some(vec![0, 1, 2]));
         assert_eq!(Ranks::Text("[]".into()).list(), Some(vec![]));
         assert_eq!(Ranks::Text("all".into()).list(), None);
+        assert_eq!(
+            Ranks::Text("0,1".into()).list(),
+            Some(vec![0, 1]),
+            "torchcomms"
+        );
         assert_eq!(Ranks::List(vec![3, 4]).list(), Some(vec![3, 4]));
     }
 

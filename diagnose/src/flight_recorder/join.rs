@@ -119,11 +119,12 @@ pub fn comms_of_groups(parts: &[ProcessModel], fr: &FlightRecorder) -> BTreeMap<
             let Some(pos) = g.ranks.iter().position(|r| *r == rank) else {
                 continue;
             };
-            let last_seq = collectives(d, g)
-                .map(|e| e.collective_seq_id)
+            // As the shim counts: NCCL collectives, which an nccl2 entry is none or several of.
+            let last_seq = super::writers::collective_seqs(d, g)
+                .into_values()
+                .flatten()
                 .max()
-                .unwrap_or(0)
-                .max(0) as u64;
+                .map_or(0, |s| s + 1);
             let best = p
                 .memberships
                 .iter()
@@ -159,10 +160,15 @@ pub fn stand_ins(
     comm_of: &BTreeMap<String, u64>,
 ) -> Vec<ProcessModel> {
     let fired = watchdog_fired(fr);
+    // Sends and receives whose partner entries are missing (nccl-lazy) are not compared.
+    let unpaired: HashSet<(String, u32, u32)> = super::writers::unpaired_p2p(fr)
+        .into_iter()
+        .map(|u| (u.group, u.from, u.to))
+        .collect();
     fr.dumps
         .iter()
         .filter(|d| !job_ranks.contains(&d.rank))
-        .map(|d| stand_in(d, comm_of, fired))
+        .map(|d| stand_in(d, comm_of, fired, &unpaired))
         .collect()
 }
 
@@ -181,8 +187,28 @@ fn watchdog_fired(fr: &FlightRecorder) -> Option<u64> {
         .max()
 }
 
+/// Where a stand-in's calls go: each group's communicator (pointer, hash), and the pair
+/// communicators of writers that run point-to-point on one per peer pair.
+#[derive(Default)]
+struct Comms<'a> {
+    of_group: HashMap<&'a str, (u64, u64)>,
+    of_pair: HashMap<(String, u32, u32), (u64, u64)>,
+}
+
+/// The communicator hash of the 2-rank communicator `nccl-lazy` makes for global ranks `a`, `b`
+/// of group `g` (no shim dump names it: stable per group and pair, never 0).
+fn pair_hash(g: &ProcessGroup, a: u32, b: u32) -> u64 {
+    let (lo, hi) = (a.min(b), a.max(b));
+    fnv1a(format!("flight-recorder pair {} {lo} {hi}", g.name).as_bytes()) | 1
+}
+
 /// One rank's Flight Recorder entries as a process model.
-fn stand_in(d: &RankDump, comm_of: &BTreeMap<String, u64>, fired: Option<u64>) -> ProcessModel {
+fn stand_in(
+    d: &RankDump,
+    comm_of: &BTreeMap<String, u64>,
+    fired: Option<u64>,
+    unpaired: &HashSet<(String, u32, u32)>,
+) -> ProcessModel {
     let mut p = ProcessModel {
         host: d.file.clone(),
         pid: 0,
@@ -198,7 +224,7 @@ fn stand_in(d: &RankDump, comm_of: &BTreeMap<String, u64>, fired: Option<u64>) -
         d.rank
     ));
     // Each group gets a communicator pointer of its own (1, 2, ...), which `finish` resolves.
-    let mut ptr_of: HashMap<&str, (u64, u64)> = HashMap::new();
+    let mut comms = Comms::default();
     for (i, g) in d.groups.iter().enumerate() {
         let Some(pos) = g.ranks.iter().position(|r| *r == d.rank) else {
             continue;
@@ -208,127 +234,244 @@ fn stand_in(d: &RankDump, comm_of: &BTreeMap<String, u64>, fired: Option<u64>) -
             .copied()
             .unwrap_or_else(|| group_hash(g));
         let ptr = 0x0f00_0000 + i as u64;
-        ptr_of.insert(g.name.as_str(), (ptr, hash));
-        p.memberships.push(Membership {
-            comm_hash: hash,
-            nranks: g.ranks.len() as u32,
-            rank: pos as u32,
-            comm_ptr: ptr,
-            established: true,
-            nccl_version: p.nccl_version,
-            ..Membership::default()
-        });
+        comms.of_group.insert(g.name.as_str(), (ptr, hash));
+        p.memberships
+            .push(membership(hash, g.ranks.len(), pos, ptr, p.nccl_version));
     }
     let mut first_t = u64::MAX;
-    // `op_seq`: NCCL's own number, per communicator and function (what its profiler counts).
-    let mut per_function: HashMap<(u64, CallId), u64> = HashMap::new();
-    for e in &d.entries {
+    let mut numbering = Numbering::default();
+    for g in &d.groups {
+        numbering
+            .collective
+            .extend(super::writers::collective_seqs(d, g));
+    }
+    for (i, e) in d.entries.iter().enumerate() {
         let Some(g) = d.group_of(e) else { continue };
-        let Some(&(ptr, hash)) = ptr_of.get(g.name.as_str()) else {
+        let Some(&(ptr, hash)) = comms.of_group.get(g.name.as_str()) else {
             continue;
         };
-        let Some(id) = call_id(e.op_name()) else {
-            continue;
-        };
+        let me = g.ranks.iter().position(|r| *r == d.rank).unwrap_or(0) as u32;
+        let w = super::writers::of_entry(d, e);
+        let calls = super::writers::lower(w, e, g.ranks.len(), me);
         let t_enter = e.time_created_ns.unwrap_or(0).max(0) as u64;
         let t_exit = e
             .completed()
             .then(|| e.time_discovered_completed_ns.unwrap_or(0).max(0) as u64)
             .map(|t| t.max(t_enter));
-        let p2p = matches!(id, CallId::NcclSend | CallId::NcclRecv);
-        let seq = if p2p {
-            e.p2p_seq_id
-        } else {
-            e.collective_seq_id
-        };
-        // Sequence numbers start at 1 in PyTorch and at 0 in the shim's records.
-        let seq = seq.saturating_sub(1).max(0) as u64;
-        // The peer as a rank of the communicator: PyTorch names it in the process group's own
-        // ranks (its `rank_` and the group-local peer), which are the communicator's.
-        let peer = e
-            .p2p_peers()
-            .map(|(from, to)| if id == CallId::NcclSend { to } else { from })
-            .filter(|&local| (local as usize) < g.ranks.len())
-            .unwrap_or(0) as u64;
-        let op_seq = {
-            let n = per_function.entry((hash, id)).or_default();
-            *n += 1;
-            *n - 1
-        };
-        let datatype = e.input_dtypes.first().map_or(7, |t| nccl_datatype(t));
-        let count = e.input_count();
-        let a = args::Collective {
-            count,
-            datatype,
-            op: 0,
-            root: peer,
-            sendbuff: 0,
-            recvbuff: 0,
-            stream: 0,
-            seq,
-            op_seq,
+        let mut coll_seq = numbering.collective.get(&i).copied().flatten();
+        for c in calls {
+            let (ptr, hash, peer) = if c.is_p2p() {
+                let Some(peer) = c.root_or_peer else { continue };
+                let global = g.ranks.get(peer as usize).copied().unwrap_or(peer);
+                if unpaired.contains(&p2p_key(g, c.id, d.rank, global)) {
+                    continue;
+                }
+                if w.is_some_and(|w| w.pair_communicators) && g.ranks.len() > 2 {
+                    let (ptr, hash, local) = pair_comm(&mut p, &mut comms, g, d.rank, global);
+                    (ptr, hash, local)
+                } else {
+                    (ptr, hash, peer)
+                }
+            } else {
+                (ptr, hash, c.root_or_peer.unwrap_or(0))
+            };
+            let seq = if c.is_p2p() {
+                numbering.p2p(hash, w, e)
+            } else {
+                let s = coll_seq.unwrap_or(0);
+                coll_seq = Some(s + 1);
+                s
+            };
+            first_t = first_t.min(t_enter);
+            p.last_t = p.last_t.max(t_exit.unwrap_or(t_enter));
+            let op_seq = numbering.op_seq(hash, c.id);
+            let datatype = e.input_dtypes.first().map_or(7, |t| nccl_datatype(t));
+            push_call(
+                &mut p,
+                ptr,
+                hash,
+                c.id,
+                c.count,
+                datatype,
+                peer,
+                seq,
+                op_seq,
+                (t_enter, t_exit),
+            );
         }
-        .to_args();
-        first_t = first_t.min(t_enter);
-        p.last_t = p.last_t.max(t_exit.unwrap_or(t_enter));
-        p.calls.push(CallEvent {
-            call: Some(id),
-            name: Cow::Borrowed(id.name()),
-            rc: 0,
-            is_cuda: false,
-            t_enter,
-            t_exit,
-            comm: ptr,
-            args: a,
-            error_text: None,
-            tid: 0,
-            nested: false,
-        });
-        p.ops.push(OpCall {
-            comm_hash: Some(hash),
-            seq,
-            call: id,
-            count,
-            datatype,
-            op: 0,
-            root_or_peer: peer,
-            call_index: p.calls.len() - 1,
-        });
     }
     p.first_t = if first_t == u64::MAX { 0 } else { first_t };
     // Its dump is a sign of life at the watchdog's timeout: how it ended after is not recorded
     // (neither alive nor a clean exit; the story calls it vanished after that instant).
     p.last_alive = fired.filter(|t| *t >= p.last_t);
-    for m in &p.memberships {
-        let mine: Vec<&OpCall> = p
-            .ops
-            .iter()
-            .filter(|o| {
-                o.comm_hash == Some(m.comm_hash)
-                    && !matches!(o.call, CallId::NcclSend | CallId::NcclRecv)
-            })
-            .collect();
-        let last = mine.last().map(|o| &p.calls[o.call_index]);
-        p.progress.push(CommProgress {
-            comm_hash: m.comm_hash,
-            comm_ptr: m.comm_ptr,
-            nranks: m.nranks as i32,
-            rank: m.rank as i32,
-            issued: mine.last().map_or(0, |o| o.seq + 1),
-            completed: mine
-                .iter()
-                .filter(|o| !p.calls[o.call_index].in_flight())
-                .map(|o| o.seq + 1)
-                .max()
-                .unwrap_or(0),
-            last_call: last.and_then(|c| c.call),
-            last_count: mine.last().map_or(0, |o| o.count),
-            last_t: last.map(|c| c.t_enter),
-            state: "live",
-            parent_hash: 0,
-        });
-    }
+    p.progress = progress_of(&p);
     p
+}
+
+/// A membership of a stand-in rank.
+fn membership(hash: u64, nranks: usize, rank: usize, ptr: u64, version: Option<u64>) -> Membership {
+    Membership {
+        comm_hash: hash,
+        nranks: nranks as u32,
+        rank: rank as u32,
+        comm_ptr: ptr,
+        established: true,
+        nccl_version: version,
+        ..Membership::default()
+    }
+}
+
+/// The pair communicator of global ranks `me` and `peer` in group `g` (created on first use,
+/// as `nccl-lazy` creates it): (pointer, hash, the peer's rank in it).
+fn pair_comm(
+    p: &mut ProcessModel,
+    comms: &mut Comms<'_>,
+    g: &ProcessGroup,
+    me: u32,
+    peer: u32,
+) -> (u64, u64, u32) {
+    let key = (g.name.clone(), me.min(peer), me.max(peer));
+    let next = 0x0f80_0000 + comms.of_pair.len() as u64;
+    let version = p.nccl_version;
+    let (ptr, hash) = *comms.of_pair.entry(key).or_insert_with(|| {
+        let hash = pair_hash(g, me, peer);
+        p.memberships
+            .push(membership(hash, 2, usize::from(me > peer), next, version));
+        (next, hash)
+    });
+    (ptr, hash, u32::from(peer > me))
+}
+
+/// The key of a directed send/recv between global ranks of a group: (group, from, to).
+fn p2p_key(g: &ProcessGroup, id: CallId, me: u32, peer: u32) -> (String, u32, u32) {
+    if id == CallId::NcclSend {
+        (g.name.clone(), me, peer)
+    } else {
+        (g.name.clone(), peer, me)
+    }
+}
+
+/// A stand-in's sequence numbers: the collectives' from [`super::writers::collective_seqs`]
+/// (by entry index), the rest counted here.
+#[derive(Default)]
+struct Numbering {
+    collective: BTreeMap<usize, Option<u64>>,
+    /// `op_seq`: NCCL's own number, per communicator and function (what its profiler counts).
+    per_function: HashMap<(u64, CallId), u64>,
+    /// Point-to-point calls per communicator, for writers that number no p2p entry.
+    p2p: HashMap<u64, u64>,
+}
+
+impl Numbering {
+    fn op_seq(&mut self, comm: u64, id: CallId) -> u64 {
+        let n = self.per_function.entry((comm, id)).or_default();
+        *n += 1;
+        *n - 1
+    }
+
+    /// The legacy backend numbers its p2p entries (`p2p_seq_id`, from 1); a send or receive
+    /// another writer lowered a collective into is counted per communicator.
+    fn p2p(
+        &mut self,
+        comm: u64,
+        w: Option<&crate::knowledge::fr_writers::Writer>,
+        e: &FrEntry,
+    ) -> u64 {
+        let n = self.p2p.entry(comm).or_default();
+        *n += 1;
+        if e.is_p2p && w.is_none_or(|w| w.id == "nccl") {
+            e.p2p_seq_id.saturating_sub(1).max(0) as u64
+        } else {
+            *n - 1
+        }
+    }
+}
+
+/// Adds one NCCL call (and its operation) to a stand-in.
+#[allow(clippy::too_many_arguments)]
+fn push_call(
+    p: &mut ProcessModel,
+    ptr: u64,
+    hash: u64,
+    id: CallId,
+    count: u64,
+    datatype: u64,
+    peer: u32,
+    seq: u64,
+    op_seq: u64,
+    (t_enter, t_exit): (u64, Option<u64>),
+) {
+    let a = args::Collective {
+        count,
+        datatype,
+        op: 0,
+        root: u64::from(peer),
+        sendbuff: 0,
+        recvbuff: 0,
+        stream: 0,
+        seq,
+        op_seq,
+    }
+    .to_args();
+    p.calls.push(CallEvent {
+        call: Some(id),
+        name: Cow::Borrowed(id.name()),
+        rc: 0,
+        is_cuda: false,
+        t_enter,
+        t_exit,
+        comm: ptr,
+        args: a,
+        error_text: None,
+        tid: 0,
+        nested: false,
+    });
+    p.ops.push(OpCall {
+        comm_hash: Some(hash),
+        seq,
+        call: id,
+        count,
+        datatype,
+        op: 0,
+        root_or_peer: u64::from(peer),
+        call_index: p.calls.len() - 1,
+    });
+}
+
+/// Each membership's progress, from the stand-in's own collectives.
+fn progress_of(p: &ProcessModel) -> Vec<CommProgress> {
+    p.memberships
+        .iter()
+        .map(|m| {
+            let mine: Vec<&OpCall> = p
+                .ops
+                .iter()
+                .filter(|o| {
+                    o.comm_hash == Some(m.comm_hash)
+                        && !matches!(o.call, CallId::NcclSend | CallId::NcclRecv)
+                })
+                .collect();
+            let last = mine.last().map(|o| &p.calls[o.call_index]);
+            CommProgress {
+                comm_hash: m.comm_hash,
+                comm_ptr: m.comm_ptr,
+                nranks: m.nranks as i32,
+                rank: m.rank as i32,
+                issued: mine.last().map_or(0, |o| o.seq + 1),
+                completed: mine
+                    .iter()
+                    .filter(|o| !p.calls[o.call_index].in_flight())
+                    .map(|o| o.seq + 1)
+                    .max()
+                    .unwrap_or(0),
+                last_call: last.and_then(|c| c.call),
+                last_count: mine.last().map_or(0, |o| o.count),
+                last_t: last.map(|c| c.t_enter),
+                state: "live",
+                parent_hash: 0,
+            }
+        })
+        .collect()
 }
 
 /// `ranks 0-1`, `rank 2`, `ranks 0,3,5`, `ranks 0-31,33-63`.
@@ -364,12 +507,11 @@ fn signature(e: &FrEntry) -> Signature {
 /// How the evidence writes a Flight Recorder entry's number, the one place it is worded:
 /// PyTorch's `collective_seq_id` counts from 1 and the shim's `seq` (which the rest of the
 /// report quotes) from 0, so the Flight Recorder's #11 is the shim's seq 10. Both are named so
-/// that a reader sees one collective, not two a step apart.
-fn numbered(seq: i64) -> String {
-    format!(
-        "#{seq} (Flight Recorder collective_seq_id; shim seq {})",
-        seq.saturating_sub(1)
-    )
+/// that a reader sees one collective, not two a step apart. `shim` is the shim's number as
+/// the entry's writer numbers it ([`super::writers::shim_seq_text`]: under nccl2 a `split`
+/// takes a number and issues no collective, a list all_gather takes one and issues N).
+fn numbered(seq: i64, shim: &str) -> String {
+    format!("#{seq} (Flight Recorder collective_seq_id; {shim})")
 }
 
 /// An entry at a sequence number the line has already named ([`numbered`]): type, sizes,
@@ -529,8 +671,8 @@ pub fn evidence_covering(
         for (r, rep) in &stood_for {
             stands_for.entry(*rep).or_default().push(*r);
         }
-        // (last seq, op, state, site) → ranks.
-        let mut last: BTreeMap<(i64, String, String, String), Vec<u32>> = BTreeMap::new();
+        // (last seq, op, state, site, the shim's number) → ranks.
+        let mut last: BTreeMap<(i64, String, String, String, String), Vec<u32>> = BTreeMap::new();
         let by_seq = by_seq(&members, g);
         for d in &members {
             let mut mine = collectives(d, g).peekable();
@@ -549,6 +691,7 @@ pub fn evidence_covering(
                     e.op_name().to_owned(),
                     e.state.to_string(),
                     e.site().unwrap_or_default(),
+                    super::writers::shim_seq_text(d, g, e),
                 );
                 // The ranks its dump stands for stopped where it did.
                 let ranks = last.entry(key).or_default();
@@ -563,14 +706,14 @@ pub fn evidence_covering(
         if !all_done && !last.is_empty() {
             let parts: Vec<String> = last
                 .iter()
-                .map(|((seq, op, state, site), ranks)| {
+                .map(|((seq, op, state, site, shim), ranks)| {
                     let at = if site.is_empty() {
                         String::new()
                     } else {
                         format!(" at {site}")
                     };
                     let at = if at.is_empty() { at } else { format!(",{at}") };
-                    let n = numbered(*seq);
+                    let n = numbered(*seq, shim);
                     if state == "completed" {
                         format!("{} last issued {op} {n}, completed{at}", ranks_text(ranks))
                     } else {
@@ -584,7 +727,7 @@ pub fn evidence_covering(
             ranks.sort_unstable();
             let hung: Vec<serde_json::Value> = last
                 .iter()
-                .map(|((seq, op, state, site), ranks)| {
+                .map(|((seq, op, state, site, _), ranks)| {
                     serde_json::json!({"ranks": ranks, "seq": seq, "op": op, "state": state, "site": site})
                 })
                 .collect();
@@ -603,6 +746,12 @@ pub fn evidence_covering(
         // others agree (fr_trace's "culprit").
         if let Some((seq, groups)) = first_disagreement(&by_seq) {
             let seq = &seq;
+            // The shim's number as the most common kind's first rank numbers it.
+            let (r0, e0) = groups[0][0];
+            let shim = members.iter().find(|d| d.rank == r0).map_or_else(
+                || format!("shim seq {}", seq.saturating_sub(1)),
+                |d| super::writers::shim_seq_text(d, g, e0),
+            );
             let parts: Vec<String> = groups
                 .iter()
                 .map(|v| {
@@ -630,7 +779,7 @@ pub fn evidence_covering(
                     EvidenceKind::Progress,
                     format!(
                         "Flight Recorder, {label}: ranks disagree on the {what} of collective {}: {}",
-                        numbered(*seq),
+                        numbered(*seq, &shim),
                         parts.join("; ")
                     ),
                 )
@@ -656,7 +805,32 @@ pub fn evidence_covering(
             );
         }
     }
+    out.extend(unpaired_evidence(fr));
     out
+}
+
+/// One line per pair of ranks whose send/recv entries do not pair up under a writer whose
+/// point-to-point entries can be missing (`nccl-lazy`): missing records, said as such, never a
+/// mismatch ([`super::writers::unpaired_p2p`]; their entries are not compared).
+fn unpaired_evidence(fr: &FlightRecorder) -> Vec<Evidence> {
+    super::writers::unpaired_p2p(fr)
+        .into_iter()
+        .map(|u| {
+            Evidence::new(
+                EvidenceKind::Gap,
+                format!(
+                    "Flight Recorder, process group {}: rank {}'s dump holds {} sends to rank {}, rank {}'s {} receives from rank {}: {} records point-to-point operations on one lazily created communicator per peer pair and can miss entries; the missing ones are missing records, not a mismatch, and this pair's entries are not compared",
+                    u.label, u.from, u.sends, u.to, u.to, u.recvs, u.from, u.writer
+                ),
+            )
+            .value("gap", "flight_recorder_p2p_entries_missing")
+            .value("process_group", &u.label)
+            .value("from", u.from)
+            .value("to", u.to)
+            .value("sends", u.sends)
+            .value("recvs", u.recvs)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -706,10 +880,107 @@ mod tests {
             ..RankDump::default()
         };
         let comm_of = BTreeMap::from([("1".to_owned(), 0xabc_u64)]);
-        let p = stand_in(&dump, &comm_of, None);
+        let p = stand_in(&dump, &comm_of, None, &HashSet::new());
         let peers: Vec<(CallId, u64)> = p.ops.iter().map(|o| (o.call, o.root_or_peer)).collect();
         assert_eq!(peers, [(CallId::NcclSend, 1), (CallId::NcclRecv, 3)]);
         assert_eq!(p.memberships[0].rank, 0, "rank 4 is the group's rank 0");
+    }
+
+    fn nccl2_entry(name: &str, seq: i64, outputs: usize) -> FrEntry {
+        FrEntry {
+            pg_id: 0,
+            process_group: vec!["0".into(), "default_pg".into()],
+            collective_seq_id: seq,
+            profiling_name: name.into(),
+            input_sizes: vec![vec![8]],
+            input_dtypes: vec!["Float".into()],
+            output_sizes: vec![vec![8]; outputs],
+            state: "completed".into(),
+            time_created_ns: Some(1_000 + seq),
+            time_discovered_completed_ns: Some(2_000 + seq),
+            ..FrEntry::default()
+        }
+    }
+
+    /// Under nccl2 a `split` takes a number and issues nothing, and a list all_gather is one
+    /// ncclBroadcast per rank: the stand-in issues what the shim would have recorded, numbered
+    /// as the shim numbers it.
+    #[test]
+    fn an_nccl2_stand_in_issues_the_lowered_calls_at_the_shims_numbers() {
+        let dump = RankDump {
+            file: "fr/rank_1".into(),
+            rank: 1,
+            version: "2.10".into(),
+            groups: vec![ProcessGroup {
+                id: "0".into(),
+                name: "0".into(),
+                desc: "default_pg".into(),
+                ranks: vec![0, 1],
+            }],
+            entries: vec![
+                nccl2_entry("nccl2:all_reduce", 1, 1),
+                nccl2_entry("nccl2:split", 2, 1),
+                nccl2_entry("nccl2:all_gather", 3, 2),
+                nccl2_entry("nccl2:all_reduce", 4, 1),
+            ],
+            ..RankDump::default()
+        };
+        let p = stand_in(&dump, &BTreeMap::new(), None, &HashSet::new());
+        let ops: Vec<(CallId, u64, u64)> = p
+            .ops
+            .iter()
+            .map(|o| (o.call, o.seq, o.root_or_peer))
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                (CallId::NcclAllReduce, 0, 0),
+                (CallId::NcclBroadcast, 1, 0),
+                (CallId::NcclBroadcast, 2, 1),
+                (CallId::NcclAllReduce, 3, 0),
+            ]
+        );
+        assert_eq!(p.progress[0].issued, 4);
+    }
+
+    /// nccl-lazy runs a pipeline group's sends and receives on one 2-rank communicator per
+    /// peer pair: a stand-in's p2p lands there, with the peer's rank in that pair.
+    #[test]
+    fn nccl_lazy_p2p_runs_on_a_pair_communicator() {
+        let group = ProcessGroup {
+            id: "1".into(),
+            name: "1".into(),
+            desc: "pp".into(),
+            ranks: vec![0, 1, 2, 3],
+        };
+        let send = FrEntry {
+            pg_id: 1,
+            process_group: vec!["1".into(), "pp".into()],
+            p2p_seq_id: 1,
+            profiling_name: "nccl-lazy:send 2->3".into(),
+            input_sizes: vec![vec![8]],
+            input_dtypes: vec!["Float".into()],
+            state: "completed".into(),
+            is_p2p: true,
+            ..FrEntry::default()
+        };
+        let dump = RankDump {
+            file: "fr/rank_2".into(),
+            rank: 2,
+            groups: vec![group.clone()],
+            entries: vec![send],
+            ..RankDump::default()
+        };
+        let p = stand_in(&dump, &BTreeMap::new(), None, &HashSet::new());
+        let pair = pair_hash(&group, 2, 3);
+        let m = p
+            .memberships
+            .iter()
+            .find(|m| m.comm_hash == pair)
+            .expect("a pair comm");
+        assert_eq!((m.nranks, m.rank), (2, 0));
+        assert_eq!(p.ops[0].comm_hash, Some(pair));
+        assert_eq!(p.ops[0].root_or_peer, 1, "rank 3 is the pair's rank 1");
     }
 
     #[test]

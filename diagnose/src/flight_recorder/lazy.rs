@@ -15,8 +15,9 @@
 //!   not, or that no read rank stands for.
 //!
 //! Why a rank stood for gives the same verdict: fr_trace's verdicts compare, per group, each
-//! rank's collectives (type, sizes, dtypes) and where each rank stopped. PyTorch issues one NCCL
-//! call per Flight Recorder collective, with the same sequence number (+1), so two ranks whose
+//! rank's collectives (type, sizes, dtypes) and where each rank stopped. Each Flight Recorder
+//! collective became the same NCCL calls on every rank (one, with the same sequence number + 1,
+//! under the legacy backend; as [`super::writers`] lowers it under nccl2), so two ranks whose
 //! shim records agree on every operation and on how far they got have the same Flight Recorder
 //! verdict; the one read quotes the Python line. What the shim does not see (a tensor of the
 //! same element count and another shape; entries older than the shim's rings hold) is checked

@@ -16,6 +16,7 @@ pub mod join;
 pub mod lazy;
 pub mod pickle;
 pub mod run_window;
+pub mod writers;
 
 use crate::load::{display_path, Listing, Problem};
 use crate::model::ProcessModel;
@@ -75,6 +76,9 @@ pub struct RankDump {
     pub nccl_version: String,
     pub groups: Vec<ProcessGroup>,
     pub entries: Vec<FrEntry>,
+    /// The dump's writer when its entries' prefix does not tell it (torchcomms); otherwise
+    /// each entry's prefix does ([`writers::of_entry`]).
+    pub writer: Option<&'static crate::knowledge::fr_writers::Writer>,
 }
 
 impl RankDump {
@@ -303,9 +307,11 @@ pub fn parse(bytes: &[u8], rank: u32, shown: String) -> Result<RankDump, String>
         ),
         pickle::PickleError::Invalid(why) => format!("not a readable Flight Recorder dump: {why}"),
     })?;
-    let f: FrFile = decode::Decoder::new(&pickle, bytes.len())
+    let mut f: FrFile = decode::Decoder::new(&pickle, bytes.len())
         .file()
         .map_err(|e| format!("a Flight Recorder dump this ncclshim cannot read: {e}"))?;
+    let writer = writers::of_file(&f);
+    writers::normalize(writer, &mut f.entries);
     let groups = f
         .pg_config
         .iter()
@@ -326,6 +332,7 @@ pub fn parse(bytes: &[u8], rank: u32, shown: String) -> Result<RankDump, String>
         nccl_version: f.comm_lib_version.text(),
         groups,
         entries: f.entries,
+        writer,
     })
 }
 

@@ -28,6 +28,7 @@ pub mod bugs;
 pub mod codes;
 pub mod driver_paths;
 pub mod flight_recorder;
+pub mod fr_writers;
 pub mod launchers;
 pub mod profiler;
 pub mod references;

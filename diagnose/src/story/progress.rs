@@ -451,6 +451,15 @@ fn p2p_mismatches(job: &JobModel, comm: u64) -> Vec<Mismatch> {
             }
         }
     }
+    // The text names each side by its rank in the job (a send on a subgroup's communicator
+    // from its rank 0 to its rank 1 is global rank 2's to global rank 3 when the subgroup holds
+    // ranks 2-3); the sides and odd ranks stay the communicator's, as the story's are.
+    let global: BTreeMap<u32, u32> = job
+        .comm_members(comm)
+        .into_iter()
+        .map(|(r, p)| (r, job.processes[p].world_rank().unwrap_or(r)))
+        .collect();
+    let g = |r: u32| global.get(&r).copied().unwrap_or(r);
     let mut out = Vec::new();
     for (pair, ss) in &sends {
         let Some(rs) = recvs.get(pair) else { continue };
@@ -463,7 +472,14 @@ fn p2p_mismatches(job: &JobModel, comm: u64) -> Vec<Mismatch> {
                 t: s.4.min(r.4),
                 text: format!(
                     "rank {} sends count={} ({} bytes) to rank {}; rank {} receives count={} ({} bytes) from rank {}",
-                    s.0, s.5, s.3, pair.1, r.0, r.5, r.3, pair.0
+                    g(s.0),
+                    s.5,
+                    s.3,
+                    g(pair.1),
+                    g(r.0),
+                    r.5,
+                    r.3,
+                    g(pair.0)
                 ),
             });
         }

@@ -74,6 +74,10 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             }
             f.involve(job, ps);
             f.involve(job, pr);
+            // Named by their ranks in the job: on a subgroup's communicator its rank 0 may be
+            // global rank 2 (the communicator's own ranks are the map's keys).
+            let global = |r: u32, p: usize| job.processes[p].world_rank().unwrap_or(r);
+            let (from, to) = (global(from, ps), global(to, pr));
             f.fact(
                 Evidence::new(
                     EvidenceKind::Progress,
