@@ -30,9 +30,11 @@
 //!   every dump header) unless the user or a launcher already named one, and the report is about
 //!   that run alone ([`OwnRun`]): two `run`s sharing a `--dir` never report each other's
 //!   processes.
-//! - **PyTorch's Flight Recorder is turned on** into `<dump dir>/fr/` unless the job set it
-//!   (any of its names: [`ncclshim_diagnose::knowledge::flight_recorder`]); `fr/` is made 0700 before the
-//!   job starts, since PyTorch does not create the folder of its dump files.
+//! - **The Flight Recorders are turned on** into `<dump dir>/fr/`, PyTorch's (`TORCH_FR_*` and
+//!   the older `TORCH_NCCL_*` names) and torchcomms' (`TORCHCOMM_FR_*`, files
+//!   `torchcomms_rank_<N>`), each setting unless the job set it under any of its names
+//!   ([`ncclshim_diagnose::knowledge::flight_recorder`]); `fr/` is made 0700 before the job
+//!   starts, since neither recorder creates the folder of its dump files.
 //! - **No empty directory is left behind**: the directories `run` made (the dump directory, the
 //!   folders above it, `fr/`) are removed after the job when nothing was written into them.
 //!
@@ -964,21 +966,54 @@ mod tests {
             ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
             ("TORCH_FR_DUMP_TEMP_FILE", "/d/run1/fr/rank_"),
             ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "/d/run1/fr/rank_"),
+            ("TORCHCOMM_FR_BUFFER_SIZE", "2000"),
+            ("TORCHCOMM_FR_DUMP_TEMP_FILE", "/d/run1/fr/torchcomms_rank_"),
         ] {
             assert_eq!(get(&env, name).as_deref(), Some(want), "{name}: {env:?}");
         }
         // The user turned it off under the old name and chose the file under the new one: none
-        // of either setting's names is set, and no fr/ is needed.
+        // of either setting's names is set.
         let user = |k: &str| match k {
             "TORCH_NCCL_TRACE_BUFFER_SIZE" => Some(OsString::from("0")),
             "TORCH_FR_DUMP_TEMP_FILE" => Some(OsString::from("/mine/fr_")),
             _ => None,
         };
         let mut env = Vec::new();
-        assert_eq!(flight_recorder_env(dir, &user, &mut env), None);
+        let fr = flight_recorder_env(dir, &user, &mut env);
         assert_eq!(get(&env, "TORCH_FR_BUFFER_SIZE"), None);
         assert_eq!(get(&env, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"), None);
         assert_eq!(get(&env, "TORCH_FR_DUMP_ON_TIMEOUT").as_deref(), Some("1"));
+        // torchcomms' recorder still writes into fr/, so the folder is made.
+        assert_eq!(fr.as_deref(), Some(Path::new("/d/run1/fr")));
+        assert_eq!(
+            get(&env, "TORCHCOMM_FR_DUMP_TEMP_FILE").as_deref(),
+            Some("/d/run1/fr/torchcomms_rank_")
+        );
+    }
+
+    /// torchcomms' settings are the user's when set (its buffer turned off, its files
+    /// elsewhere), and PyTorch's are untouched by them.
+    #[test]
+    fn torchcomms_flight_recorder_settings_the_user_made_stay() {
+        let get = |env: &[(String, OsString)], k: &str| {
+            env.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        let user = |k: &str| match k {
+            "TORCHCOMM_FR_BUFFER_SIZE" => Some(OsString::from("0")),
+            "TORCHCOMM_FR_DUMP_TEMP_FILE" => Some(OsString::from("/mine/tc_")),
+            _ => None,
+        };
+        let mut env = Vec::new();
+        let fr = flight_recorder_env(Path::new("/d/run2"), &user, &mut env);
+        assert_eq!(get(&env, "TORCHCOMM_FR_BUFFER_SIZE"), None);
+        assert_eq!(get(&env, "TORCHCOMM_FR_DUMP_TEMP_FILE"), None);
+        assert_eq!(
+            get(&env, "TORCH_FR_DUMP_TEMP_FILE").as_deref(),
+            Some("/d/run2/fr/rank_")
+        );
+        assert_eq!(fr.as_deref(), Some(Path::new("/d/run2/fr")));
     }
 
     #[test]
