@@ -278,6 +278,9 @@ fn cmd_run(
 ) -> anyhow::Result<ExitCode> {
     use collector_cli::run;
     let plan = run::plan(dir, with_plugin, |k| std::env::var_os(k))?;
+    if let Some(note) = &plan.plugin_note {
+        say!("{note}");
+    }
     let preload = run::probe_preload(&plan);
     if let run::Preload::Fails(why) = &preload {
         say!("ncclshim: warning: the recorder cannot be preloaded here, the job runs unrecorded: {why}");

@@ -3,8 +3,8 @@
 //! command's exit code passed through, and the report printed when the command fails or is
 //! stopped: Ctrl-C (once and twice) and SIGTERM on a hung two-rank job, whose processes must all
 //! be gone afterwards; a missing command; a preload that cannot load; PyTorch's and torchcomms'
-//! Flight Recorders turned on into the dump directory unless the job set them; no empty directory
-//! left behind.
+//! Flight Recorders turned on into the dump directory unless the job set them; a profiler plugin
+//! of the user's kept, with one warning line; no empty directory left behind.
 //!
 //! No test here depends on how fast this machine is: the hung job says it is ready through
 //! marker files its ranks write once NCCL was called, and the waits' deadlines only keep a
@@ -141,6 +141,59 @@ fn the_flight_recorder_is_turned_on_unless_the_job_set_it() {
         "{stdout}"
     );
     assert!(!stdout.contains("fr=700"), "no fr/ made: {stdout}");
+}
+
+/// A profiler plugin the user chose is kept (NCCL loads one): `run` says so in one warning line,
+/// before the job's own output, and the job runs as usual.
+#[test]
+fn another_profiler_plugin_is_kept_with_one_warning() {
+    ensure_shim();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .args(["run", "--dir"])
+        .arg(dir.path().join("dumps"))
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo NCCL_PROFILER_PLUGIN=$NCCL_PROFILER_PLUGIN",
+        ])
+        .env(
+            "NCCL_PROFILER_PLUGIN",
+            "/opt/nccl/libnccl-profiler-inspector.so",
+        )
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l == "NCCL_PROFILER_PLUGIN=/opt/nccl/libnccl-profiler-inspector.so"),
+        "{stdout}"
+    );
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("ncclshim: warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0]
+            .contains("names another profiler plugin and NCCL loads only one: keeping yours")
+            && warnings[0].contains("per-collective timing"),
+        "{stderr}"
+    );
+    // Ours, named by the user, is no warning.
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .args(["run", "--dir"])
+        .arg(dir.path().join("dumps2"))
+        .args(["--", "true"])
+        .env("NCCL_PROFILER_PLUGIN", "ncclshim")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("warning"), "{stderr}");
 }
 
 /// A job that succeeds after calling NCCL: one line says where its dumps are, and no report.
