@@ -30,6 +30,7 @@ pub mod driver_paths;
 pub mod flight_recorder;
 pub mod launchers;
 pub mod profiler;
+pub mod pytorch_backends;
 pub mod references;
 pub mod thresholds;
 pub mod visible_devices;
