@@ -49,6 +49,7 @@ pub mod rules;
 pub mod runs;
 pub mod story;
 pub mod terminal;
+pub mod visibility;
 
 use serde::Serialize;
 use std::path::Path;

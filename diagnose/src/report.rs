@@ -336,6 +336,17 @@ fn evidence_gaps(job: &JobModel, story: &Story, findings: &[Finding]) -> Vec<Evi
             );
         }
     }
+    // NCCL the shim could not see (linked statically or renamed): the rest of the report on
+    // those processes stands on the profiler plugin's and the driver's records alone.
+    for v in crate::visibility::invisible(job) {
+        per_process.push(
+            gap("nccl_calls_invisible", v.text.clone())
+                .value("plugin_saw_nccl", v.plugin_saw_nccl)
+                .value("nccl_object", &v.object)
+                .value("remedy", crate::visibility::remedy())
+                .of(job, v.process),
+        );
+    }
     evidence::add_all(&mut out, per_process);
     if let Some(g) = launcher_ranks_without_dump(job) {
         evidence::add(&mut out, g);

@@ -32,5 +32,6 @@ pub mod launchers;
 pub mod profiler;
 pub mod pytorch_backends;
 pub mod references;
+pub mod static_nccl;
 pub mod thresholds;
 pub mod visible_devices;
