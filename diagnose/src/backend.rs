@@ -54,12 +54,17 @@ fn from_flight_recorder(fr: &FlightRecorder) -> Vec<PytorchBackend> {
         .map(|(name, mut rs)| {
             rs.sort_unstable();
             rs.dedup();
-            let what = by_name(name).map(|b| b.what.as_str()).unwrap_or(name);
+            let b = by_name(name);
+            let what = b.map(|b| b.what.as_str()).unwrap_or(name);
+            let or_else = b
+                .and_then(|b| b.same_prefix.as_deref())
+                .map(|o| format!(", or {o}"))
+                .unwrap_or_default();
             PytorchBackend {
                 backend: name.to_owned(),
                 known_from: "flight_recorder".to_owned(),
                 text: format!(
-                    "{name}: {what} (Flight Recorder profiling names \"{name}:...\" on {} {})",
+                    "{name}: {what}{or_else} (Flight Recorder profiling names \"{name}:...\" on {} {})",
                     if rs.len() == 1 { "rank" } else { "ranks" },
                     rank_list(&rs)
                 ),
@@ -182,6 +187,17 @@ mod tests {
         assert_eq!(of_job(&job(&[Some("1")]), None)[0].backend, "nccl2");
         assert!(of_job(&job(&[None, None]), None).is_empty());
         assert!(of_job(&job(&[Some("0"), Some("1")]), None).is_empty());
+        // "nccl:" is also what torchcomms' nccl backend writes: said beside it.
+        let fr = FlightRecorder {
+            dumps: vec![dump(2, &["nccl:all_reduce"])],
+            ..FlightRecorder::default()
+        };
+        let legacy = of_job(&job(&[None]), Some(&fr));
+        assert!(
+            legacy[0].text.contains("legacy ProcessGroupNCCL")
+                && legacy[0].text.contains(", or torchcomms' nccl backend"),
+            "{legacy:?}"
+        );
         // Dumps with no name of a known backend leave the environment to decide.
         let fr = FlightRecorder {
             dumps: vec![dump(0, &["c10d:all_reduce"])],

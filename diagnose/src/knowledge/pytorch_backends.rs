@@ -12,6 +12,9 @@ use std::sync::OnceLock;
 pub struct Backend {
     pub name: String,
     pub what: String,
+    /// Another writer whose profiling names carry the same prefix.
+    #[serde(default)]
+    pub same_prefix: Option<String>,
     pub source: String,
 }
 
