@@ -287,7 +287,7 @@ pub fn plan(
 pub fn other_profiler_plugin(value: &std::ffi::OsStr) -> Option<String> {
     let v = value.to_string_lossy();
     let base = v.rsplit('/').next().unwrap_or(&v);
-    if v == "ncclshim" || PLUGIN_NAMES.iter().any(|n| base == *n) {
+    if v == "ncclshim" || PLUGIN_NAMES.contains(&base) {
         return None;
     }
     let what = if v.eq_ignore_ascii_case("none") {
