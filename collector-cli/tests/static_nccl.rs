@@ -122,6 +122,22 @@ fn renamed_nccl_seen_only_by_the_plugin_is_said_by_report_and_doctor() {
     assert!(stdout.contains("init rc=0"), "NCCL's plugin load: {stdout}");
 
     let dir = job.dir.as_os_str();
+    // The shim's own dump says it in its header (the format's NCCL_STATIC flag) and names the
+    // object in its library snapshot.
+    let shim_dump = std::fs::read_dir(&job.dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".shim.ncclshim"))
+        .expect("a shim dump (created at the first driver call)");
+    let raw = text(&ncclshim(&["dump".as_ref(), shim_dump.as_os_str()]));
+    let header: serde_json::Value = serde_json::from_str(raw.lines().next().unwrap()).unwrap();
+    assert_eq!(header["header"]["nccl_static"], true, "{raw}");
+    assert!(
+        raw.contains("torchcomms_pncclGetVersion") && raw.contains("nccl_embedded"),
+        "{raw}"
+    );
+
     let report = ncclshim(&["report".as_ref(), dir]);
     let report_text = text(&report);
     let object = job.ncclx.display().to_string();
