@@ -121,8 +121,11 @@ enum Command {
     PreloadProbe { shim: PathBuf },
     /// Check this host before a job: NVIDIA driver, NCCL versions, libibverbs, peermem, /dev/shm,
     /// memlock, NCCL_* settings. Lists every check with its result; exits 1 when a job started on
-    /// this host would fail.
+    /// this host would fail. With DIR, also what the recorder could see in that job's dumps (NCCL
+    /// linked statically or renamed, whose calls never reach the shim).
     Doctor {
+        /// A job's dump directory to check as well.
+        dir: Option<PathBuf>,
         /// Machine-readable JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -195,7 +198,7 @@ fn main() -> ExitCode {
             no_plugin,
             command,
         } => cmd_run(dir.as_deref(), !no_plugin, &command),
-        Command::Doctor { json, color } => cmd_doctor(json, color),
+        Command::Doctor { dir, json, color } => cmd_doctor(dir.as_deref(), json, color),
         Command::Summarize { inputs, output } => cmd_summarize(&inputs, output),
         Command::PreloadProbe { shim } => {
             return ExitCode::from(if collector_cli::run::shim_is_loaded(&shim) {
@@ -293,6 +296,9 @@ fn cmd_run(
 ) -> anyhow::Result<ExitCode> {
     use collector_cli::run;
     let plan = run::plan(dir, with_plugin, |k| std::env::var_os(k))?;
+    if let Some(note) = &plan.plugin_note {
+        say!("{note}");
+    }
     let preload = run::probe_preload(&plan);
     if let run::Preload::Fails(why) = &preload {
         say!("ncclshim: warning: the recorder cannot be preloaded here, the job runs unrecorded: {why}");
@@ -389,10 +395,17 @@ fn cmd_run(
     Ok(exit)
 }
 
-fn cmd_doctor(json: bool, color: ColorChoice) -> anyhow::Result<ExitCode> {
+fn cmd_doctor(
+    dir: Option<&std::path::Path>,
+    json: bool,
+    color: ColorChoice,
+) -> anyhow::Result<ExitCode> {
     use collector_cli::doctor;
     let facts = doctor::collect();
-    let checks = doctor::run_checks(&facts);
+    let mut checks = doctor::run_checks(&facts);
+    if let Some(dir) = dir {
+        checks.extend(doctor::dump_checks(dir)?);
+    }
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, &doctor::DoctorReport::new(&checks, &facts))?;

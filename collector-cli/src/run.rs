@@ -30,9 +30,14 @@
 //!   every dump header) unless the user or a launcher already named one, and the report is about
 //!   that run alone ([`OwnRun`]): two `run`s sharing a `--dir` never report each other's
 //!   processes.
-//! - **PyTorch's Flight Recorder is turned on** into `<dump dir>/fr/` unless the job set it
-//!   (any of its names: [`ncclshim_diagnose::knowledge::flight_recorder`]); `fr/` is made 0700 before the
-//!   job starts, since PyTorch does not create the folder of its dump files.
+//! - **The Flight Recorders are turned on** into `<dump dir>/fr/`, PyTorch's (`TORCH_FR_*` and
+//!   the older `TORCH_NCCL_*` names) and torchcomms' (`TORCHCOMM_FR_*`, files
+//!   `torchcomms_rank_<N>`), each setting unless the job set it under any of its names
+//!   ([`ncclshim_diagnose::knowledge::flight_recorder`]); `fr/` is made 0700 before the job
+//!   starts, since neither recorder creates the folder of its dump files.
+//! - **A profiler plugin the job chose stays**: NCCL loads one profiler plugin per process, so
+//!   with `NCCL_PROFILER_PLUGIN` already naming another one `run` keeps it and says in one line
+//!   that ncclshim's per-collective timing is off ([`other_profiler_plugin`]); the job runs.
 //! - **No empty directory is left behind**: the directories `run` made (the dump directory, the
 //!   folders above it, `fr/`) are removed after the job when nothing was written into them.
 //!
@@ -90,6 +95,9 @@ pub struct RunPlan {
     pub fr_dir: Option<PathBuf>,
     /// The run the job's processes name in their dump headers: what `run` reports on.
     pub own_run: OwnRun,
+    /// One line for stderr when the job already chose another profiler plugin
+    /// ([`other_profiler_plugin`]).
+    pub plugin_note: Option<String>,
 }
 
 /// The run of the processes one `run` starts, as their dump headers name it (`run_source`,
@@ -242,15 +250,19 @@ pub fn plan(
     }
     env.push(("LD_PRELOAD".to_owned(), preload));
     env.push(("NCCLSHIM_DIR".to_owned(), dir.clone().into_os_string()));
-    if let Some(p) = &plugin {
-        // A profiler the user chose stays; NCCL loads only one.
-        if current("NCCL_PROFILER_PLUGIN").is_none() {
-            env.push((
-                "NCCL_PROFILER_PLUGIN".to_owned(),
-                p.clone().into_os_string(),
-            ));
-        }
+    // A profiler the user chose stays; NCCL loads only one (an empty value chooses nothing).
+    let users_plugin = current("NCCL_PROFILER_PLUGIN").filter(|v| !v.is_empty());
+    if let Some(p) = plugin.as_ref().filter(|_| users_plugin.is_none()) {
+        env.push((
+            "NCCL_PROFILER_PLUGIN".to_owned(),
+            p.clone().into_os_string(),
+        ));
     }
+    let plugin_note = if with_plugin {
+        users_plugin.as_deref().and_then(other_profiler_plugin)
+    } else {
+        None
+    };
     let fr_dir = flight_recorder_env(&dir, &current, &mut env);
     let own_run = own_run(&current);
     if own_run.chosen_here {
@@ -263,7 +275,31 @@ pub fn plan(
         env,
         fr_dir,
         own_run,
+        plugin_note,
     })
+}
+
+/// The warning for a job whose `NCCL_PROFILER_PLUGIN` names a profiler plugin other than ours
+/// (`None` when it names ours, by path or as `ncclshim`). NCCL loads one profiler plugin per
+/// process (`src/plugin/profiler.cc`), so `run` keeps the user's choice, which turns off what
+/// ours records (per-collective timing, kernel times, the running totals); the shim's own
+/// records are unaffected. `none` (any case) turns every profiler off, and is said as such.
+pub fn other_profiler_plugin(value: &std::ffi::OsStr) -> Option<String> {
+    let v = value.to_string_lossy();
+    let base = v.rsplit('/').next().unwrap_or(&v);
+    if v == "ncclshim" || PLUGIN_NAMES.contains(&base) {
+        return None;
+    }
+    let what = if v.eq_ignore_ascii_case("none") {
+        "NCCL_PROFILER_PLUGIN=none turns NCCL's profiler plugins off".to_owned()
+    } else {
+        format!("NCCL_PROFILER_PLUGIN={v} names another profiler plugin and NCCL loads only one")
+    };
+    Some(format!(
+        "ncclshim: warning: {what}: keeping yours, so ncclshim's per-collective timing (its \
+         profiler plugin) is off for this job; the shim still records every NCCL call \
+         (unset NCCL_PROFILER_PLUGIN to get both)"
+    ))
 }
 
 /// Adds the Flight Recorder settings the job did not make to `env`, each under all its names
@@ -964,21 +1000,82 @@ mod tests {
             ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
             ("TORCH_FR_DUMP_TEMP_FILE", "/d/run1/fr/rank_"),
             ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "/d/run1/fr/rank_"),
+            ("TORCHCOMM_FR_BUFFER_SIZE", "2000"),
+            ("TORCHCOMM_FR_DUMP_TEMP_FILE", "/d/run1/fr/torchcomms_rank_"),
         ] {
             assert_eq!(get(&env, name).as_deref(), Some(want), "{name}: {env:?}");
         }
         // The user turned it off under the old name and chose the file under the new one: none
-        // of either setting's names is set, and no fr/ is needed.
+        // of either setting's names is set.
         let user = |k: &str| match k {
             "TORCH_NCCL_TRACE_BUFFER_SIZE" => Some(OsString::from("0")),
             "TORCH_FR_DUMP_TEMP_FILE" => Some(OsString::from("/mine/fr_")),
             _ => None,
         };
         let mut env = Vec::new();
-        assert_eq!(flight_recorder_env(dir, &user, &mut env), None);
+        let fr = flight_recorder_env(dir, &user, &mut env);
         assert_eq!(get(&env, "TORCH_FR_BUFFER_SIZE"), None);
         assert_eq!(get(&env, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"), None);
         assert_eq!(get(&env, "TORCH_FR_DUMP_ON_TIMEOUT").as_deref(), Some("1"));
+        // torchcomms' recorder still writes into fr/, so the folder is made.
+        assert_eq!(fr.as_deref(), Some(Path::new("/d/run1/fr")));
+        assert_eq!(
+            get(&env, "TORCHCOMM_FR_DUMP_TEMP_FILE").as_deref(),
+            Some("/d/run1/fr/torchcomms_rank_")
+        );
+    }
+
+    /// torchcomms' settings are the user's when set (its buffer turned off, its files
+    /// elsewhere), and PyTorch's are untouched by them.
+    #[test]
+    fn torchcomms_flight_recorder_settings_the_user_made_stay() {
+        let get = |env: &[(String, OsString)], k: &str| {
+            env.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        let user = |k: &str| match k {
+            "TORCHCOMM_FR_BUFFER_SIZE" => Some(OsString::from("0")),
+            "TORCHCOMM_FR_DUMP_TEMP_FILE" => Some(OsString::from("/mine/tc_")),
+            _ => None,
+        };
+        let mut env = Vec::new();
+        let fr = flight_recorder_env(Path::new("/d/run2"), &user, &mut env);
+        assert_eq!(get(&env, "TORCHCOMM_FR_BUFFER_SIZE"), None);
+        assert_eq!(get(&env, "TORCHCOMM_FR_DUMP_TEMP_FILE"), None);
+        assert_eq!(
+            get(&env, "TORCH_FR_DUMP_TEMP_FILE").as_deref(),
+            Some("/d/run2/fr/rank_")
+        );
+        assert_eq!(fr.as_deref(), Some(Path::new("/d/run2/fr")));
+    }
+
+    /// A profiler plugin of the user's is kept, with one line saying what that costs; ours, by
+    /// any of its names, is not warned about.
+    #[test]
+    fn another_profiler_plugin_is_kept_and_said() {
+        let note = |v: &str| other_profiler_plugin(std::ffi::OsStr::new(v));
+        for ours in [
+            "ncclshim",
+            "/opt/ncclshim/lib/libnccl-profiler-ncclshim.so",
+            "libnccl_profiler_ncclshim.so",
+        ] {
+            assert_eq!(note(ours), None, "{ours}");
+        }
+        let inspector = note("/opt/nccl/libnccl-profiler-inspector.so").unwrap();
+        assert!(
+            inspector.starts_with(
+                "ncclshim: warning: NCCL_PROFILER_PLUGIN=/opt/nccl/libnccl-profiler-inspector.so names another profiler plugin and NCCL loads only one: keeping yours"
+            ),
+            "{inspector}"
+        );
+        assert!(inspector.contains("per-collective timing"), "{inspector}");
+        assert!(!inspector.contains('\n'));
+        assert!(note("NONE")
+            .unwrap()
+            .contains("turns NCCL's profiler plugins off"));
+        assert!(note("inspector").is_some());
+        assert!(note("STATIC_PLUGIN").is_some());
     }
 
     #[test]

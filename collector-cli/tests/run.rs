@@ -2,8 +2,9 @@
 //! PyPI wheel's libnccl, fetched by `scripts/fetch-nccl.sh`), the dump directory set, the
 //! command's exit code passed through, and the report printed when the command fails or is
 //! stopped: Ctrl-C (once and twice) and SIGTERM on a hung two-rank job, whose processes must all
-//! be gone afterwards; a missing command; a preload that cannot load; the Flight Recorder
-//! turned on into the dump directory unless the job set it; no empty directory left behind.
+//! be gone afterwards; a missing command; a preload that cannot load; PyTorch's and torchcomms'
+//! Flight Recorders turned on into the dump directory unless the job set them; a profiler plugin
+//! of the user's kept, with one warning line; no empty directory left behind.
 //!
 //! No test here depends on how fast this machine is: the hung job says it is ready through
 //! marker files its ranks write once NCCL was called, and the waits' deadlines only keep a
@@ -49,9 +50,9 @@ fn the_exit_code_of_the_command_is_kept() {
     assert!(!dir.path().join("dumps").exists(), "{stderr}");
 }
 
-/// The job sees the Flight Recorder turned on into `<dump dir>/fr/` under the new and the old
-/// names; a setting the user made under either name stays as it is, and its other name is not
-/// set beside it. The job succeeds: one line, no report.
+/// The job sees the Flight Recorders turned on into `<dump dir>/fr/`: PyTorch's under the new
+/// and the old names, torchcomms' under its own; a setting the user made under either name stays
+/// as it is, and its other name is not set beside it. The job succeeds: one line, no report.
 #[test]
 fn the_flight_recorder_is_turned_on_unless_the_job_set_it() {
     ensure_shim();
@@ -64,6 +65,8 @@ fn the_flight_recorder_is_turned_on_unless_the_job_set_it() {
         "TORCH_NCCL_DUMP_ON_TIMEOUT",
         "TORCH_FR_DUMP_TEMP_FILE",
         "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+        "TORCHCOMM_FR_BUFFER_SIZE",
+        "TORCHCOMM_FR_DUMP_TEMP_FILE",
     ];
     // The job prints each variable and whether the Flight Recorder's folder exists (and is
     // private) while it runs.
@@ -95,6 +98,11 @@ fn the_flight_recorder_is_turned_on_unless_the_job_set_it() {
         "TORCH_NCCL_DUMP_ON_TIMEOUT=1".to_owned(),
         format!("TORCH_FR_DUMP_TEMP_FILE={prefix}"),
         format!("TORCH_NCCL_DEBUG_INFO_TEMP_FILE={prefix}"),
+        "TORCHCOMM_FR_BUFFER_SIZE=2000".to_owned(),
+        format!(
+            "TORCHCOMM_FR_DUMP_TEMP_FILE={}/torchcomms_rank_",
+            fr.display()
+        ),
         "fr=700".to_owned(),
     ] {
         assert!(stdout.lines().any(|l| l == want), "{want}: {stdout}");
@@ -104,13 +112,16 @@ fn the_flight_recorder_is_turned_on_unless_the_job_set_it() {
     assert!(stderr.contains("nothing was recorded"), "{stderr}");
     assert!(!dumps.exists());
 
-    // A user's own dump file prefix: `run` makes no `fr/` and leaves the name alone.
+    // The user's own dump file prefixes, for both recorders: `run` makes no `fr/` and leaves
+    // the names alone; torchcomms' buffer size, which the user did not set, is still set.
     let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
         .args(["run", "--dir"])
         .arg(&dumps)
         .args(["--", "sh", "-c", &script])
         .env("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "/elsewhere/trace_")
         .env_remove("TORCH_FR_DUMP_TEMP_FILE")
+        .env("TORCHCOMM_FR_DUMP_TEMP_FILE", "/elsewhere/tc_")
+        .env_remove("TORCHCOMM_FR_BUFFER_SIZE")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -119,7 +130,70 @@ fn the_flight_recorder_is_turned_on_unless_the_job_set_it() {
         "{stdout}"
     );
     assert!(stdout.contains("TORCH_FR_DUMP_TEMP_FILE=unset"), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l == "TORCHCOMM_FR_DUMP_TEMP_FILE=/elsewhere/tc_"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().any(|l| l == "TORCHCOMM_FR_BUFFER_SIZE=2000"),
+        "{stdout}"
+    );
     assert!(!stdout.contains("fr=700"), "no fr/ made: {stdout}");
+}
+
+/// A profiler plugin the user chose is kept (NCCL loads one): `run` says so in one warning line,
+/// before the job's own output, and the job runs as usual.
+#[test]
+fn another_profiler_plugin_is_kept_with_one_warning() {
+    ensure_shim();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .args(["run", "--dir"])
+        .arg(dir.path().join("dumps"))
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo NCCL_PROFILER_PLUGIN=$NCCL_PROFILER_PLUGIN",
+        ])
+        .env(
+            "NCCL_PROFILER_PLUGIN",
+            "/opt/nccl/libnccl-profiler-inspector.so",
+        )
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l == "NCCL_PROFILER_PLUGIN=/opt/nccl/libnccl-profiler-inspector.so"),
+        "{stdout}"
+    );
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("ncclshim: warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0]
+            .contains("names another profiler plugin and NCCL loads only one: keeping yours")
+            && warnings[0].contains("per-collective timing"),
+        "{stderr}"
+    );
+    // Ours, named by the user, is no warning.
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclshim"))
+        .args(["run", "--dir"])
+        .arg(dir.path().join("dumps2"))
+        .args(["--", "true"])
+        .env("NCCL_PROFILER_PLUGIN", "ncclshim")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("warning"), "{stderr}");
 }
 
 /// A job that succeeds after calling NCCL: one line says where its dumps are, and no report.

@@ -34,6 +34,7 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
+pub mod backend;
 pub mod flight_recorder;
 pub mod invariants;
 pub mod job_dir;
@@ -49,6 +50,7 @@ pub mod runs;
 pub mod story;
 pub mod summary;
 pub mod terminal;
+pub mod visibility;
 
 use serde::Serialize;
 use std::path::Path;
@@ -313,6 +315,7 @@ fn analyze_chosen(
     let story = story::Story::build(&job);
     let findings = rules::diagnose_story(&job, &story, options);
     let mut report = report::Report::build(&job, &story, findings, problems);
+    report.pytorch_backend = backend::of_job(&job, joined.as_ref().map(|j| &j.fr));
     if story_in_words {
         report.story = story::render::lines(&job, &story);
     }
@@ -370,5 +373,7 @@ pub fn analyze_loaded(dir: &Path, loaded: load::Loaded) -> report::Report {
     let job = model::JobModel::build(&loaded.dumps, |d| load::display_path(dir, &d.path));
     let story = story::Story::build(&job);
     let findings = rules::diagnose_story(&job, &story, &rules::Options::default());
-    report::Report::build(&job, &story, findings, loaded.problems)
+    let mut report = report::Report::build(&job, &story, findings, loaded.problems);
+    report.pytorch_backend = backend::of_job(&job, None);
+    report
 }

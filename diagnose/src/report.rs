@@ -193,6 +193,10 @@ pub struct Report {
     /// "this directory holds N runs: ...; reporting on run X; use --run ID to choose".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_note: Option<String>,
+    /// Which PyTorch backend ran (`nccl2`, the legacy `nccl`...), when the Flight Recorder's
+    /// profiling names or `TORCH_DIST_USE_NCCL2` tell ([`crate::backend`]); absent otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pytorch_backend: Vec<crate::backend::PytorchBackend>,
     /// What the PyTorch Flight Recorder dumps beside the shim's said (absent when there were none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flight_recorder: Option<crate::flight_recorder::Summary>,
@@ -331,6 +335,17 @@ fn evidence_gaps(job: &JobModel, story: &Story, findings: &[Finding]) -> Vec<Evi
                 .of(job, i),
             );
         }
+    }
+    // NCCL the shim could not see (linked statically or renamed): the rest of the report on
+    // those processes stands on the profiler plugin's and the driver's records alone.
+    for v in crate::visibility::invisible(job) {
+        per_process.push(
+            gap("nccl_calls_invisible", v.text.clone())
+                .value("plugin_saw_nccl", v.plugin_saw_nccl)
+                .value("nccl_object", &v.object)
+                .value("remedy", crate::visibility::remedy())
+                .of(job, v.process),
+        );
     }
     evidence::add_all(&mut out, per_process);
     if let Some(g) = launcher_ranks_without_dump(job) {
@@ -534,6 +549,7 @@ impl Report {
             evidence_gaps,
             runs: Vec::new(),
             run_note: None,
+            pytorch_backend: Vec::new(),
             flight_recorder: None,
             story: Vec::new(),
             show_all: false,
@@ -621,6 +637,9 @@ impl Report {
         if let Some(n) = &self.run_note {
             o.push_str(&yellow(&format!("note: {}", safe(n))));
             o.push('\n');
+        }
+        for b in &self.pytorch_backend {
+            o.push_str(&format!("PyTorch backend: {}\n", safe(&b.text)));
         }
         match &self.first_failure {
             Some(f) => {

@@ -11,7 +11,10 @@ use std::collections::BTreeMap;
 const PREFIXES: &[&str] = &[
     "NCCL_",
     "CUDA_",
+    // PyTorch's own (TORCH_DIST_USE_NCCL2 picks the `nccl` backend's implementation), and
+    // torchcomms' (TORCHCOMM_FR_* its Flight Recorder), which "TORCH_" does not cover.
     "TORCH_",
+    "TORCHCOMM_",
     "FI_",
     "MASTER_",
     "SLURM_",
@@ -118,6 +121,24 @@ mod tests {
             names,
             ["LD_PRELOAD", "LOCAL_RANK", "NCCL_DEBUG", "PMIX_RANK"]
         );
+    }
+
+    /// Which PyTorch backend ran (`TORCH_DIST_USE_NCCL2`) and torchcomms' settings are kept;
+    /// a secret-looking torchcomms variable is still redacted.
+    #[test]
+    fn the_backend_choice_and_torchcomms_settings_are_kept() {
+        let env = filter(v(&[
+            ("TORCH_DIST_USE_NCCL2", "0"),
+            ("TORCHCOMM_FR_DUMP_TEMP_FILE", "/d/fr/torchcomms_rank_"),
+            ("TORCHCOMM_FR_BUFFER_SIZE", "2000"),
+            ("TORCHCOMM_STORE_TOKEN", "s3cret"),
+            ("TORCHX_OTHER", "x"),
+        ]));
+        assert_eq!(env["TORCH_DIST_USE_NCCL2"], "0");
+        assert_eq!(env["TORCHCOMM_FR_DUMP_TEMP_FILE"], "/d/fr/torchcomms_rank_");
+        assert_eq!(env["TORCHCOMM_FR_BUFFER_SIZE"], "2000");
+        assert_eq!(env["TORCHCOMM_STORE_TOKEN"], REDACTED);
+        assert!(!env.contains_key("TORCHX_OTHER"));
     }
 
     #[test]

@@ -18,5 +18,8 @@ pub use env::{environment, is_secret_name, redact_args, Environment, REDACTED};
 pub use host::{
     collect_host_facts, ContainerHints, DriverGpu, HostFacts, IbGid, IbPort, NetIf, PathFact,
 };
-pub use libs::{classify, collect_libraries, LibKind, Libraries, LoadedLibrary, VersionProbe};
+pub use libs::{
+    classify, collect_libraries, EmbeddedNccl, LibKind, Libraries, LoadedLibrary, VersionProbe,
+    EMBEDDED_NCCL_SYMBOLS,
+};
 pub use process::{collect_process, ProcessFacts};

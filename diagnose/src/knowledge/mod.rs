@@ -31,6 +31,8 @@ pub mod flight_recorder;
 pub mod fr_writers;
 pub mod launchers;
 pub mod profiler;
+pub mod pytorch_backends;
 pub mod references;
+pub mod static_nccl;
 pub mod thresholds;
 pub mod visible_devices;

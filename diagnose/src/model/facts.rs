@@ -12,6 +12,9 @@ pub struct LibFacts {
     pub cuda_driver: Option<i64>,
     pub cuda_runtime: Option<i64>,
     pub nccl_static: bool,
+    /// Objects other than a libnccl that hold NCCL (the recorder's own type; empty in dumps of
+    /// older recorders).
+    pub nccl_embedded: Vec<ncclshim_host_facts::EmbeddedNccl>,
     /// NCCL plugins (net, profiler, tuner, env) by path.
     pub plugins: Vec<String>,
     /// Every library as (kind, path).
@@ -118,6 +121,10 @@ pub fn parse_libs(v: &Value) -> LibFacts {
         cuda_driver: int_of(v, &["cuda_driver", "cuda_driver_version"]),
         cuda_runtime: int_of(v, &["cuda_runtime", "cuda_runtime_version"]),
         nccl_static: bool_of(v, &["nccl_static"]).unwrap_or(false),
+        nccl_embedded: v
+            .get("nccl_embedded")
+            .and_then(|e| serde_json::from_value(e.clone()).ok())
+            .unwrap_or_default(),
         ..LibFacts::default()
     };
     if let Some(paths) = v.get("nccl_paths").and_then(Value::as_array) {

@@ -35,7 +35,8 @@ pub enum EvidenceKind {
     /// How a process ended (clean exit mark, last record, fatal signal).
     Lifecycle,
     /// Something the dumps cannot tell (`values.gap`: `records_lost`, `damaged_file`,
-    /// `communicators_not_kept`, `no_end_mark`, `stopped_outside_nccl`); only in the report's `evidence_gaps`.
+    /// `communicators_not_kept`, `no_end_mark`, `stopped_outside_nccl`, `nccl_calls_invisible`);
+    /// only in the report's `evidence_gaps`.
     Gap,
     /// A conclusion drawn from several facts (ordering across ranks, version knowledge).
     Inference,

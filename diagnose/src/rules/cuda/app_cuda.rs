@@ -2,6 +2,10 @@
 //! NCCL call (not flagged as made by NCCL) returned an error — a CUDA IPC or cuMem import the
 //! framework or the user's code made itself (sharing tensors between processes), not NCCL's
 //! transport setup. Named as the application's, with the driver's own text.
+//!
+//! Not where the process's NCCL never reached the shim (linked statically or renamed,
+//! [`crate::visibility`]): there every driver call is "outside any NCCL call" the shim saw, NCCL's
+//! own included, so who made it is unknown and the call is left to the rules that do not ask.
 
 use crate::model::JobModel;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
@@ -9,6 +13,9 @@ use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out: Vec<Finding> = Vec::new();
     for (p, pm) in job.processes.iter().enumerate() {
+        if crate::visibility::of_process(pm, p).is_some() {
+            continue;
+        }
         for (i, c) in pm.failed_calls() {
             if !c.is_cuda || c.nested {
                 continue;
