@@ -12,6 +12,9 @@ const PREFIXES: &[&str] = &[
     "NCCL_",
     "CUDA_",
     "TORCH_",
+    // PyTorch's nccl2 backend reads TORCHCOMM_NCCL_BOOTSTRAP_UNIQUEID_EXCHANGE_METHOD (torchcomms'
+    // name; diagnose/knowledge/messages.toml, pytorch-nccl2-no-id-exchange).
+    "TORCHCOMM_",
     "FI_",
     "MASTER_",
     "SLURM_",

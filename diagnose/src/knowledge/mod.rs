@@ -31,5 +31,7 @@ pub mod flight_recorder;
 pub mod launchers;
 pub mod profiler;
 pub mod references;
+#[cfg(test)]
+mod reworded;
 pub mod thresholds;
 pub mod visible_devices;
