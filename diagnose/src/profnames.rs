@@ -16,3 +16,13 @@ pub fn datatype_name(code: u64) -> String {
         .map(str::to_owned)
         .unwrap_or_else(|| format!("datatype({code})"))
 }
+
+/// `", tag 0x7a6"` for an operation the application tagged (ncclCollConfig_t's
+/// `userProfilerTag`, the profiler's v7 `userTag`); empty for 0, NCCL's "untagged".
+pub fn user_tag_text(tag: u64) -> String {
+    if tag == 0 {
+        String::new()
+    } else {
+        format!(", tag {tag:#x}")
+    }
+}

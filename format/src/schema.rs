@@ -465,6 +465,15 @@ call_ids! {
     /// before (only a changed `libraries` snapshot is stored);
     /// `blob_kind` repeats the blob's `BlobKind`.
     SnapshotTaken = 0x0305, "snapshot", SnapshotTaken { reason, blob_kind };
+    /// The `ncclCollConfig_t` of a per-collective configuration call (NCCL 2.31's
+    /// `ncclAllReduceConfig` ...), an `event` record in the calling thread's ring written just
+    /// before the collective's own call record (which keeps the collective's id and view), only
+    /// when the config pointer is not NULL. `comm` and `seq` are the collective's, so a reader
+    /// joins the two by (comm, seq). Fields are read as NCCL reads the struct (within its `size`,
+    /// only when its magic is NCCL's); one the struct does not reach, or left unset
+    /// (`NCCL_CONFIG_UNDEF_INT`), reads as `u64::MAX`. `user_tag` is `userProfilerTag` (0:
+    /// untagged), the value NCCL hands profiler plugins as v7's `userTag`. Format 2.2.
+    CollConfig = 0x0306, "collConfig", CollConfig { seq, user_tag, min_ctas, max_ctas, nvls_ctas, cga_cluster_size, cta_policy, force_alg_selection, version };
     /// A test or benchmark record with no meaning of its own.
     Test = 0x03ff, "test", Test { a0, a1, a2, a3, a4, a5, a6, a7, a8 };
 }

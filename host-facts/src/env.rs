@@ -14,6 +14,8 @@ const PREFIXES: &[&str] = &[
     // PyTorch's own (TORCH_DIST_USE_NCCL2 picks the `nccl` backend's implementation), and
     // torchcomms' (TORCHCOMM_FR_* its Flight Recorder), which "TORCH_" does not cover.
     "TORCH_",
+    // PyTorch's nccl2 backend reads TORCHCOMM_NCCL_BOOTSTRAP_UNIQUEID_EXCHANGE_METHOD (torchcomms'
+    // name; diagnose/knowledge/messages.toml, pytorch-nccl2-no-id-exchange).
     "TORCHCOMM_",
     "FI_",
     "MASTER_",

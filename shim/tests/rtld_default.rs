@@ -9,7 +9,8 @@
 mod common;
 
 use common::*;
-use ncclshim_format::CallId;
+use ncclshim_format::schema::{args, ArgView};
+use ncclshim_format::{CallId, RecordKind};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -177,6 +178,44 @@ fn newer_calls_are_recorded_with_nccls_own_result() {
         let recorded = calls(&d, id);
         assert_eq!(recorded.len(), 1, "{name}: {bare}");
         assert_eq!(recorded[0].rc, rc, "{name}");
+    }
+    // Each configured collective's ncclCollConfig_t is recorded just before it, joined by
+    // (comm, seq): the profiler tag the program set (0x7a60 + its index), minCTAs 2, the rest
+    // unset (u64::MAX), the struct's version.
+    let configs: Vec<_> = d
+        .records_by_time()
+        .into_iter()
+        .filter(|r| r.kind() == Some(RecordKind::Event) && r.call() == Some(CallId::CollConfig))
+        .collect();
+    assert_eq!(configs.len(), 8, "one per configured collective");
+    for (i, (c, id)) in configs
+        .iter()
+        .zip([
+            CallId::NcclAllReduce,
+            CallId::NcclBroadcast,
+            CallId::NcclReduce,
+            CallId::NcclAllGather,
+            CallId::NcclReduceScatter,
+            CallId::NcclAlltoAll,
+            CallId::NcclGather,
+            CallId::NcclScatter,
+        ])
+        .enumerate()
+    {
+        let v = args::CollConfig::from_args(&c.args);
+        assert_eq!(v.user_tag, 0x7a60 + i as u64, "{id:?}");
+        assert_eq!(
+            (v.min_ctas, v.max_ctas, v.force_alg_selection),
+            (2, u64::MAX, 1)
+        );
+        assert_eq!(v.version, 23203);
+        let op = calls(&d, id)[0];
+        let op_args = args::Collective::from_args(&op.args);
+        assert_eq!((c.comm, v.seq), (op.comm, op_args.seq), "{id:?}");
+        assert!(
+            c.t_enter_ns <= op.t_enter_ns,
+            "{id:?}: the config comes first"
+        );
     }
     // ncclWaitSignal keeps its first descriptor: 1 signal from peer 0, of 1 descriptor.
     let wait = calls(&d, CallId::NcclWaitSignal)[0];

@@ -31,6 +31,8 @@ ncclResult_t ncclAllGather(const void*, void*, size_t, int, ncclComm_t, void*);
 ncclResult_t ncclReduceScatter(const void*, void*, size_t, int, int, ncclComm_t, void*);
 ncclResult_t ncclSend(const void*, size_t, int, int, ncclComm_t, void*);
 ncclResult_t ncclRecv(void*, size_t, int, int, ncclComm_t, void*);
+ncclResult_t ncclCommRegister(ncclComm_t, void*, size_t, void**);
+ncclResult_t ncclCommDeregister(ncclComm_t, void*);
 const char* ncclGetLastError(ncclComm_t);
 
 static void say(const char* call, long n, ncclResult_t rc) {
@@ -42,6 +44,12 @@ static void say(const char* call, long n, ncclResult_t rc) {
 /* Never read or written (the scripted libnccl does not touch buffers; the real one fails before
  * it would): large enough for the biggest count a scenario names, as 4-byte elements. */
 static char buf[1 << 22];
+
+/* Registration handles of the segments currently registered (a window: older ones are
+ * reused once deregistered). */
+#define REG_SLOTS 1024
+static void* reg[REG_SLOTS];
+static long reg_next, reg_first;
 
 /* The application's own driver call `name` (the CUDA doubles answer it from the script). */
 typedef struct { char reserved[64]; } ipc_handle;
@@ -112,6 +120,20 @@ int main(void) {
         /* the handle stays in `comm` after destroy, as in an application that keeps its variable:
          * a later step on it is a use after destroy (its scripted failure touches nothing) */
         else if (!strcmp(op, "ncclCommDestroy")) { rc = ncclCommDestroy(comm); n = 1; }
+        /* PyTorch's nccl2 registers every caching-allocator segment with every communicator of
+         * its device and deregisters it when the segment is freed: `repeat` calls over a window
+         * of REG_SLOTS segments, each deregister taking the oldest registration still held */
+        else if (!strcmp(op, "ncclCommRegister")) {
+            for (n = 0; n < s->repeat && !rc; n++) {
+                rc = ncclCommRegister(comm, buf + (reg_next % REG_SLOTS) * 4096, 4096, &reg[reg_next % REG_SLOTS]);
+                reg_next++;
+            }
+        } else if (!strcmp(op, "ncclCommDeregister")) {
+            for (n = 0; n < s->repeat && !rc; n++) {
+                rc = ncclCommDeregister(comm, reg[reg_first % REG_SLOTS]);
+                reg_first++;
+            }
+        }
         else if (!strcmp(op, "ncclGroupStart")) { rc = ncclGroupStart(); n = 1; }
         else if (!strcmp(op, "ncclGroupEnd")) { rc = ncclGroupEnd(); n = 1; }
         else {

@@ -5,8 +5,10 @@
  * it; without the shim and with it the output must be the same. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 typedef int (*comm_int_t)(void*, int);
 typedef int (*comm_t)(void*);
@@ -36,12 +38,15 @@ int main(int argc, char** argv) {
     if (premul) printf("ncclRedOpCreatePreMulSum rc=%d\n", premul(&op, &scalar, 7, 1, NULL));
     else printf("ncclRedOpCreatePreMulSum absent\n");
     if (destroy) printf("ncclRedOpDestroy rc=%d\n", destroy(5, NULL)); else printf("ncclRedOpDestroy absent\n");
-    /* The per-collective configuration calls (2.31), with a zeroed config: NCCL rejects the
-     * NULL communicator first. */
+    /* The per-collective configuration calls (2.31), each with a config laid out as
+     * NCCL_COLLCONFIG_INITIALIZER leaves it (nccl.h 2.32.3, ncclCollConfig_v23200: size 72,
+     * magic at 8, version at 12, minCTAs at 24, forceAlgSelection at 48, userProfilerTag at 56),
+     * minCTAs 2 and the tag 0x7a60 + i: NCCL rejects the NULL communicator first. */
     static const char* names[] = {"ncclAllReduceConfig", "ncclBroadcastConfig", "ncclReduceConfig",
                                   "ncclAllGatherConfig", "ncclReduceScatterConfig", "ncclAlltoAllConfig",
                                   "ncclGatherConfig", "ncclScatterConfig"};
     static long long config[32];
+    static char coll_config[72] __attribute__((aligned(8)));
     float buf[4];
     for (int i = 0; i < 8; i++) {
         void* f = dlsym(h, names[i]);
@@ -50,6 +55,16 @@ int main(int argc, char** argv) {
             continue;
         }
         int rc;
+        void* config = coll_config;
+        memset(coll_config, 0, sizeof coll_config);
+        *(unsigned long long*)coll_config = 72;
+        *(unsigned*)(coll_config + 8) = 0xcafebeef;
+        *(unsigned*)(coll_config + 12) = 23203;
+        for (int at = 24; at <= 52; at += 4) *(int*)(coll_config + at) = INT_MIN;
+        *(void**)(coll_config + 40) = NULL;
+        *(int*)(coll_config + 24) = 2;
+        *(int*)(coll_config + 48) = 1;
+        *(unsigned long long*)(coll_config + 56) = 0x7a60ULL + (unsigned)i;
         if (i == 0 || i == 4) /* (send, recv, count, dt, op, comm, stream, config) */
             rc = ((int (*)(const void*, void*, size_t, int, int, void*, void*, const void*))f)(
                 buf, buf, 1, 7, 0, NULL, NULL, config);

@@ -72,6 +72,8 @@ pub fn render(outcomes: &[(String, Scenario, Outcome)]) -> String {
            `{ call = \"ncclCommGetAsyncError\", repeat = 100, every_ms = 1, async_error = 6 }`,\n\
            `{ call = \"ncclCommInitRank\", takes_ms = 300, rc = 6 }` (the call returns after 300 ms),\n\
            `{ call = \"ncclCommSplit\", repeat = 40, nranks = 2, color = 1 }`, `datatype = \"bfloat16\"` on a collective,\n\
+           `{ call = \"ncclCommRegister\", repeat = 3000 }` / `{ call = \"ncclCommDeregister\", repeat = 2500 }` (buffer\n\
+           registration as PyTorch's nccl2 does it per allocator segment: a window of 1,024 buffers, each deregister the oldest),\n\
            `uid` / `root` (`\"10.0.0.1:50421\"`, `\"[fe80::1%ip6tnl0]:46681\"`) on ncclGetUniqueId / ncclCommInitRank,\n\
            `{ driver = ... }` inside a call (`driver = \"cuMemImportFromShareableHandle\", driver_rc = 101`;\n\
            several: `drivers = [{ call = \"cuMemCreate\", rc = 1, location = \"host_numa:2\" }, { call = \"cuMemImportFromShareableHandle\", repeat = 7 }]`),\n\

@@ -70,6 +70,10 @@ fn named_args(r: &Record) -> Map<String, Value> {
                 m.insert("datatype".into(), json!(dt));
             }
         }
+        // The application's tag (profiler ABI v7), as the hex it is written in.
+        if let Some(tag) = user_tag(r) {
+            m.insert("user_tag".into(), json!(format!("{tag:#x}")));
+        }
         if call == CallId::ProfColl {
             let coll = args::ProfColl::from_args(&r.args);
             let (a, p) = profnames::unpack_algo_proto(coll.algo_proto);
@@ -86,13 +90,29 @@ fn named_args(r: &Record) -> Map<String, Value> {
     m
 }
 
+/// The non-zero `user_tag` of a CollApi / P2pApi event or of the shim's `collConfig` record (0
+/// is NCCL's "untagged"; u64::MAX, a config too short to hold one).
+fn user_tag(r: &Record) -> Option<u64> {
+    matches!(
+        r.call(),
+        Some(CallId::ProfCollApi | CallId::ProfP2pApi | CallId::CollConfig)
+    )
+    .then(|| r.arg("user_tag"))
+    .flatten()
+    .filter(|&t| t != 0 && t != u64::MAX)
+}
+
 fn slice_name(r: &Record) -> String {
     let base = r.call_name();
     match r.call() {
         Some(CallId::ProfColl | CallId::ProfP2p | CallId::ProfCollApi | CallId::ProfP2pApi) => {
-            match r.arg("func").and_then(|c| NameTable::Func.name_of(c)) {
+            let name = match r.arg("func").and_then(|c| NameTable::Func.name_of(c)) {
                 Some(f) => format!("{base} {f}"),
                 None => base,
+            };
+            match user_tag(r) {
+                Some(tag) => format!("{name} tag {tag:#x}"),
+                None => name,
             }
         }
         _ => base,

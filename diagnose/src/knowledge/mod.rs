@@ -34,5 +34,7 @@ pub mod profiler;
 pub mod pytorch_backends;
 pub mod references;
 pub mod static_nccl;
+#[cfg(test)]
+mod reworded;
 pub mod thresholds;
 pub mod visible_devices;

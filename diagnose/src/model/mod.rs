@@ -221,6 +221,10 @@ pub struct ProfOp {
     pub kernel_started: bool,
     /// Its kernel reported its end (every channel's stop, or the GPU-done record).
     pub kernel_stopped: bool,
+    /// The application's profiler tag (NCCL 2.31's `ncclCollConfig_t::userProfilerTag`, profiler
+    /// ABI v7 `userTag`), from the CollApi / P2pApi event that is this operation's parent; 0
+    /// when untagged or when the profile did not record API events.
+    pub user_tag: u64,
 }
 
 /// The ring that lost records: a thread's own, or one of the two that no single thread owns.
@@ -270,6 +274,11 @@ pub struct ProcessModel {
     pub lost: u64,
     /// Completed collectives dropped from `calls` by [`ProcessModel::compact`].
     pub pruned: u64,
+    /// The profiler tags the application gave configured collectives (NCCL 2.31
+    /// `ncclCollConfig_t::userProfilerTag`, the shim's `collConfig` records), by the call's
+    /// (thread, entry time): stable across [`ProcessModel::absorb`] and `compact`, and shared by
+    /// a failure's keep-ring copy. Untagged operations are not listed.
+    pub coll_tags: FxHashMap<(u32, u64), u64>,
     /// Failures dropped from `calls` by [`ProcessModel::compact`] because they repeated an
     /// earlier one exactly (call, return code, communicator, text); the first and the last of
     /// each stay.
@@ -583,6 +592,27 @@ impl ProcessModel {
         self.error_calls().filter(|(_, c)| c.failed())
     }
 
+    /// The application's profiler tag of operation call `c` (0: untagged or not configured).
+    pub fn coll_tag(&self, c: &CallEvent) -> u64 {
+        if !c.call.is_some_and(CallId::is_nccl_operation) {
+            return 0;
+        }
+        self.coll_tags
+            .get(&(c.tid, c.t_enter))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// [`CallEvent::describe`] of `calls[i]`, naming its profiler tag when it has one.
+    pub fn describe_call(&self, i: usize) -> String {
+        let c = &self.calls[i];
+        let s = c.describe();
+        match self.coll_tag(c) {
+            0 => s,
+            tag => s.replacen(&*c.name, &format!("{} (tag {tag:#x})", c.name), 1),
+        }
+    }
+
     pub fn in_flight_calls(&self) -> impl Iterator<Item = (usize, &CallEvent)> {
         self.calls
             .iter()
@@ -813,6 +843,7 @@ impl ProcessModel {
             self.cmdline = o.cmdline;
         }
         self.calls.extend(o.calls);
+        self.coll_tags.extend(o.coll_tags);
         self.ops.extend(o.ops.into_iter().map(|mut op| {
             op.call_index += off;
             op
@@ -990,6 +1021,11 @@ impl ProcessModel {
 
         let mut prof_index: FxHashMap<u64, usize> = FxHashMap::default();
         let mut kernel_parent: FxHashMap<u64, usize> = FxHashMap::default();
+        // Non-zero user tags of CollApi / P2pApi events, by their handle and slot: the Coll or
+        // P2p under one names it as its parent.
+        let mut api_tags: FxHashMap<u64, u64> = FxHashMap::default();
+        // A thread's last `collConfig` record with a tag, until its collective: (comm, seq, tag).
+        let mut configs: FxHashMap<u32, (u64, u64, u64)> = FxHashMap::default();
         let mut prof_comms: Vec<(u64, u64)> = Vec::new(); // (ctx comm field, comm_hash)
         let records = d.records_by_time();
         let skip_call = calls_beyond_keep(&records, keep);
@@ -1044,6 +1080,18 @@ impl ProcessModel {
             match kind {
                 RecordKind::Call if skip_call[j] => {}
                 RecordKind::Call => {
+                    // The thread's configured collective: its config record came just before.
+                    if let Some(&(comm, seq, tag)) = configs.get(&r.tid) {
+                        let op_seq = call
+                            .filter(|c| c.is_nccl_operation())
+                            .map(|_| args::Collective::from_args(&r.args).seq);
+                        if op_seq.is_some() {
+                            configs.remove(&r.tid);
+                        }
+                        if op_seq == Some(seq) && r.comm == comm {
+                            self.coll_tags.insert((r.tid, t), tag);
+                        }
+                    }
                     let mut ev = call_event(r, t, t_exit);
                     ev.error_text = text_of(r);
                     self.add_call(ev);
@@ -1065,6 +1113,13 @@ impl ProcessModel {
                             init_call: None,
                             nccl_version: (v != 0).then_some(v),
                         });
+                    }
+                    Some(CallId::CollConfig) => {
+                        let c = args::CollConfig::from_args(&r.args);
+                        // u64::MAX: the struct did not reach the tag (or was not NCCL's).
+                        if c.user_tag != 0 && c.user_tag != u64::MAX {
+                            configs.insert(r.tid, (r.comm, c.seq, c.user_tag));
+                        }
                     }
                     Some(CallId::FatalSignal) => {
                         let signal = args::FatalSignal::from_args(&r.args);
@@ -1101,6 +1156,7 @@ impl ProcessModel {
                                 stopped: stopped_in_place,
                                 kernel_started: launched,
                                 kernel_stopped: false,
+                                user_tag: api_tags.get(&a.parent).copied().unwrap_or(0),
                             };
                             (op, a.handle)
                         } else {
@@ -1117,6 +1173,7 @@ impl ProcessModel {
                                 stopped: stopped_in_place,
                                 kernel_started: launched,
                                 kernel_stopped: false,
+                                user_tag: api_tags.get(&a.parent).copied().unwrap_or(0),
                             };
                             (op, a.handle)
                         };
@@ -1125,6 +1182,21 @@ impl ProcessModel {
                         prof_index.insert(r.slot_ref().encode(), i);
                         if handle != 0 {
                             prof_index.insert(handle, i);
+                        }
+                    }
+                    Some(CallId::ProfCollApi | CallId::ProfP2pApi) => {
+                        let (handle, tag) = if call == Some(CallId::ProfCollApi) {
+                            let a = args::ProfCollApi::from_args(&r.args);
+                            (a.handle, a.user_tag)
+                        } else {
+                            let a = args::ProfP2pApi::from_args(&r.args);
+                            (a.handle, a.user_tag)
+                        };
+                        if tag != 0 {
+                            api_tags.insert(r.slot_ref().encode(), tag);
+                            if handle != 0 {
+                                api_tags.insert(handle, tag);
+                            }
                         }
                     }
                     Some(CallId::ProfKernelCh) => {
@@ -1679,7 +1751,7 @@ impl JobModel {
     pub fn describe(&self, f: &JobFailure) -> String {
         let p = &self.processes[f.process];
         match f.what {
-            FailureWhat::Call(i) => p.calls[i].describe(),
+            FailureWhat::Call(i) => p.describe_call(i),
             FailureWhat::AsyncError(i) => p.calls[i].describe(),
             FailureWhat::Signal(s) => format!("fatal signal {}", crate::names::signal_name(s)),
             FailureWhat::Died => match p.in_flight_calls().last() {

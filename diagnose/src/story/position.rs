@@ -89,10 +89,12 @@ fn inside_call(pm: &ProcessModel, call: usize) -> Inside {
     let seq = c
         .arg("seq")
         .filter(|_| c.call.is_some_and(CallId::is_nccl_operation));
+    // The application's own name for the operation, when it tagged it (NCCL 2.31+).
+    let tag = crate::profnames::user_tag_text(pm.coll_tag(c));
     Inside {
         text: match seq {
-            Some(s) => format!("{} seq {s} never returned", c.name),
-            None => format!("{} never returned", c.name),
+            Some(s) => format!("{} seq {s}{tag} never returned", c.name),
+            None => format!("{}{tag} never returned", c.name),
         },
         op: c.name.to_string(),
         seq,
@@ -130,12 +132,17 @@ fn inside_profiler(
         ("never completed", "never_completed")
     };
     let func = crate::profnames::func_name(o.func);
+    // The application's own name for the operation, when it tagged it (NCCL 2.31+).
+    let tag = crate::profnames::user_tag_text(o.user_tag);
     Some(Inside {
         text: match (o.p2p, o.seq) {
-            (true, _) => format!("{func} to/from peer {} {what} (profiler)", o.root_or_peer),
+            (true, _) => format!(
+                "{func}{tag} to/from peer {} {what} (profiler)",
+                o.root_or_peer
+            ),
             // Per-function numbering: "seq 5 (AllReduce)" is the fifth AllReduce.
-            (false, Some(s)) => format!("collective seq {s} ({func}) {what} (profiler)"),
-            (false, None) => format!("collective ({func}) {what} (profiler)"),
+            (false, Some(s)) => format!("collective seq {s} ({func}{tag}) {what} (profiler)"),
+            (false, None) => format!("collective ({func}{tag}) {what} (profiler)"),
         },
         op: func.to_string(),
         seq: o.seq,

@@ -2,11 +2,12 @@
 //! shim's dump and forwards to NCCL's real `pnccl*` entry point ([`resolve`]), returning
 //! exactly what NCCL returned. Around that: the uniqueId / commHash hash ([`hash`]), the
 //! per-communicator counters ([`comms`]), the library slots ([`libs`]) and handle-lookup
-//! bindings ([`handles`]), the `ncclConfig_t` reader ([`config`]) and the environment / library /
+//! bindings ([`handles`]), the `ncclConfig_t` and `ncclCollConfig_t` readers ([`config`], [`coll_config`]) and the environment / library /
 //! host snapshots ([`snapshot`]). Never imports `crate::driver`: the two are siblings over
 //! `crate::runtime` and `crate::symbols`.
 
 pub mod call;
+pub mod coll_config;
 pub mod comms;
 pub mod config;
 pub mod exports;

@@ -1,6 +1,9 @@
 //! Catalog C06: several ranks of one communicator on the same GPU. NCCL ≤ 2.29 says "Duplicate GPU
-//! detected : rank X and rank Y both on CUDA device ..."; 2.30 rewords it ("Multiple ranks ...
-//! same GPU ... NCCL_MULTI_RANK_GPU_ENABLE") and allows it only on opt-in. ncclInvalidUsage.
+//! detected : rank X and rank Y both on CUDA device ..."; 2.30.3 rewords it ("Multiple ranks
+//! detected using the same GPU on this node ...") and 2.30.7 again ("Multiple Ranks are using the
+//! same GPU/Partition ..."), allowing it only on opt-in (NCCL_MULTI_RANK_GPU_ENABLE).
+//! ncclInvalidUsage. The wordings and the remedy are knowledge (`messages.toml`,
+//! `init-duplicate-gpu`); this rule adds what the recorded GPUs and launcher variables show.
 
 use crate::knowledge::launchers::{lookup, Role};
 use crate::knowledge::visible_devices::VisibleDevices;
@@ -15,11 +18,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         "Several ranks use the same GPU",
         Confidence::High,
     )
-    .remedy(
-        "Set the device from LOCAL_RANK before creating the communicator (torch.cuda.set_device, or \
-         device_id= in init_process_group); fix the launcher's GPU assignment; run no more processes \
-         per node than GPUs. Only if sharing is intended, on NCCL ≥ 2.30: NCCL_MULTI_RANK_GPU_ENABLE=1.",
-    );
+    .remedy(remedy());
     // Ranks on different MIG instances of one GPU are not this case: the devices invariant
     // (`invariants::devices`) names them.
     let partitioned: std::collections::BTreeSet<usize> =
@@ -115,6 +114,16 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     vec![f]
 }
 
+/// The remedy of the knowledge entry's device-selection cause (PyTorch's device_id, the nccl2
+/// backend's `rank % device count` fallback, NCCL_MULTI_RANK_GPU_ENABLE), so the finding and a
+/// classified text never give two different remedies.
+fn remedy() -> &'static str {
+    crate::knowledge::messages::entry("init-duplicate-gpu")
+        .and_then(|e| e.causes.iter().find(|c| c.id == "device-selection"))
+        .map(|c| c.remedy.as_str())
+        .unwrap_or("Give each rank its own GPU (set the device from LOCAL_RANK before init).")
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -144,6 +153,31 @@ mod tests {
         assert_eq!(f.ranks, vec![0, 1, 2]);
         assert_eq!(f.explains.len(), 3);
         assert!(f.evidence[0].contains("0000:0f:00.0"));
+    }
+
+    /// NCCL 2.30.7's wording (also 2.32.3's), with no GPU identity recorded: the text alone
+    /// names the case, and the remedy names PyTorch's device_id.
+    #[test]
+    fn the_2_30_7_wording_alone_names_the_case() {
+        let (_, fs) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(23007);
+            for r in &mut s.ranks {
+                let rank = u64::from(r.rank);
+                r.init_rank(
+                    2,
+                    rank,
+                    WORLD_UID,
+                    0,
+                    5,
+                    Some("Multiple Ranks are using the same GPU/Partition. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this configuration."),
+                    23007,
+                );
+                r.clean_exit();
+            }
+        });
+        let f = find(&fs, "duplicate-gpu").expect("C06");
+        assert_eq!(f.ranks, vec![0, 1]);
+        assert!(f.remedy.contains("device_id"), "{}", f.remedy);
     }
 
     #[test]

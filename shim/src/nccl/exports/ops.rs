@@ -4,11 +4,13 @@
 
 use super::shape::{p, s};
 use crate::nccl::call::{self, boundary, enter, forward, missing};
+use crate::nccl::coll_config;
 use crate::nccl::comms;
 use crate::nccl::ffi::*;
 use crate::nccl::resolve::real;
+use crate::runtime::recorder::record;
 use ncclshim_dump::schema::{args, ArgView};
-use ncclshim_dump::{arg_index, CallId, CommEntryWriter};
+use ncclshim_dump::{arg_index, CallId, CommEntryWriter, Entry, RecordKind};
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 
@@ -100,6 +102,7 @@ unsafe fn operation<F>(
     send: *const c_void,
     recv: *const c_void,
     stream: Stream,
+    config: *const c_void,
     fwd: impl FnOnce(F) -> NcclResult,
     out: &mut Option<NcclResult>,
 ) {
@@ -140,6 +143,11 @@ unsafe fn operation<F>(
         op_seq,
     }
     .to_args();
+    // A per-collective configuration (2.31): its record goes just before the call's own, with
+    // the same comm and seq (NCCL reads the struct before anything else; so do we).
+    if !config.is_null() {
+        coll_config(comm, config, seq);
+    }
     let a = enter(call, comm, entry);
     // Progress outside the rings: the last operation issued on this comm, with its arguments.
     if let Some(t) = table {
@@ -153,20 +161,49 @@ unsafe fn operation<F>(
     }
 }
 
+/// Writes the `collConfig` record of a configured collective into the calling thread's ring
+/// (the collective's own record follows it there). Off the plain collectives' path.
+#[cold]
+unsafe fn coll_config(comm: NcclComm, config: *const c_void, seq: u64) {
+    let flags = call::context_flags();
+    record(|_, w| {
+        // SAFETY: NCCL reads the same struct within its declared size; so do we.
+        let Some(c) = (unsafe { coll_config::read(config, seq) }) else {
+            return;
+        };
+        let mut e = Entry::new(RecordKind::Event, CallId::CollConfig);
+        e.comm = comm as u64;
+        e.flags = flags;
+        e.args = c.to_args();
+        w.instant(&e);
+    });
+}
+
 /// Defines a collective or p2p export: its C signature (`args`), forwarded as it is, and which
-/// of those arguments fill the operation record's fields.
+/// of those arguments fill the operation record's fields (`config`: the trailing
+/// `ncclCollConfig_t*` of the 2.31 calls).
 macro_rules! op_export {
     ($fn_name:ident, $name:literal, $call:expr,
      ($($arg:ident : $ty:ty),*),
      count = $count:expr, dt = $dt:expr, op = $op:expr, root = $root:expr,
      send = $send:expr, recv = $recv:expr, comm = $comm:ident, stream = $stream:ident) => {
+        op_export!($fn_name, $name, $call, ($($arg : $ty),*),
+            count = $count, dt = $dt, op = $op, root = $root, send = $send, recv = $recv,
+            comm = $comm, stream = $stream, config = std::ptr::null());
+    };
+    ($fn_name:ident, $name:literal, $call:expr,
+     ($($arg:ident : $ty:ty),*),
+     count = $count:expr, dt = $dt:expr, op = $op:expr, root = $root:expr,
+     send = $send:expr, recv = $recv:expr, comm = $comm:ident, stream = $stream:ident,
+     config = $config:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $fn_name($($arg: $ty),*) -> NcclResult {
             boundary(|out| {
                 type F = unsafe extern "C" fn($($ty),*) -> NcclResult;
                 let real = real!($name, F);
                 let fwd = |f: F| f($($arg),*);
-                operation(real, $call, $comm, $count, $dt, $op, $root, $send, $recv, $stream, fwd, out);
+                operation(real, $call, $comm, $count, $dt, $op, $root, $send, $recv, $stream,
+                    $config, fwd, out);
             })
         }
     };
@@ -211,28 +248,29 @@ op_export!(ncclRecv, "ncclRecv", CallId::NcclRecv,
 // `nccl<Collective>Config` (nccl.h v2.32.3): the collective with a trailing
 // `const ncclCollConfig_t*` (channels, algorithm selection, a profiler tag). Recorded as the
 // collective it is, under that collective's id: NCCL counts it in the same sequence, and so do
-// the diagnosis's per-function positions. The configuration itself is NCCL's to read.
+// the diagnosis's per-function positions. A non-NULL config is also recorded, as a `collConfig`
+// event just before the call (`coll_config`: its tuning fields and the profiler tag).
 op_export!(ncclAllReduceConfig, "ncclAllReduceConfig", CallId::NcclAllReduce,
     (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, comm: NcclComm, stream: Stream, config: *const c_void),
-    count = count, dt = datatype, op = op, root = -1, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
+    count = count, dt = datatype, op = op, root = -1, send = sendbuff, recv = recvbuff, comm = comm, stream = stream, config = config);
 op_export!(ncclBroadcastConfig, "ncclBroadcastConfig", CallId::NcclBroadcast,
     (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream, config: *const c_void),
-    count = count, dt = datatype, op = -1, root = root, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
+    count = count, dt = datatype, op = -1, root = root, send = sendbuff, recv = recvbuff, comm = comm, stream = stream, config = config);
 op_export!(ncclReduceConfig, "ncclReduceConfig", CallId::NcclReduce,
     (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, root: c_int, comm: NcclComm, stream: Stream, config: *const c_void),
-    count = count, dt = datatype, op = op, root = root, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
+    count = count, dt = datatype, op = op, root = root, send = sendbuff, recv = recvbuff, comm = comm, stream = stream, config = config);
 op_export!(ncclAllGatherConfig, "ncclAllGatherConfig", CallId::NcclAllGather,
     (sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: c_int, comm: NcclComm, stream: Stream, config: *const c_void),
-    count = sendcount, dt = datatype, op = -1, root = -1, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
+    count = sendcount, dt = datatype, op = -1, root = -1, send = sendbuff, recv = recvbuff, comm = comm, stream = stream, config = config);
 op_export!(ncclReduceScatterConfig, "ncclReduceScatterConfig", CallId::NcclReduceScatter,
     (sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: c_int, op: c_int, comm: NcclComm, stream: Stream, config: *const c_void),
-    count = recvcount, dt = datatype, op = op, root = -1, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
+    count = recvcount, dt = datatype, op = op, root = -1, send = sendbuff, recv = recvbuff, comm = comm, stream = stream, config = config);
 op_export!(ncclAlltoAllConfig, "ncclAlltoAllConfig", CallId::NcclAlltoAll,
     (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, comm: NcclComm, stream: Stream, config: *const c_void),
-    count = count, dt = datatype, op = -1, root = -1, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
+    count = count, dt = datatype, op = -1, root = -1, send = sendbuff, recv = recvbuff, comm = comm, stream = stream, config = config);
 op_export!(ncclGatherConfig, "ncclGatherConfig", CallId::NcclGather,
     (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream, config: *const c_void),
-    count = count, dt = datatype, op = -1, root = root, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
+    count = count, dt = datatype, op = -1, root = root, send = sendbuff, recv = recvbuff, comm = comm, stream = stream, config = config);
 op_export!(ncclScatterConfig, "ncclScatterConfig", CallId::NcclScatter,
     (sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream, config: *const c_void),
-    count = count, dt = datatype, op = -1, root = root, send = sendbuff, recv = recvbuff, comm = comm, stream = stream);
+    count = count, dt = datatype, op = -1, root = root, send = sendbuff, recv = recvbuff, comm = comm, stream = stream, config = config);
