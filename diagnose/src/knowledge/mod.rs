@@ -33,8 +33,8 @@ pub mod launchers;
 pub mod profiler;
 pub mod pytorch_backends;
 pub mod references;
-pub mod static_nccl;
 #[cfg(test)]
 mod reworded;
+pub mod static_nccl;
 pub mod thresholds;
 pub mod visible_devices;
