@@ -259,6 +259,13 @@ impl Story {
         // 16k-rank communicator adds a node per rank).
         let mut listed: FxHashSet<(usize, NodeKind)> =
             nodes.iter().map(|n| (n.process, n.kind)).collect();
+        // The communicators on which each process is blocked inside a call that never returned.
+        let mut blocked_on: FxHashMap<usize, Vec<u64>> = FxHashMap::default();
+        for c in &self.comms {
+            for m in c.members.iter().filter(|m| m.position.inside.is_some()) {
+                blocked_on.entry(m.process).or_default().push(c.comm);
+            }
+        }
         for c in &self.comms {
             let Some(stall) = &c.stall else { continue };
             let member_of: FxHashMap<usize, &Member> =
@@ -287,6 +294,16 @@ impl Story {
                     continue;
                 }
                 if any_departed && !departed(p) {
+                    continue;
+                }
+                // A rank that never issued the operation here because it is blocked inside NCCL
+                // on another communicator (a receive that never matched, a subgroup's
+                // collective) did not stop on its own: what blocks it there explains it, and
+                // its peers here wait on it through that.
+                let blocked_elsewhere = blocked_on
+                    .get(&p)
+                    .is_some_and(|cs| cs.iter().any(|&other| other != c.comm));
+                if blocked_elsewhere && !departed(p) {
                     continue;
                 }
                 let last = member_of

@@ -73,6 +73,20 @@ fn aggregate_facts(job: &JobModel, comm: u64, states: &[RankState], f: &mut Find
     }
 }
 
+/// Each process blocked inside a NCCL call that never returned, with the communicator of that
+/// call (the first the story lists, when it is inside several).
+fn blocked_inside_nccl(story: &Story) -> std::collections::HashMap<usize, u64> {
+    let mut out = std::collections::HashMap::new();
+    for told in &story.comms {
+        for m in &told.members {
+            if m.position.inside.is_some() {
+                out.entry(m.process).or_insert(told.comm);
+            }
+        }
+    }
+    out
+}
+
 /// How long live ranks must have recorded nothing before an unfinished operation is a hang,
 /// unless the user chose otherwise (`ncclshim report --stall-after`): long enough that a slow
 /// step (a big all-reduce, a data-loader pause) of a job read while it runs is not called hung.
@@ -82,6 +96,7 @@ pub const DEFAULT_STALL_NS: u64 = 10_000_000_000;
 /// quiet (see [`DEFAULT_STALL_NS`]).
 pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<Finding> {
     let mut out = Vec::new();
+    let blocked = blocked_inside_nccl(story);
     for &comm in job.comms.keys() {
         let Some(told) = story.comm(comm) else {
             continue;
@@ -105,7 +120,9 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
             .map(|m| {
                 let at = &m.position;
                 RankState {
-                    rank: m.rank,
+                    // Titles name ranks as the rest of the report does, by their place in
+                    // the job; a subgroup's own numbering would name another process.
+                    rank: job.processes[m.process].world_rank().unwrap_or(m.rank),
                     process: m.process,
                     issued: at.shim.max(at.profiler),
                     shim_seq: at.shim,
@@ -140,6 +157,7 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
                 // (a desync: each side waits in its own collective), not outside it.
                 .filter(|s| {
                     s.inside.is_none()
+                        && !blocked.contains_key(&s.process)
                         && st.behind.iter().any(|b| b.1 == s.process)
                         && story
                             .nodes
@@ -149,7 +167,9 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
                 .collect(),
             None => states
                 .iter()
-                .filter(|s| s.inside.is_none() && s.issued < max)
+                .filter(|s| {
+                    s.inside.is_none() && !blocked.contains_key(&s.process) && s.issued < max
+                })
                 .filter(|s| !matches!(story.ends[s.process], Ending::Exited { .. }))
                 .collect(),
         };
@@ -168,6 +188,22 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
                 .all(|m| matches!(m.place, Place::InInit { .. }) || story.has_node(m.process))
             && told.members.iter().any(|m| story.has_node(m.process));
         if waiting_in_init {
+            continue;
+        }
+        // A rank behind here because it is blocked inside NCCL on another communicator (a
+        // receive whose send never matched, a collective of a subgroup) is not outside NCCL:
+        // that communicator's findings say why it is blocked, and the ranks waiting for it here
+        // are neither a transport hang nor a desync of this communicator.
+        let behind_blocked_elsewhere = stall.is_some_and(|st| {
+            !st.behind.is_empty()
+                && st.behind.iter().all(|b| {
+                    blocked.get(&b.1).is_some_and(|&c| c != comm)
+                        && states
+                            .iter()
+                            .any(|s| s.process == b.1 && s.inside.is_none())
+                })
+        });
+        if behind_blocked_elsewhere && laggards.is_empty() {
             continue;
         }
         let behind_inside = stall.is_some_and(|st| {
