@@ -1,0 +1,125 @@
+//! The dumps of a directory as process models, kept between scrapes: a file is read again only
+//! when its fingerprint changed, so a scrape of a node whose ranks are idle (or finished) costs a
+//! directory walk and a small read per file, not a parse of every ring.
+//!
+//! The fingerprint is the file's size and mtime plus a hash of its first
+//! [`FINGERPRINT_BYTES`]: the header page (flags, counters, the last sign of life, the clean-exit
+//! stamp) and the ring directory after it (every ring's head). The mtime alone is not enough:
+//! the writers store through a shared mapping, and the kernel moves the mtime of such a file
+//! only when a clean page is first dirtied, so a page written twice between two writebacks
+//! changes the file without changing its mtime. Every record moves a ring head, which the hash
+//! sees.
+
+use ncclshim_diagnose::load::{display_path, Problem, KEEP_OPERATIONS};
+use ncclshim_diagnose::model::ProcessModel;
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// The header page and the ring directory of up to 960 rings.
+pub const FINGERPRINT_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fingerprint {
+    len: u64,
+    mtime: Option<SystemTime>,
+    head_hash: u64,
+}
+
+fn fingerprint(p: &Path) -> std::io::Result<Fingerprint> {
+    let f = std::fs::File::open(p)?;
+    let meta = f.metadata()?;
+    let mut head = Vec::with_capacity(FINGERPRINT_BYTES);
+    f.take(FINGERPRINT_BYTES as u64).read_to_end(&mut head)?;
+    // Not keyed: the input is our own dumps, and a collision only delays one re-read.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    head.hash(&mut h);
+    Ok(Fingerprint {
+        len: meta.len(),
+        mtime: meta.modified().ok(),
+        head_hash: h.finish(),
+    })
+}
+
+/// What one scrape read: the models of every readable dump, the unreadable ones, and how many
+/// files had to be parsed again.
+pub struct Scan {
+    pub models: Vec<Arc<ProcessModel>>,
+    pub problems: Vec<Problem>,
+    pub files: usize,
+    pub parsed: usize,
+    /// Whether any model differs from the last scrape's (a file parsed again, added or gone).
+    pub changed: bool,
+}
+
+/// The models of the last scrape, by file.
+#[derive(Default)]
+pub struct DumpCache {
+    entries: HashMap<PathBuf, (Fingerprint, Arc<ProcessModel>)>,
+}
+
+impl DumpCache {
+    /// Reads `dir`'s dumps, parsing again (in parallel) only those whose fingerprint changed;
+    /// files gone from the directory leave the cache. A file that cannot be read is a problem,
+    /// never a failed scrape.
+    pub fn scan(&mut self, dir: &Path) -> Result<Scan, ncclshim_diagnose::ToolError> {
+        let listing = ncclshim_diagnose::list_job_dir(dir)?;
+        let entries = &self.entries;
+        let read: Vec<(
+            PathBuf,
+            Result<(Fingerprint, Arc<ProcessModel>, bool), Problem>,
+        )> = listing
+            .files
+            .par_iter()
+            .map(|p| {
+                let r = fingerprint(p)
+                    .map_err(|e| Problem {
+                        file: display_path(dir, p),
+                        error: format!("cannot read: {e}"),
+                    })
+                    .and_then(|fp| match entries.get(p) {
+                        Some((old, m)) if *old == fp => Ok((fp, Arc::clone(m), false)),
+                        _ => parse(dir, p).map(|m| (fp, Arc::new(m), true)),
+                    });
+                (p.clone(), r)
+            })
+            .collect();
+        let mut scan = Scan {
+            models: Vec::new(),
+            problems: listing.problems,
+            files: read.len(),
+            parsed: 0,
+            changed: false,
+        };
+        let mut kept = HashMap::with_capacity(read.len());
+        for (p, r) in read {
+            match r {
+                Ok((fp, m, parsed)) => {
+                    scan.parsed += usize::from(parsed);
+                    scan.models.push(Arc::clone(&m));
+                    kept.insert(p, (fp, m));
+                }
+                Err(problem) => scan.problems.push(problem),
+            }
+        }
+        // Nothing parsed and as many files: the very files of the last scrape.
+        scan.changed = scan.parsed > 0 || kept.len() != self.entries.len();
+        self.entries = kept;
+        Ok(scan)
+    }
+}
+
+/// One dump as the report reads it (compacted to its last operations: the metrics need the
+/// counts and the newest operations, never the whole history).
+fn parse(dir: &Path, p: &Path) -> Result<ProcessModel, Problem> {
+    ncclshim_format::reader::read_dump(p)
+        .map(|d| ProcessModel::from_dump_compacted(&d, display_path(dir, p), KEEP_OPERATIONS))
+        .map_err(|e| Problem {
+            file: display_path(dir, p),
+            error: e.to_string(),
+        })
+}
