@@ -498,7 +498,9 @@ fn cmd_exporter(
         dir.display()
     );
     exporter.serve(stop);
-    say!("ncclshim exporter: stopped");
+    // Not `say!`: whoever read the address may have closed stderr since, and a failed write
+    // must not turn a clean stop into a panic.
+    let _ = writeln!(std::io::stderr(), "ncclshim exporter: stopped");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -67,7 +67,7 @@ impl DumpCache {
     /// files gone from the directory leave the cache. A file that cannot be read is a problem,
     /// never a failed scrape.
     pub fn scan(&mut self, dir: &Path) -> Result<Scan, ncclshim_diagnose::ToolError> {
-        let listing = ncclshim_diagnose::list_job_dir(dir)?;
+        let listing = ncclshim_diagnose::open_job_dir(dir)?;
         let entries = &self.entries;
         let read: Vec<(
             PathBuf,

@@ -15,6 +15,7 @@ pub mod text;
 
 use ncclshim_diagnose::model::JobModel;
 use ncclshim_diagnose::story::Story;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -46,7 +47,7 @@ impl Exporter {
     /// Checks `dir` and binds `listen`; each failure is one line for the user.
     pub fn bind(listen: &str, dir: &Path, stall_after_ns: u64) -> Result<Self, String> {
         // The directory must exist now; it may hold no dump yet (the job starts after us).
-        ncclshim_diagnose::list_job_dir(dir).map_err(|e| e.message)?;
+        ncclshim_diagnose::open_job_dir(dir).map_err(|e| e.message)?;
         let server = tiny_http::Server::http(listen)
             .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         Ok(Self {
@@ -76,7 +77,8 @@ impl Exporter {
                 // An interrupted accept (the signal that sets `stop`) is no failure.
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    eprintln!("ncclshim exporter: {e}");
+                    // stderr may be closed (a supervisor that read the address): never panic.
+                    let _ = writeln!(std::io::stderr(), "ncclshim exporter: {e}");
                     std::thread::sleep(POLL);
                 }
             }
