@@ -15,7 +15,7 @@ use ncclshim_diagnose::model::ProcessModel;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::io::Read;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -45,6 +45,9 @@ fn fingerprint(p: &Path) -> std::io::Result<Fingerprint> {
     })
 }
 
+/// One file as a scrape found it: its fingerprint, its model, and whether it was parsed again.
+type Read = (Fingerprint, Arc<ProcessModel>, bool);
+
 /// What one scrape read: the models of every readable dump, the unreadable ones, and how many
 /// files had to be parsed again.
 pub struct Scan {
@@ -69,10 +72,7 @@ impl DumpCache {
     pub fn scan(&mut self, dir: &Path) -> Result<Scan, ncclshim_diagnose::ToolError> {
         let listing = ncclshim_diagnose::open_job_dir(dir)?;
         let entries = &self.entries;
-        let read: Vec<(
-            PathBuf,
-            Result<(Fingerprint, Arc<ProcessModel>, bool), Problem>,
-        )> = listing
+        let read: Vec<(PathBuf, Result<Read, Problem>)> = listing
             .files
             .par_iter()
             .map(|p| {
