@@ -345,6 +345,27 @@ fn a_live_job_scraped_over_http_parses_as_prometheus_text_with_its_failures_and_
         Some(1.0)
     );
 
+    // A node that holds rank 0 alone (its peer on another node): rank 0 waits inside NCCL,
+    // stalled all the same; which rank it waits for is not this node's to tell.
+    let alone = tmp.path().join("rank0-node");
+    std::fs::create_dir_all(&alone).unwrap();
+    for e in std::fs::read_dir(&dumps).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_str().unwrap().to_string();
+        if name.contains(&format!(".{}.", pids[0])) {
+            std::fs::copy(&p, alone.join(&name)).unwrap();
+        }
+    }
+    let (_node, node_addr) = start_exporter(&alone);
+    let node = parse_with_prometheus_client(&python, &get(&node_addr, "/metrics").2);
+    let l = [("pid", pids[0].as_str()), ("rank", "0")];
+    assert_eq!(value(&node, "ncclshim_comm_stalled", &l), Some(1.0));
+    assert_eq!(
+        value(&node, "ncclshim_comm_stalled_waiting_for_rank", &l),
+        None
+    );
+    assert_eq!(value(&node, "ncclshim_exporter_dumps", &[]), Some(1.0));
+
     let (status, content_type, page) = get(&addr, "/");
     assert_eq!(status, 200);
     assert!(content_type.starts_with("text/html"), "{content_type}");

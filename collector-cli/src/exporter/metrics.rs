@@ -108,12 +108,13 @@ impl Families {
 /// The metric families of `job` (with its `story`) at `at`.
 pub fn compute(job: &JobModel, story: &Story, at: Instant) -> Vec<Family> {
     let mut f = Families::new();
+    // A communicator of two ranks or more, as its members claim, not as this node sees it: the
+    // node may hold one rank of a communicator that spans nodes, and that rank can wait too.
     let stalled_comms: Vec<u64> = story
         .comms
         .iter()
-        .filter(|c| {
-            c.members.len() >= 2 && story.stalled_at(job, c.comm, at.now_ns, at.stall_after_ns)
-        })
+        .filter(|c| job.comms.get(&c.comm).is_some_and(|v| v.nranks() >= 2))
+        .filter(|c| story.stalled_at(job, c.comm, at.now_ns, at.stall_after_ns))
         .map(|c| c.comm)
         .collect();
     for (i, pm) in job.processes.iter().enumerate() {
