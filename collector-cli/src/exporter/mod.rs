@@ -96,22 +96,24 @@ impl Exporter {
             (tiny_http::Method::Get, _) => (404, "not found: /metrics\n".into(), "text/plain"),
             _ => (405, "GET only\n".into(), "text/plain"),
         };
-        let header =
-            tiny_http::Header::from_bytes("Content-Type", content_type).unwrap_or_else(|()| {
-                tiny_http::Header::from_bytes("Content-Type", "text/plain")
-                    .unwrap_or_else(|()| unreachable!())
-            });
-        let response = tiny_http::Response::from_string(body)
-            .with_status_code(status)
-            .with_header(header);
+        let mut response = tiny_http::Response::from_string(body).with_status_code(status);
+        // Our own constant names and values: always valid header bytes.
+        if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", content_type) {
+            response = response.with_header(h);
+        }
         // A scraper that hung up is its own business.
         let _ = request.respond(response);
     }
 
     fn index(&self) -> String {
-        let dir = text::escape_label_value(&self.dir.display().to_string())
+        // The directory is the user's own, but a page shows it as HTML: escaped as such.
+        let dir = self
+            .dir
+            .display()
+            .to_string()
             .replace('&', "&amp;")
-            .replace('<', "&lt;");
+            .replace('<', "&lt;")
+            .replace('>', "&gt;");
         format!(
             "<html><head><title>ncclshim exporter</title></head><body>\
              <h1>ncclshim exporter</h1><p>The NCCL progress of the dumps in <code>{dir}</code>, \
