@@ -123,3 +123,44 @@ fn parse(dir: &Path, p: &Path) -> Result<ProcessModel, Problem> {
             error: e.to_string(),
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+
+    /// Sets `p`'s mtime back to `t` (what a write through a mapping may leave unchanged).
+    fn set_mtime(p: &Path, t: SystemTime) {
+        let d = t.duration_since(std::time::UNIX_EPOCH).unwrap();
+        let times = [
+            libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_OMIT,
+            },
+            libc::timespec {
+                tv_sec: d.as_secs() as libc::time_t,
+                tv_nsec: d.subsec_nanos() as libc::c_long,
+            },
+        ];
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path and an array of two timespecs, as utimensat wants.
+        let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
+        assert_eq!(rc, 0);
+    }
+
+    #[test]
+    fn a_changed_ring_head_changes_the_fingerprint_even_with_the_same_mtime_and_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.ncclshim");
+        std::fs::write(&p, vec![0u8; 2 * FINGERPRINT_BYTES]).unwrap();
+        let first = fingerprint(&p).unwrap();
+        assert_eq!(fingerprint(&p).unwrap(), first, "an unchanged file");
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[4096 + 8] = 1; // a ring directory entry
+        std::fs::write(&p, &bytes).unwrap();
+        set_mtime(&p, first.mtime.unwrap());
+        let second = fingerprint(&p).unwrap();
+        assert_eq!((second.len, second.mtime), (first.len, first.mtime));
+        assert_ne!(second, first);
+    }
+}
