@@ -175,6 +175,9 @@ fn value(fams: &[Value], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 /// OPS: the rank the others wait for.
 const OPS: u64 = 5;
 
+/// The failed `ncclGetUniqueId` calls of the retrying process.
+const RETRIES: u32 = 40;
+
 fn double_rank(prog: &Path, dumps: &Path, rank: u32, then: &str) -> Kid {
     let mut c = preloaded(prog, dumps);
     c.args([rank.to_string(), "2".into(), OPS.to_string(), then.into()])
@@ -215,6 +218,18 @@ fn a_live_job_scraped_over_http_parses_as_prometheus_text_with_its_failures_and_
         .unwrap_or_else(|| panic!("{printed}"));
     assert_ne!(rc, 0, "{printed}");
     let code = ncclshim_diagnose::names::nccl_result_name(rc).unwrap();
+    // A rank retrying its rendezvous: each failure counts, though the model the report reads
+    // keeps only the first and the last of such a run.
+    let retried = preloaded(&nccl_fail, &dumps)
+        .arg(format!("retry {RETRIES}"))
+        .env("NCCL_SOCKET_IFNAME", "bad0")
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&retried.stdout);
+    assert!(
+        printed.contains(&format!("failed {RETRIES} of {RETRIES}")),
+        "{printed}"
+    );
     let mut held = Kid(preloaded(&nccl_fail, &dumps)
         .arg("hold")
         .stdin(Stdio::piped())
@@ -263,17 +278,28 @@ fn a_live_job_scraped_over_http_parses_as_prometheus_text_with_its_failures_and_
             );
         }
     }
-    // The failed process: its failed call by result name; it ended.
-    let failed_pid = samples(&fams, "ncclshim_failed_calls_total", &[("code", code)]);
-    assert_eq!(failed_pid.len(), 1, "{text}");
-    assert_eq!(failed_pid[0]["value"], 1.0);
-    assert_eq!(failed_pid[0]["labels"]["job"], RUN_ID);
-    assert_eq!(failed_pid[0]["labels"]["rank"], "");
-    let failed_pid = failed_pid[0]["labels"]["pid"].as_str().unwrap();
-    assert_eq!(
-        value(&fams, "ncclshim_process_alive", &[("pid", failed_pid)]),
-        Some(0.0)
-    );
+    // The failed processes: their failed calls by result name; they ended.
+    let mut failed = samples(&fams, "ncclshim_failed_calls_total", &[("code", code)]);
+    failed.sort_by(|a, b| {
+        a["value"]
+            .as_f64()
+            .partial_cmp(&b["value"].as_f64())
+            .unwrap()
+    });
+    let counts: Vec<f64> = failed
+        .iter()
+        .map(|s| s["value"].as_f64().unwrap())
+        .collect();
+    assert_eq!(counts, [1.0, RETRIES as f64], "{text}");
+    for s in &failed {
+        assert_eq!(s["labels"]["job"], RUN_ID);
+        assert_eq!(s["labels"]["rank"], "");
+        let pid = s["labels"]["pid"].as_str().unwrap();
+        assert_eq!(
+            value(&fams, "ncclshim_process_alive", &[("pid", pid)]),
+            Some(0.0)
+        );
+    }
     // The held process runs and failed nothing.
     assert_eq!(
         value(&fams, "ncclshim_process_alive", &[("pid", &held_pid)]),
@@ -329,7 +355,7 @@ fn a_live_job_scraped_over_http_parses_as_prometheus_text_with_its_failures_and_
     );
     assert_eq!(
         value(&fams, "ncclshim_exporter_dumps", &[]),
-        Some(4.0),
+        Some(5.0),
         "{text}"
     );
 

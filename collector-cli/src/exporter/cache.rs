@@ -45,13 +45,24 @@ fn fingerprint(p: &Path) -> std::io::Result<Fingerprint> {
     })
 }
 
-/// One file as a scrape found it: its fingerprint, its model, and whether it was parsed again.
-type Read = (Fingerprint, Arc<ProcessModel>, bool);
+/// NCCL calls that failed, by result name (`unknown` for a code the knowledge files lack).
+pub type FailedCalls = std::collections::BTreeMap<&'static str, u64>;
+
+/// One dump as the metrics need it: its model, compacted as `report` reads it, and its failed
+/// NCCL calls counted before compaction, which keeps only the first and the last of a run of
+/// identical failures (a rank retrying its rendezvous thousands of times is thousands here).
+pub struct Parsed {
+    pub model: ProcessModel,
+    pub failed: FailedCalls,
+}
+
+/// One file as a scrape found it: its fingerprint, what it held, and whether it was parsed again.
+type Read = (Fingerprint, Arc<Parsed>, bool);
 
 /// What one scrape read: the models of every readable dump, the unreadable ones, and how many
 /// files had to be parsed again.
 pub struct Scan {
-    pub models: Vec<Arc<ProcessModel>>,
+    pub models: Vec<Arc<Parsed>>,
     pub problems: Vec<Problem>,
     pub files: usize,
     pub parsed: usize,
@@ -62,7 +73,7 @@ pub struct Scan {
 /// The models of the last scrape, by file.
 #[derive(Default)]
 pub struct DumpCache {
-    entries: HashMap<PathBuf, (Fingerprint, Arc<ProcessModel>)>,
+    entries: HashMap<PathBuf, (Fingerprint, Arc<Parsed>)>,
 }
 
 impl DumpCache {
@@ -113,15 +124,23 @@ impl DumpCache {
     }
 }
 
-/// One dump as the report reads it (compacted to its last operations: the metrics need the
-/// counts and the newest operations, never the whole history).
-fn parse(dir: &Path, p: &Path) -> Result<ProcessModel, Problem> {
-    ncclshim_format::reader::read_dump(p)
-        .map(|d| ProcessModel::from_dump_compacted(&d, display_path(dir, p), KEEP_OPERATIONS))
-        .map_err(|e| Problem {
-            file: display_path(dir, p),
-            error: e.to_string(),
-        })
+/// One dump as the report reads it, its failed calls counted first.
+fn parse(dir: &Path, p: &Path) -> Result<Parsed, Problem> {
+    let d = ncclshim_format::reader::read_dump(p).map_err(|e| Problem {
+        file: display_path(dir, p),
+        error: e.to_string(),
+    })?;
+    let mut model = ProcessModel::from_dump(&d, display_path(dir, p));
+    drop(d);
+    let mut failed = FailedCalls::new();
+    // NCCL calls only: a CUDA driver call's CUresult is another, larger set, and such a
+    // failure surfaces through the NCCL call that made it.
+    for c in model.calls.iter().filter(|c| !c.is_cuda && c.failed()) {
+        let code = ncclshim_diagnose::names::nccl_result_name(c.rc).unwrap_or("unknown");
+        *failed.entry(code).or_default() += 1;
+    }
+    model.compact(KEEP_OPERATIONS);
+    Ok(Parsed { model, failed })
 }
 
 #[cfg(test)]

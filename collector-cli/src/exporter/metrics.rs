@@ -12,10 +12,13 @@
 //! `unknown`: a bounded set. No label names an operation, so the series of a job are bounded by
 //! its processes times their communicators.
 
+use super::cache::{FailedCalls, Parsed};
 use super::text::{Family, Kind};
-use ncclshim_diagnose::model::{JobModel, ProcessModel};
+use ncclshim_diagnose::model::{JobModel, ProcessKey, ProcessModel};
 use ncclshim_diagnose::story::{NodeKind, Story};
 use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::sync::Arc;
 
 /// What a scrape needs besides the models.
 #[derive(Debug, Clone, Copy)]
@@ -105,8 +108,17 @@ impl Families {
     }
 }
 
-/// The metric families of `job` (with its `story`) at `at`.
-pub fn compute(job: &JobModel, story: &Story, at: Instant) -> Vec<Family> {
+/// The node's processes joined, with what the metrics read besides the model.
+pub struct Joined {
+    pub job: JobModel,
+    pub story: Story,
+    /// Failed NCCL calls per process (its dumps' counts added).
+    pub failed: HashMap<ProcessKey, FailedCalls>,
+}
+
+/// The metric families of the `joined` processes at `at`.
+pub fn compute(joined: &Joined, at: Instant) -> Vec<Family> {
+    let Joined { job, story, failed } = joined;
     let mut f = Families::new();
     // A communicator of two ranks or more, as its members claim, not as this node sees it: the
     // node may hold one rank of a communicator that spans nodes, and that rank can wait too.
@@ -122,22 +134,16 @@ pub fn compute(job: &JobModel, story: &Story, at: Instant) -> Vec<Family> {
         f.alive.push(labels.clone(), f64::from(u8::from(pm.alive)));
         f.last_record
             .push(labels.clone(), secs(at.now_ns.saturating_sub(pm.last_t)));
-        failed_calls(pm, &labels, &mut f.failed);
+        failed_calls(failed.get(&pm.key()), &labels, &mut f.failed);
         comm_metrics(job, story, i, &labels, &stalled_comms, at, &mut f);
     }
     f.into_vec()
 }
 
-/// NCCL calls that failed, by result name (a CUDA driver call's CUresult is another, larger set:
-/// those surface through the NCCL call that made them).
-fn failed_calls(pm: &ProcessModel, labels: &[(&'static str, String)], out: &mut Family) {
-    let mut by_code: BTreeMap<&'static str, u64> = BTreeMap::new();
-    for c in pm.calls.iter().filter(|c| !c.is_cuda && c.failed()) {
-        let code = ncclshim_diagnose::names::nccl_result_name(c.rc).unwrap_or("unknown");
-        *by_code.entry(code).or_default() += 1;
-    }
-    for (code, n) in by_code {
-        out.push(with(labels.to_vec(), "code", code.to_string()), n as f64);
+/// Process `pm`'s failed NCCL calls, by result name.
+fn failed_calls(failed: Option<&FailedCalls>, labels: &[(&'static str, String)], out: &mut Family) {
+    for (code, n) in failed.into_iter().flatten() {
+        out.push(with(labels.to_vec(), "code", code.to_string()), *n as f64);
     }
 }
 
@@ -240,10 +246,18 @@ fn stall_of(
     (true, waiting_for)
 }
 
-/// The job model and story of the models read: every scrape where a dump changed builds them
-/// again (the models are shared with the cache; only their join is new).
-pub fn model(models: &[std::sync::Arc<ProcessModel>]) -> (JobModel, Story) {
-    let job = JobModel::from_processes(models.iter().map(|m| (**m).clone()).collect());
+/// The job model and story of the dumps read, and their failed calls per process: every
+/// scrape where a dump changed joins them again (the models are shared with the cache; only
+/// their join is new).
+pub fn join(parsed: &[Arc<Parsed>]) -> Joined {
+    let mut failed: HashMap<ProcessKey, FailedCalls> = HashMap::new();
+    for p in parsed.iter().filter(|p| !p.failed.is_empty()) {
+        let mine = failed.entry(p.model.key()).or_default();
+        for (code, n) in &p.failed {
+            *mine.entry(code).or_default() += n;
+        }
+    }
+    let job = JobModel::from_processes(parsed.iter().map(|p| p.model.clone()).collect());
     let story = Story::build(&job);
-    (job, story)
+    Joined { job, story, failed }
 }

@@ -13,8 +13,6 @@ pub mod cache;
 pub mod metrics;
 pub mod text;
 
-use ncclshim_diagnose::model::JobModel;
-use ncclshim_diagnose::story::Story;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,7 +28,7 @@ pub struct Exporter {
     stall_after_ns: u64,
     cache: cache::DumpCache,
     /// The joined model of the last scrape, reused while no dump changed.
-    joined: Option<(JobModel, Story)>,
+    joined: Option<metrics::Joined>,
 }
 
 /// What one scrape cost, for its own metrics and for BENCHMARKS.md.
@@ -138,13 +136,13 @@ pub fn scrape_with(
     dir: &Path,
     stall_after_ns: u64,
     cache: &mut cache::DumpCache,
-    joined: &mut Option<(JobModel, Story)>,
+    joined: &mut Option<metrics::Joined>,
 ) -> Result<(String, ScrapeCost), String> {
     let started = std::time::Instant::now();
     let cpu0 = process_cpu();
     let scan = cache.scan(dir).map_err(|e| e.message)?;
     if scan.changed || joined.is_none() {
-        *joined = Some(metrics::model(&scan.models));
+        *joined = Some(metrics::join(&scan.models));
     }
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -154,7 +152,7 @@ pub fn scrape_with(
         stall_after_ns,
     };
     let mut families = match joined {
-        Some((job, story)) => metrics::compute(job, story, at),
+        Some(j) => metrics::compute(j, at),
         None => Vec::new(),
     };
     let cost = ScrapeCost {
