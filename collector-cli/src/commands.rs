@@ -2,12 +2,13 @@
 //! ([`dumpjson`]), the Perfetto `trace` ([`trace`]), the `run` launcher ([`run`], with the
 //! library directories it preloads from, [`libdirs`], the terminal it hands the job,
 //! [`jobcontrol`], and its notice of failed calls in a job that exited 0, [`caught`]), the host checks of `doctor` ([`doctor`])
-//! and the allocator tuning of the process ([`heap`]). What `report` says is the diagnosis
+//! the per-node Prometheus endpoint of `exporter` ([`exporter`]), and the allocator tuning of the process ([`heap`]). What `report` says is the diagnosis
 //! library's (`ncclshim_diagnose`); this crate parses arguments and prints.
 
 pub mod caught;
 pub mod doctor;
 pub mod dumpjson;
+pub mod exporter;
 pub mod heap;
 pub mod jobcontrol;
 pub mod libdirs;

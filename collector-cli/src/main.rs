@@ -84,6 +84,22 @@ enum Command {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// Serve Prometheus metrics (`/metrics`) of the live dumps in DIR: per process and
+    /// communicator the operations issued and completed, the time since the last progress, the
+    /// age of the operation in flight, the profiler's collectives, bytes and GPU time, failed
+    /// calls by NCCL result, and whether a stall holds the rank (as `report` calls a hang). One
+    /// per node, beside the job; stops on SIGINT or SIGTERM.
+    Exporter {
+        /// Address to listen on (`0.0.0.0:9464`; port 0 picks a free one, printed on stderr).
+        #[arg(long, value_name = "ADDR")]
+        listen: String,
+        /// How long a communicator's live ranks must be quiet before a rank in or behind an
+        /// unfinished operation is stalled (as `report --stall-after`).
+        #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+        stall_after: std::time::Duration,
+        /// The node's dump directory (`NCCLSHIM_DIR`).
+        dir: PathBuf,
+    },
     /// Write a Perfetto / Chrome trace (one process per rank, clocks aligned across hosts).
     Trace {
         /// Directory holding the job's `*.ncclshim` files.
@@ -200,6 +216,11 @@ fn main() -> ExitCode {
         } => cmd_run(dir.as_deref(), !no_plugin, &command),
         Command::Doctor { dir, json, color } => cmd_doctor(dir.as_deref(), json, color),
         Command::Summarize { inputs, output } => cmd_summarize(&inputs, output),
+        Command::Exporter {
+            listen,
+            stall_after,
+            dir,
+        } => cmd_exporter(&listen, &dir, stall_after),
         Command::PreloadProbe { shim } => {
             return ExitCode::from(if collector_cli::run::shim_is_loaded(&shim) {
                 0
@@ -452,6 +473,34 @@ fn cmd_summarize(inputs: &[PathBuf], output: Option<PathBuf>) -> anyhow::Result<
             if s.flight_recorder_not_carried.len() == 1 { "" } else { "s" },
         );
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_exporter(
+    listen: &str,
+    dir: &std::path::Path,
+    stall_after: std::time::Duration,
+) -> anyhow::Result<ExitCode> {
+    use collector_cli::exporter::Exporter;
+    let stall_after_ns = u64::try_from(stall_after.as_nanos()).unwrap_or(u64::MAX);
+    let mut exporter = match Exporter::bind(listen, dir, stall_after_ns) {
+        Ok(e) => e,
+        Err(why) => {
+            say!("ncclshim exporter: {why}");
+            return Ok(ExitCode::from(TOOL_FAILED));
+        }
+    };
+    let stop = collector_cli::exporter::stop_on_signals();
+    // The bound address, port 0 resolved: what a test or a wrapper script connects to.
+    say!(
+        "ncclshim exporter: serving http://{}/metrics for {}",
+        exporter.local_addr(),
+        dir.display()
+    );
+    exporter.serve(stop);
+    // Not `say!`: whoever read the address may have closed stderr since, and a failed write
+    // must not turn a clean stop into a panic.
+    let _ = writeln!(std::io::stderr(), "ncclshim exporter: stopped");
     Ok(ExitCode::SUCCESS)
 }
 
