@@ -57,26 +57,7 @@ fn every_fixture_report_has_a_primary_when_something_failed_and_no_finding_twice
 fn every_real_gpu_capture_report_has_a_primary_when_something_failed_and_no_finding_twice() {
     let mut all = Vec::new();
     let mut cases = 0;
-    let root = support::captures::real_gpu_root();
-    let mut captures: Vec<_> = std::fs::read_dir(&root)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    captures.sort();
-    for capture in captures {
-        let mut names: Vec<String> = std::fs::read_dir(&capture)
-            .unwrap()
-            .flatten()
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()?
-                    .strip_suffix(".tar.gz")
-                    .map(str::to_owned)
-            })
-            .collect();
-        names.sort();
+    for (capture, names) in support::captures::real_gpu_case_names() {
         for name in names {
             let (_guard, case) = support::captures::unpack_case(&capture, &name);
             let dumps = if case.join("dumps").is_dir() {

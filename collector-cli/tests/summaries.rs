@@ -77,27 +77,8 @@ fn differences(dir: &Path) -> Option<String> {
 
 /// Every real GPU capture unpacked: (guard, the case's folder).
 fn real_gpu_cases() -> Vec<(tempfile::TempDir, PathBuf)> {
-    let root = support::captures::real_gpu_root();
     let mut out = Vec::new();
-    let mut captures: Vec<_> = std::fs::read_dir(&root)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    captures.sort();
-    for capture in captures {
-        let mut names: Vec<String> = std::fs::read_dir(&capture)
-            .unwrap()
-            .flatten()
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()?
-                    .strip_suffix(".tar.gz")
-                    .map(str::to_owned)
-            })
-            .collect();
-        names.sort();
+    for (capture, names) in support::captures::real_gpu_case_names() {
         for name in names {
             out.push(support::captures::unpack_case(&capture, &name));
         }

@@ -25,6 +25,34 @@ pub fn unpack_case(capture_dir: &Path, name: &str) -> (tempfile::TempDir, PathBu
     (dir, case)
 }
 
+/// Every real GPU capture's case names, by capture folder, both sorted.
+pub fn real_gpu_case_names() -> Vec<(PathBuf, Vec<String>)> {
+    let mut captures: Vec<PathBuf> = std::fs::read_dir(real_gpu_root())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    captures.sort();
+    captures
+        .into_iter()
+        .map(|capture| {
+            let mut names: Vec<String> = std::fs::read_dir(&capture)
+                .unwrap()
+                .flatten()
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()?
+                        .strip_suffix(".tar.gz")
+                        .map(str::to_owned)
+                })
+                .collect();
+            names.sort();
+            (capture, names)
+        })
+        .collect()
+}
+
 /// The committed dump fixture folders (real captures without a GPU, synthetic jobs, the
 /// profiler's synthetic jobs), sorted.
 pub fn fixture_dirs() -> Vec<PathBuf> {
