@@ -112,35 +112,18 @@ impl Summary {
 
     /// Reads a summary; every way it can be wrong is one line.
     pub fn read(path: &Path) -> Result<Summary, String> {
-        let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
-        let mut text = Vec::new();
-        GzDecoder::new(BufReader::new(file))
-            .read_to_end(&mut text)
-            .map_err(|e| format!("not a readable summary (its compressed data is damaged: {e})"))?;
-        #[derive(Deserialize)]
-        struct Head {
-            format: Option<String>,
-            version: Option<[u32; 2]>,
-        }
-        let head: Head = serde_json::from_slice(&text)
-            .map_err(|e| format!("not a readable summary (damaged: {e})"))?;
-        if head.format.as_deref() != Some(FORMAT_NAME) {
-            return Err("not an ncclshim summary (no `format: ncclshim-summary`)".to_string());
-        }
-        let version = head.version.unwrap_or([0, 0]);
-        if version[0] != VERSION[0] {
-            return Err(format!(
-                "a summary of version {}.{}, which this ncclshim ({}, summary version {}.{}) cannot read; \
-                 read it with the ncclshim that wrote it",
-                version[0],
-                version[1],
-                env!("CARGO_PKG_VERSION"),
-                VERSION[0],
-                VERSION[1]
-            ));
-        }
-        let mut s: Summary = serde_json::from_slice(&text)
-            .map_err(|e| format!("not a readable summary (damaged: {e})"))?;
+        // Decoded as it is decompressed: the JSON text of a node's summary is never held whole
+        // (12,500 of them are read at once by the report's threads).
+        let opened = || -> Result<_, String> {
+            let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+            Ok(BufReader::new(GzDecoder::new(BufReader::new(file))))
+        };
+        let mut s: Summary = match serde_json::from_reader(opened()?) {
+            Ok(s) => s,
+            // Not a summary of this major: read its head again to say which it is.
+            Err(e) => return Err(why_unreadable(opened()?, e)),
+        };
+        check_head(Some(&s.format), Some(s.version))?;
         for p in &mut s.processes {
             for c in &mut p.calls {
                 serial::restore_name(c.call, &mut c.name);
@@ -148,6 +131,49 @@ impl Summary {
         }
         Ok(s)
     }
+}
+
+/// The one line for a summary that did not decode as this version's (`error`): another format
+/// or major version when its head says so, else the damage.
+fn why_unreadable(reader: impl Read, error: serde_json::Error) -> String {
+    #[derive(Deserialize)]
+    struct Head {
+        format: Option<String>,
+        version: Option<[u32; 2]>,
+    }
+    let damaged = |e: &dyn std::fmt::Display| {
+        if error.is_io() {
+            format!("not a readable summary (its compressed data is damaged: {e})")
+        } else {
+            format!("not a readable summary (damaged: {e})")
+        }
+    };
+    match serde_json::from_reader::<_, Head>(reader) {
+        Ok(head) => check_head(head.format.as_deref(), head.version)
+            .err()
+            .unwrap_or_else(|| damaged(&error)),
+        Err(_) => damaged(&error),
+    }
+}
+
+/// Refuses another format, or another major version of this one.
+fn check_head(format: Option<&str>, version: Option<[u32; 2]>) -> Result<(), String> {
+    if format != Some(FORMAT_NAME) {
+        return Err("not an ncclshim summary (no `format: ncclshim-summary`)".to_string());
+    }
+    let version = version.unwrap_or([0, 0]);
+    if version[0] != VERSION[0] {
+        return Err(format!(
+            "a summary of version {}.{}, which this ncclshim ({}, summary version {}.{}) cannot read; \
+             read it with the ncclshim that wrote it",
+            version[0],
+            version[1],
+            env!("CARGO_PKG_VERSION"),
+            VERSION[0],
+            VERSION[1]
+        ));
+    }
+    Ok(())
 }
 
 fn temporary_path(path: &Path) -> PathBuf {
