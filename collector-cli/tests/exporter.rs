@@ -14,7 +14,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use support::native::{build_against_double, nccl_fail_program, root, shim_so};
+use support::native::{build_against_double, nccl_fail_program, shim_so};
 
 const RUN_ID: &str = "job-37";
 
@@ -98,23 +98,7 @@ fn get(addr: &str, path: &str) -> (u32, String, String) {
 
 /// The project's venv's python with the test packages (installed on first use).
 fn test_python() -> PathBuf {
-    let out = Command::new("bash")
-        .arg(root().join("scripts/tools-venv.sh"))
-        .arg("--test")
-        .output()
-        .expect("bash scripts/tools-venv.sh --test");
-    assert!(
-        out.status.success(),
-        "scripts/tools-venv.sh --test failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let venv = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .expect("the venv's directory")
-        .trim()
-        .to_string();
-    PathBuf::from(venv).join("bin/python")
+    support::native::test_venv().join("bin/python")
 }
 
 /// Prometheus' parser over `text`: every sample as {family, type, name, labels, value}. It

@@ -18,23 +18,7 @@ use std::process::Command;
 
 /// The venv's `mpirun` (the venv is made, and the pinned wheels installed, on first use).
 fn mpirun() -> PathBuf {
-    let out = Command::new("bash")
-        .arg(support::native::root().join("scripts/tools-venv.sh"))
-        .arg("--test")
-        .output()
-        .expect("bash scripts/tools-venv.sh --test");
-    assert!(
-        out.status.success(),
-        "scripts/tools-venv.sh --test failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let venv = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .expect("the venv's directory")
-        .trim()
-        .to_string();
-    PathBuf::from(venv).join("bin/mpirun")
+    support::native::test_venv().join("bin/mpirun")
 }
 
 /// `mpirun -np ranks sh -c SCRIPT` in `cwd`; panics with its output when it fails.

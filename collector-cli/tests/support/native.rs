@@ -29,6 +29,28 @@ pub fn shim_so() -> PathBuf {
     .expect("libncclshim.so not built")
 }
 
+/// The project's venv with the Python packages the tests run against (`scripts/tools-venv.sh
+/// --test`: nccl4py, prometheus-client, Open MPI's mpirun), made and installed on first use.
+pub fn test_venv() -> PathBuf {
+    let out = Command::new("bash")
+        .arg(root().join("scripts/tools-venv.sh"))
+        .arg("--test")
+        .output()
+        .expect("bash scripts/tools-venv.sh --test");
+    assert!(
+        out.status.success(),
+        "scripts/tools-venv.sh --test failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let venv = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .expect("the venv's directory")
+        .trim()
+        .to_string();
+    PathBuf::from(venv)
+}
+
 /// Runs `cc` with `args`; a failure shows the compiler's output.
 pub fn cc(args: &[&str]) {
     let o = Command::new("cc").args(args).output().expect("cc");
