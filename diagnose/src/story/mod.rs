@@ -111,16 +111,26 @@ pub struct Story {
     pub comms: Vec<CommStory>,
     /// Ordered by time; a node's cause always precedes it.
     pub nodes: Vec<Node>,
+    /// The communicators on which each process is blocked inside a call that never returned
+    /// (its members' positions): a rank blocked on one communicator is not a laggard of another.
+    pub blocked_on: FxHashMap<usize, Vec<u64>>,
 }
 
 impl Story {
     pub fn build(job: &JobModel) -> Story {
         let ends: Vec<Ending> = job.processes.par_iter().map(ending::of).collect();
         let comms = progress::build(job);
+        let mut blocked_on: FxHashMap<usize, Vec<u64>> = FxHashMap::default();
+        for c in &comms {
+            for m in c.members.iter().filter(|m| m.position.inside.is_some()) {
+                blocked_on.entry(m.process).or_default().push(c.comm);
+            }
+        }
         let mut s = Story {
             ends,
             comms,
             nodes: Vec::new(),
+            blocked_on,
         };
         s.add_nodes(job);
         s.link(job);
@@ -259,13 +269,6 @@ impl Story {
         // 16k-rank communicator adds a node per rank).
         let mut listed: FxHashSet<(usize, NodeKind)> =
             nodes.iter().map(|n| (n.process, n.kind)).collect();
-        // The communicators on which each process is blocked inside a call that never returned.
-        let mut blocked_on: FxHashMap<usize, Vec<u64>> = FxHashMap::default();
-        for c in &self.comms {
-            for m in c.members.iter().filter(|m| m.position.inside.is_some()) {
-                blocked_on.entry(m.process).or_default().push(c.comm);
-            }
-        }
         for c in &self.comms {
             let Some(stall) = &c.stall else { continue };
             let member_of: FxHashMap<usize, &Member> =
@@ -300,7 +303,8 @@ impl Story {
                 // on another communicator (a receive that never matched, a subgroup's
                 // collective) did not stop on its own: what blocks it there explains it, and
                 // its peers here wait on it through that.
-                let blocked_elsewhere = blocked_on
+                let blocked_elsewhere = self
+                    .blocked_on
                     .get(&p)
                     .is_some_and(|cs| cs.iter().any(|&other| other != c.comm));
                 if blocked_elsewhere && !departed(p) {

@@ -73,20 +73,6 @@ fn aggregate_facts(job: &JobModel, comm: u64, states: &[RankState], f: &mut Find
     }
 }
 
-/// Each process blocked inside a NCCL call that never returned, with the communicator of that
-/// call (the first the story lists, when it is inside several).
-fn blocked_inside_nccl(story: &Story) -> std::collections::HashMap<usize, u64> {
-    let mut out = std::collections::HashMap::new();
-    for told in &story.comms {
-        for m in &told.members {
-            if m.position.inside.is_some() {
-                out.entry(m.process).or_insert(told.comm);
-            }
-        }
-    }
-    out
-}
-
 /// How long live ranks must have recorded nothing before an unfinished operation is a hang,
 /// unless the user chose otherwise (`ncclshim report --stall-after`): long enough that a slow
 /// step (a big all-reduce, a data-loader pause) of a job read while it runs is not called hung.
@@ -96,7 +82,7 @@ pub const DEFAULT_STALL_NS: u64 = 10_000_000_000;
 /// quiet (see [`DEFAULT_STALL_NS`]).
 pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<Finding> {
     let mut out = Vec::new();
-    let blocked = blocked_inside_nccl(story);
+    let blocked = &story.blocked_on;
     for &comm in job.comms.keys() {
         let Some(told) = story.comm(comm) else {
             continue;
@@ -197,7 +183,9 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
         let behind_blocked_elsewhere = stall.is_some_and(|st| {
             !st.behind.is_empty()
                 && st.behind.iter().all(|b| {
-                    blocked.get(&b.1).is_some_and(|&c| c != comm)
+                    blocked
+                        .get(&b.1)
+                        .is_some_and(|cs| cs.iter().any(|&c| c != comm))
                         && states
                             .iter()
                             .any(|s| s.process == b.1 && s.inside.is_none())
