@@ -7,7 +7,9 @@
 //! run id). Processes no launcher named join a run by what they share with its processes: a
 //! communicator (the uniqueId hash every rank of it has) while their lifetimes overlap, or,
 //! without any communicator, an overlapping lifetime. Processes with different launcher ids
-//! are never joined.
+//! are never joined. An id ncclshim gave (`ncclshim run` names the processes it starts when no
+//! launcher did) names a wrapper, and one wrapper per rank is common (a hand-written launcher):
+//! processes so named join by a communicator shared at the same time, as unnamed ones do.
 
 use crate::model::{ProcessKey, ProcessModel};
 use serde::Serialize;
@@ -140,6 +142,17 @@ impl Sets {
     }
 }
 
+/// The header's run source of an id given by ncclshim itself (`NCCLSHIM_RUN_ID`, which
+/// `ncclshim run` sets when no launcher named the job), as `dump/src/run.rs` writes it.
+const NCCLSHIM_RUN_SOURCE: &str = "ncclshim";
+
+/// Whether a part is unnamed or named by ncclshim rather than by a scheduler or launcher: such
+/// a name may be one wrapper's, so a communicator shared at the same time joins it to others.
+/// A scheduler's id (a Slurm step, a torchelastic run) names the job and is never bridged.
+fn wrapper_named(p: &ProcessModel) -> bool {
+    p.run_id.is_empty() || p.run_source == NCCLSHIM_RUN_SOURCE
+}
+
 fn span(p: &ProcessModel) -> (u64, u64) {
     let last = p
         .last_t
@@ -210,14 +223,24 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
                 .collect()
         };
         for j in candidates {
+            if !overlaps(span(&parts[i]), span(&parts[j])) {
+                continue;
+            }
+            // Two processes in one communicator at the same time are one job even when their
+            // launcher ranks repeat (ranks computed per node: the identity invariant's case),
+            // and even when each was named by its own wrapper: `ncclshim run` around each rank
+            // (a hand-written launcher, `srun ncclshim run` without a Slurm job id) names each
+            // wrapper's process, not the job.
+            let one_comm = !comms[i].is_disjoint(&comms[j]);
+            if one_comm && wrapper_named(&parts[i]) && wrapper_named(&parts[j]) {
+                sets.union(i, j);
+                continue;
+            }
             let unnamed = parts[i].run_id.is_empty() || parts[j].run_id.is_empty();
-            if !unnamed || !overlaps(span(&parts[i]), span(&parts[j])) {
+            if !unnamed {
                 continue;
             }
             let (a, b) = (group_id(&mut sets, i), group_id(&mut sets, j));
-            // Two processes in one communicator at the same time are one job even when their
-            // launcher ranks repeat (ranks computed per node: the identity invariant's case).
-            let one_comm = !comms[i].is_disjoint(&comms[j]);
             if a.is_some() && b.is_some() && a != b || (!one_comm && sets.rank_clash(i, j)) {
                 continue;
             }
@@ -301,6 +324,13 @@ pub fn choose(runs: &[RunParts], wanted: Option<&str>) -> Result<usize, String> 
     if let Some(i) = exact {
         return Ok(i);
     }
+    // The name of one wrapper of a run joined from several ([`wrapper_named`]).
+    if let Some(i) = runs
+        .iter()
+        .position(|r| r.parts.iter().any(|p| p.run_id == w))
+    {
+        return Ok(i);
+    }
     let prefixed: Vec<usize> = (0..runs.len())
         .filter(|&i| runs[i].summary.id.starts_with(w))
         .collect();
@@ -322,6 +352,15 @@ pub fn choose_own(runs: &[RunParts], source: &str, id: &str) -> Option<usize> {
     }
     let of_source = |r: &RunParts| r.summary.source == source;
     if let Some(i) = runs.iter().position(|r| of_source(r) && r.summary.id == id) {
+        return Some(i);
+    }
+    // A run joined from several wrappers' processes by their communicators carries one of
+    // their names; each wrapper finds it by its own.
+    if let Some(i) = runs.iter().position(|r| {
+        r.parts
+            .iter()
+            .any(|p| p.run_source == source && p.run_id == id)
+    }) {
         return Some(i);
     }
     let step = format!("{id}.");
@@ -517,6 +556,34 @@ mod tests {
         );
     }
 
+    /// One `ncclshim run` around each rank (no launcher id): each wrapper names its own process,
+    /// and the communicator they share at the same time makes them one run, which each
+    /// wrapper's own report and `--run` with any of the names find. Two wrappers without a
+    /// shared communicator stay two runs, and scheduler ids are never bridged this way.
+    #[test]
+    fn wrappers_of_one_job_are_one_run_by_their_communicator() {
+        let wrapped = |pid: u32, run: &str, comm: u64, t: (u64, u64)| {
+            let mut p = part(pid, run, comm, t);
+            p.run_source = "ncclshim".into();
+            p
+        };
+        let runs = split(vec![
+            wrapped(1, "w-1", 0xaa, (10, 30)),
+            wrapped(2, "w-2", 0xaa, (11, 31)),
+            wrapped(3, "w-3", 0xaa, (12, 29)),
+            wrapped(4, "w-4", 0xbb, (12, 29)),
+        ]);
+        let got = ids(&runs);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].1, vec![1, 2, 3]);
+        assert_eq!(got[1].1, vec![4]);
+        for w in ["w-1", "w-2", "w-3"] {
+            assert_eq!(choose_own(&runs, "ncclshim", w), Some(0), "{w}");
+            assert_eq!(choose(&runs, Some(w)), Ok(0), "{w}");
+        }
+        assert_eq!(choose_own(&runs, "ncclshim", "w-4"), Some(1));
+    }
+
     /// `ncclshim run` reports on the run its processes named: its own id, never the most
     /// recent run of the directory; a step of the launcher's job it was started under when the
     /// job called the launcher again (`srun` in a batch script); none when nothing matches.
@@ -531,6 +598,9 @@ mod tests {
         ]);
         for r in &mut runs[..2] {
             r.summary.source = "ncclshim".into();
+            for p in &mut r.parts {
+                p.run_source = "ncclshim".into();
+            }
         }
         let id_of = |i: Option<usize>| i.map(|i| runs[i].summary.id.clone());
         assert_eq!(

@@ -40,6 +40,7 @@ import sys
 import tarfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 try:
@@ -161,6 +162,53 @@ def signal_session(sid, sig):
             pass
 
 
+class LiveScrape:
+    """`ncclshim exporter` over the job's dump folder while the job runs (the job's `scrape`
+    table: `stall_after_s`, `from_s`, `every_s`): /metrics fetched over HTTP every `every_s`
+    from `from_s` on, each scrape kept as metrics/scrape-NN-Ts.txt (packed into the capture)."""
+
+    def __init__(self, job, cfg):
+        self.job, self.cfg = job, cfg
+        self.dir = job.dir / "metrics"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.err_path = self.dir / "exporter.err"
+        self.proc = subprocess.Popen(
+            [str(job.kit.cli), "exporter", "--listen", "127.0.0.1:0", "--stall-after", f"{cfg.get('stall_after_s', 3)}s", str(job.dir / "dumps")],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.err_path, "w"),
+            start_new_session=True,
+        )
+        self.addr, self.count, self.next_at = None, 0, float(cfg.get("from_s", 5))
+        stop = time.monotonic() + 10
+        while self.addr is None and time.monotonic() < stop and self.proc.poll() is None:
+            m = re.search(r"http://([^/\s]+)", self.err_path.read_text())
+            self.addr = m.group(1) if m else None
+            time.sleep(0.05)
+
+    def tick(self, elapsed):
+        if self.addr is None or elapsed < self.next_at:
+            return
+        self.next_at = elapsed + float(self.cfg.get("every_s", 2))
+        self.count += 1
+        name = f"scrape-{self.count:02d}-{int(elapsed)}s.txt"
+        try:
+            body = urllib.request.urlopen(f"http://{self.addr}/metrics", timeout=10).read()
+        except Exception as e:  # noqa: BLE001 -- the check says what went wrong
+            body = f"# scrape failed: {e!r}\n".encode()
+        (self.dir / name).write_bytes(body)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        (self.dir / "exporter.json").write_text(json.dumps({"addr": self.addr, "scrapes": self.count, "exit": code}))
+
+
 class Job:
     def __init__(self, spec, backend, args, kit, facts):
         self.spec = spec
@@ -217,6 +265,7 @@ class Job:
         for sub in ("dumps", "logs", "flight-recorder"):
             (self.dir / sub).mkdir(parents=True)
         port = free_port()
+        scrape = LiveScrape(self, self.spec["scrape"]) if "scrape" in self.spec else None
         procs = []
         for rank in range(self.spec["ranks"]):
             env, argv = self.rank_env(rank, port)
@@ -241,6 +290,8 @@ class Job:
                 break
             time.sleep(0.1)
             now = time.monotonic()
+            if scrape is not None:
+                scrape.tick(now - start)
             if failed_at is None and any(s not in (None, 0) for s in states):
                 failed_at = now
             if now >= deadline:
@@ -260,6 +311,8 @@ class Job:
         for p in procs:
             signal_session(p.pid, signal.SIGKILL)  # stragglers a rank left behind, too
             p.wait()
+        if scrape is not None:
+            scrape.stop()
         return [p.returncode for p in procs], ended, time.monotonic() - start
 
     def report(self):
@@ -387,11 +440,85 @@ def extra_flight_recorder(job):
     return None, f"flight recorder files: {files or 'none'}"
 
 
+def prometheus_samples(text):
+    """(name, labels, value) of every sample in a scrape: prometheus_client's own parser where
+    the machine has it (it rejects what Prometheus would), else a plain reading of the lines."""
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        out = []
+        for line in text.splitlines():
+            m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$', line)
+            if m:
+                labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+                out.append((m.group(1), labels, float(m.group(3))))
+        return out
+    return [(s.name, s.labels, s.value) for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+def extra_exporter(job):
+    """A scrape during the stall says the ranks waiting in NCCL are stalled and names the rank
+    they wait for (the table's `scrape.stalled_waiting_for`); every scrape parses."""
+    want = job.spec["scrape"]["stalled_waiting_for"]
+    scrapes = sorted((job.dir / "metrics").glob("scrape-*.txt"))
+    if not scrapes:
+        return "no scrape", ""
+    first_stall, cpu = None, []
+    for path in scrapes:
+        try:
+            samples = prometheus_samples(path.read_text())
+        except Exception as e:  # noqa: BLE001
+            return f"{path.name} does not parse: {e}", ""
+        cpu += [v for n, _, v in samples if n == "ncclshim_exporter_scrape_cpu_seconds"]
+        stalled = {(l.get("rank"), l.get("comm")) for n, l, v in samples if n == "ncclshim_comm_stalled" and v == 1}
+        waits = {l.get("rank"): v for n, l, v in samples if n == "ncclshim_comm_stalled_waiting_for_rank"}
+        ranks = {r for r, _ in stalled}
+        if first_stall is None and all(str(r) in ranks and waits.get(str(r)) == float(w) for r, w in want.items()):
+            first_stall = path.name
+    info = json.loads((job.dir / "metrics" / "exporter.json").read_text())
+    note = f"{len(scrapes)} scrapes, stall seen first in {first_stall}, exporter exit {info['exit']}"
+    if cpu:
+        note += f", scrape CPU median {statistics.median(cpu) * 1000:.1f} ms"
+    problems = []
+    if first_stall is None:
+        problems.append(f"no scrape shows ranks {sorted(want)} stalled waiting for {sorted(set(want.values()))}")
+    if info["exit"] != 0:
+        problems.append(f"exporter exit {info['exit']} on SIGTERM")
+    return "; ".join(problems) or None, note
+
+
+def extra_summarize(job):
+    """`ncclshim summarize` of the job's dumps (one node's processes) gives the same report JSON
+    as the dumps themselves; its time and size per rank are noted."""
+    folder = job.dir / "summary"
+    folder.mkdir(exist_ok=True)
+    summary = folder / "node.ncclshim-summary"
+    t = time.monotonic()
+    r = subprocess.run([str(job.kit.cli), "summarize", str(job.dir / "dumps"), "-o", str(summary)], capture_output=True, text=True)
+    took = time.monotonic() - t
+    if r.returncode != 0:
+        return f"summarize exit {r.returncode}: {r.stderr.strip()[:200]}", ""
+    js = subprocess.run([str(job.kit.cli), "report", "--color", "never", "--json", str(folder)], capture_output=True, text=True)
+    direct = json.loads((job.dir / "report.json").read_text() or "null")
+    try:
+        from_summary = json.loads(js.stdout)
+    except json.JSONDecodeError:
+        return "report on the summary gave no JSON", ""
+    size = summary.stat().st_size
+    note = f"summarize {took:.2f} s, {size / job.spec['ranks'] / 1000:.1f} KB per rank"
+    if from_summary == direct:
+        return None, note
+    keys = sorted(k for k in set(direct or {}) | set(from_summary or {}) if (direct or {}).get(k) != (from_summary or {}).get(k))
+    return f"the report on the summary differs from the direct report in {keys}", note
+
+
 EXTRAS = {
     "ring-accounting": extra_ring_accounting,
     "cumem-records": extra_cumem_records,
     "trace": extra_trace,
     "flight-recorder": extra_flight_recorder,
+    "exporter": extra_exporter,
+    "summarize": extra_summarize,
 }
 
 
@@ -605,7 +732,7 @@ def pack_capture(args, cases, facts):
             jobdir = Path(args.work) / "jobs" / name
             inner = io.BytesIO()
             with tarfile.open(fileobj=inner, mode="w:gz") as t:
-                for sub in ("dumps", "flight-recorder"):
+                for sub in ("dumps", "flight-recorder", "metrics"):
                     if (jobdir / sub).is_dir() and any((jobdir / sub).iterdir()):
                         t.add(jobdir / sub, arcname=f"{name}/{sub}")
                 for log in sorted((jobdir / "logs").iterdir()):

@@ -756,6 +756,31 @@ impl ProcessModel {
         }
     }
 
+    /// The newest sign that communicator `comm` moved on in this process (wall clock): an
+    /// operation issued on it (the communicator table, or its call's record) or returned, or
+    /// started by the profiler. Routine calls that only poll it are no progress: PyTorch's
+    /// watchdog asks `ncclCommGetAsyncError` many times a second while the job hangs.
+    /// `None` when nothing says this process used the communicator.
+    pub fn comm_progress_t(&self, comm: u64) -> Option<u64> {
+        let table = self
+            .progress
+            .iter()
+            .filter(|c| c.comm_hash == comm)
+            .filter_map(|c| c.last_t);
+        let calls = self
+            .ops
+            .iter()
+            .filter(|o| o.comm_hash == Some(comm))
+            .filter_map(|o| self.calls.get(o.call_index))
+            .map(|c| c.t_exit.unwrap_or(c.t_enter));
+        let profiled = self
+            .prof_ops
+            .iter()
+            .filter(|o| o.comm_hash == Some(comm))
+            .map(|o| o.t_start);
+        table.chain(calls).chain(profiled).max()
+    }
+
     /// The profiler's totals for communicator `comm`, when it kept them.
     pub fn aggregate(&self, comm: u64) -> Option<&aggregates::CommAggregate> {
         self.aggregates.iter().find(|a| a.comm_hash == comm)
@@ -1277,10 +1302,13 @@ impl ProcessModel {
                     nccl_version: None,
                 });
             }
+            // A rank that split with NCCL_SPLIT_NOCOLOR gets no communicator (a NULL newcomm):
+            // it is no member of the others' child (PyTorch's new_group on the ranks outside it).
             Some(CallId::NcclCommSplit)
                 if ev.returned(NcclResult::Success)
                     && !ev.in_flight()
-                    && args::NcclCommSplit::from_args(&ev.args).comm_hash != 0 =>
+                    && args::NcclCommSplit::from_args(&ev.args).comm_hash != 0
+                    && args::NcclCommSplit::from_args(&ev.args).new_comm != 0 =>
             {
                 let split = args::NcclCommSplit::from_args(&ev.args);
                 self.merge_membership(Membership {

@@ -169,8 +169,12 @@ impl Story {
     }
 
     /// Whether communicator `comm` had stopped making progress at instant `now`: every member's
-    /// process is gone, or the newest record of any live member is older than `quiet_ns` (a job
-    /// read while it runs is in a slow step, not hung, until its ranks have been quiet a while).
+    /// process is gone, or no member issued, finished or started an operation on it for
+    /// `quiet_ns` (a job read while it runs is in a slow step, not hung, until the communicator
+    /// has been quiet a while). Progress on the communicator, not any record: a hung PyTorch
+    /// rank's watchdog keeps polling NCCL ([`crate::model::ProcessModel::comm_progress_t`]); seen live on an
+    /// H200, where the exporter never called such a hang stalled. Members with no operation
+    /// on it at all (an init that hangs) are read by their newest record.
     pub fn stalled_at(&self, job: &JobModel, comm: u64, now: u64, quiet_ns: u64) -> bool {
         let Some(c) = self.comm(comm) else {
             return false;
@@ -179,7 +183,10 @@ impl Story {
         if !processes().any(|pm| pm.alive) {
             return true;
         }
-        let newest = processes().map(|pm| pm.last_t).max().unwrap_or(0);
+        let newest = processes()
+            .filter_map(|pm| pm.comm_progress_t(comm))
+            .max()
+            .unwrap_or_else(|| processes().map(|pm| pm.last_t).max().unwrap_or(0));
         now.saturating_sub(newest) >= quiet_ns
     }
 

@@ -343,6 +343,40 @@ mod tests {
     }
     use ncclshim_format::CallId;
 
+    /// A live hang under PyTorch: the ranks' watchdogs keep polling NCCL (fresh records every
+    /// moment) while nothing moves on the communicator. Quiet means no operation issued,
+    /// returned or started on it, not no record (the exporter missed the H200 laggard so).
+    #[test]
+    fn polls_by_a_watchdog_are_no_progress() {
+        let (mut job, _) = analyze(&["n0", "n0"], |s| {
+            s.snapshot_all(22803);
+            let comms = s.init_world(22803);
+            for (r, c) in s.ranks.iter_mut().zip(&comms) {
+                r.coll(CallId::NcclAllReduce, *c, 0, 4096, 7, 0, 0, 0, None);
+            }
+            s.step();
+            for (r, c) in s.ranks.iter_mut().zip(&comms) {
+                r.async_error(*c, 0, None);
+            }
+        });
+        let comm = ncclshim_fixtures::synth::WORLD_UID;
+        let progress = job
+            .processes
+            .iter()
+            .filter_map(|p| p.comm_progress_t(comm))
+            .max()
+            .expect("the all-reduce is progress");
+        let polled = job.processes.iter().map(|p| p.last_t).max().unwrap();
+        assert!(polled > progress, "the poll came after the all-reduce");
+        for p in &mut job.processes {
+            p.alive = true;
+        }
+        let story = crate::story::Story::build(&job);
+        let quiet = polled - progress;
+        assert!(story.stalled_at(&job, comm, polled, quiet));
+        assert!(!story.stalled_at(&job, comm, polled, quiet + 1));
+    }
+
     #[test]
     fn one_rank_never_issues_the_collective() {
         let (_, fs) = analyze(&["n0", "n0", "n1", "n1"], |s| {
