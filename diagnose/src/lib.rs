@@ -361,6 +361,7 @@ pub fn read_runs(
                 first_t_unix_ns: 0,
                 last_t_unix_ns: 0,
                 reported: false,
+                attempt: None,
             },
             parts: Vec::new(),
         });

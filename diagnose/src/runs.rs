@@ -10,6 +10,11 @@
 //! are never joined. An id ncclshim gave (`ncclshim run` names the processes it starts when no
 //! launcher did) names a wrapper, and one wrapper per rank is common (a hand-written launcher):
 //! processes so named join by a communicator shared at the same time, as unnamed ones do.
+//!
+//! A launcher that restarts the job (torchrun `--max-restarts`, a requeued Slurm job) names
+//! every attempt with the same id and reuses its ranks; the restart counters it sets
+//! (`restart_count` in `knowledge/launchers.toml`) tell the attempts apart, and processes of two
+//! attempts are never one run. `--run ID` then means the latest attempt of ID, `ID@N` attempt N.
 
 use crate::model::{ProcessKey, ProcessModel};
 use serde::Serialize;
@@ -30,15 +35,32 @@ pub struct RunSummary {
     pub last_t_unix_ns: u64,
     /// This is the run the report is about.
     pub reported: bool,
+    /// Which attempt of a restarted job (the launchers' restart counters added up), when a
+    /// launcher counts restarts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u64>,
 }
 
 impl RunSummary {
-    /// `slurm 812.0`, or `unnamed-1 (no launcher id)`.
+    /// `slurm 812.0`, `torchelastic job-42 (restart 1)`, or `unnamed-1 (no launcher id)`.
     pub fn label(&self) -> String {
+        let restart = self
+            .attempt
+            .map(|n| format!(" (restart {n})"))
+            .unwrap_or_default();
         if self.source.is_empty() {
-            format!("{} (no launcher id)", self.id)
+            format!("{}{restart} (no launcher id)", self.id)
         } else {
-            format!("{} {}", self.source, self.id)
+            format!("{} {}{restart}", self.source, self.id)
+        }
+    }
+
+    /// What `--run` takes to name this run alone: `ID`, or `ID@N` for attempt N of a job
+    /// restarted under one id.
+    pub fn choice(&self) -> String {
+        match self.attempt {
+            Some(n) => format!("{}@{n}", self.id),
+            None => self.id.clone(),
         }
     }
 }
@@ -153,6 +175,30 @@ fn wrapper_named(p: &ProcessModel) -> bool {
     p.run_id.is_empty() || p.run_source == NCCLSHIM_RUN_SOURCE
 }
 
+/// The attempt of a restarted job a part belongs to: the restart counters its launchers set
+/// (torchrun's, Slurm's), added up; `None` when no launcher counts restarts.
+fn own_attempt(p: &ProcessModel) -> Option<u64> {
+    let env = p.env.as_ref()?;
+    let counts =
+        crate::knowledge::launchers::all(env, crate::knowledge::launchers::Role::RestartCount);
+    (!counts.is_empty()).then(|| counts.iter().filter_map(|v| v.number()).sum())
+}
+
+/// Each part's attempt, read from whichever part of its process recorded the environment (a
+/// profiler dump has none of its own).
+fn attempts(parts: &[ProcessModel]) -> Vec<Option<u64>> {
+    let mut by_process: HashMap<ProcessKey, u64> = HashMap::new();
+    for p in parts {
+        if let Some(a) = own_attempt(p) {
+            by_process.insert(p.key(), a);
+        }
+    }
+    parts
+        .iter()
+        .map(|p| by_process.get(&p.key()).copied())
+        .collect()
+}
+
 fn span(p: &ProcessModel) -> (u64, u64) {
     let last = p
         .last_t
@@ -177,8 +223,9 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
     let mut sets = Sets::new(&parts);
     // Parts of one process (shim and profiler dumps), and one launcher id, are one run. Keyed
     // lookups, not pairs: a 16k-rank job is 16k parts.
+    let attempt = attempts(&parts);
     let mut by_process: HashMap<ProcessKey, usize> = HashMap::new();
-    let mut by_run: HashMap<(String, String), usize> = HashMap::new();
+    let mut by_run: HashMap<(String, String, Option<u64>), usize> = HashMap::new();
     for (i, p) in parts.iter().enumerate() {
         if let Some(&j) = by_process.get(&p.key()) {
             sets.union(i, j);
@@ -186,7 +233,7 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
             by_process.insert(p.key(), i);
         }
         if !p.run_id.is_empty() {
-            let key = (p.run_source.clone(), p.run_id.clone());
+            let key = (p.run_source.clone(), p.run_id.clone(), attempt[i]);
             match by_run.get(&key) {
                 Some(&j) => sets.union(i, j),
                 None => {
@@ -226,6 +273,10 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
             if !overlaps(span(&parts[i]), span(&parts[j])) {
                 continue;
             }
+            // Two attempts of a restarted job are two runs, however close in time.
+            if attempt[i].is_some() && attempt[j].is_some() && attempt[i] != attempt[j] {
+                continue;
+            }
             // Two processes in one communicator at the same time are one job even when their
             // launcher ranks repeat (ranks computed per node: the identity invariant's case),
             // and even when each was named by its own wrapper: `ncclshim run` around each rank
@@ -254,14 +305,17 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
         }
         previous = Some(i);
     }
-    let mut groups: std::collections::BTreeMap<usize, Vec<ProcessModel>> = Default::default();
+    let mut groups: std::collections::BTreeMap<usize, (Option<u64>, Vec<ProcessModel>)> =
+        Default::default();
     for (i, p) in parts.into_iter().enumerate() {
         let root = sets.find(i);
-        groups.entry(root).or_default().push(p);
+        let group = groups.entry(root).or_default();
+        group.0 = group.0.or(attempt[i]);
+        group.1.push(p);
     }
     let mut runs: Vec<RunParts> = groups
         .into_values()
-        .map(|parts| {
+        .map(|(attempt, parts)| {
             let named = parts.iter().find(|p| !p.run_id.is_empty());
             let mut keys: Vec<_> = parts.iter().map(ProcessModel::key).collect();
             keys.sort();
@@ -285,6 +339,7 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
                     first_t_unix_ns: first,
                     last_t_unix_ns: last,
                     reported: false,
+                    attempt,
                 },
                 parts,
             }
@@ -301,6 +356,14 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
     runs
 }
 
+/// Of the runs `candidates`, the one that started last.
+fn latest(runs: &[RunParts], candidates: impl Iterator<Item = usize>) -> Option<usize> {
+    candidates.max_by_key(|&i| {
+        let r = &runs[i].summary;
+        (r.first_t_unix_ns, r.last_t_unix_ns)
+    })
+}
+
 /// Which run to report on: the one `wanted` names (its id, `source:id`, or a unique prefix of
 /// the id), else the most recent. `Err` names the runs there are.
 pub fn choose(runs: &[RunParts], wanted: Option<&str>) -> Result<usize, String> {
@@ -314,13 +377,22 @@ pub fn choose(runs: &[RunParts], wanted: Option<&str>) -> Result<usize, String> 
     };
     let ids = || {
         runs.iter()
-            .map(|r| r.summary.id.as_str())
+            .map(|r| r.summary.choice())
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let exact = runs
-        .iter()
-        .position(|r| r.summary.id == w || format!("{}:{}", r.summary.source, r.summary.id) == w);
+    // `ID@N`: attempt N of a job restarted under one id.
+    if let Some(i) = runs.iter().position(|r| r.summary.choice() == w) {
+        return Ok(i);
+    }
+    // Several attempts under one id: the latest, the one that ended the job.
+    let exact = latest(
+        runs,
+        (0..runs.len()).filter(|&i| {
+            let r = &runs[i].summary;
+            r.id == w || format!("{}:{}", r.source, r.id) == w
+        }),
+    );
     if let Some(i) = exact {
         return Ok(i);
     }
@@ -351,16 +423,20 @@ pub fn choose_own(runs: &[RunParts], source: &str, id: &str) -> Option<usize> {
         return None;
     }
     let of_source = |r: &RunParts| r.summary.source == source;
-    if let Some(i) = runs.iter().position(|r| of_source(r) && r.summary.id == id) {
+    // The latest attempt when the job restarted under the wrapper (torchrun --max-restarts).
+    let named = (0..runs.len()).filter(|&i| of_source(&runs[i]) && runs[i].summary.id == id);
+    if let Some(i) = latest(runs, named) {
         return Some(i);
     }
     // A run joined from several wrappers' processes by their communicators carries one of
     // their names; each wrapper finds it by its own.
-    if let Some(i) = runs.iter().position(|r| {
-        r.parts
+    let joined = (0..runs.len()).filter(|&i| {
+        runs[i]
+            .parts
             .iter()
             .any(|p| p.run_source == source && p.run_id == id)
-    }) {
+    });
+    if let Some(i) = latest(runs, joined) {
         return Some(i);
     }
     let step = format!("{id}.");
@@ -419,12 +495,12 @@ pub fn note(runs: &[RunSummary]) -> Option<String> {
     let latest = runs
         .iter()
         .max_by_key(|r| (r.first_t_unix_ns, r.last_t_unix_ns))
-        .is_some_and(|r| r.id == chosen.id);
+        .is_some_and(|r| r.choice() == chosen.choice());
     Some(format!(
         "this directory holds {} runs: {}; reporting on run {}{}; use --run ID to choose",
         runs.len(),
         list.join(", "),
-        chosen.id,
+        chosen.choice(),
         if latest { " (the most recent)" } else { "" }
     ))
 }
@@ -554,6 +630,48 @@ mod tests {
             n.ends_with("reporting on run unnamed-2 (the most recent); use --run ID to choose"),
             "{n}"
         );
+    }
+
+    /// torchrun --max-restarts: every attempt has the same run id and the same ranks; the
+    /// restart counter keeps the attempts apart (the profiler's part of a process, which
+    /// records no environment, goes with its process), the report is about the latest, and
+    /// `ID@N` names an earlier one.
+    #[test]
+    fn restarted_attempts_under_one_id_are_separate_runs() {
+        let attempt = |pid: u32, rank: &str, restart: &str, t: (u64, u64)| {
+            let mut p = part(pid, "job-42", 0xaa, t);
+            p.run_source = "torchelastic".into();
+            p.env = Some(
+                [
+                    ("RANK", rank),
+                    ("TORCHELASTIC_RUN_ID", "job-42"),
+                    ("TORCHELASTIC_RESTART_COUNT", restart),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            );
+            p
+        };
+        let mut profiler_part = part(3, "job-42", 0xaa, (21, 30));
+        profiler_part.run_source = "torchelastic".into();
+        let runs = split(vec![
+            attempt(1, "0", "0", (10, 20)),
+            attempt(2, "1", "0", (10, 20)),
+            attempt(3, "0", "1", (21, 30)),
+            attempt(4, "1", "1", (21, 30)),
+            profiler_part,
+        ]);
+        let got = ids(&runs);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].1, vec![1, 2]);
+        assert_eq!(got[1].1, vec![3, 3, 4]);
+        assert_eq!(runs[1].summary.attempt, Some(1));
+        assert_eq!(runs[1].summary.label(), "torchelastic job-42 (restart 1)");
+        assert_eq!(choose(&runs, None), Ok(1));
+        assert_eq!(choose(&runs, Some("job-42")), Ok(1), "the latest attempt");
+        assert_eq!(choose(&runs, Some("job-42@0")), Ok(0));
+        assert_eq!(choose_own(&runs, "torchelastic", "job-42"), Some(1));
     }
 
     /// One `ncclshim run` around each rank (no launcher id): each wrapper names its own process,

@@ -121,6 +121,7 @@ mod tests {
             first_t_unix_ns: first,
             last_t_unix_ns: last,
             reported: false,
+            attempt: None,
         }
     }
 

@@ -133,6 +133,33 @@ pub fn lookup(env: &BTreeMap<String, String>, role: Role) -> Option<Value<'_>> {
     })
 }
 
+/// Every value set for `role`, one per variable, whichever launcher names it (numeric roles:
+/// those that parse), in launcher order. For a role several launchers can play at once: a
+/// torchrun restarted inside a requeued Slurm job has two restart counts.
+pub fn all(env: &BTreeMap<String, String>, role: Role) -> Vec<Value<'_>> {
+    let mut seen: Vec<&str> = Vec::new();
+    let mut out = Vec::new();
+    for l in launchers() {
+        for v in l.vars.iter().filter(|v| v.role == role) {
+            let Some((k, value)) = env.get_key_value(&v.name) else {
+                continue;
+            };
+            if seen.contains(&k.as_str())
+                || (role.is_numeric() && value.trim().parse::<u64>().is_err())
+            {
+                continue;
+            }
+            seen.push(k.as_str());
+            out.push(Value {
+                var: k.as_str(),
+                value: value.as_str(),
+                launcher: l.id.as_str(),
+            });
+        }
+    }
+    out
+}
+
 /// Every variable name that plays `role` in some launcher (deduplicated, in file order).
 pub fn vars_for(role: Role) -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
