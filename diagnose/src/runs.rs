@@ -166,13 +166,13 @@ impl Sets {
 
 /// The header's run source of an id given by ncclshim itself (`NCCLSHIM_RUN_ID`, which
 /// `ncclshim run` sets when no launcher named the job), as `dump/src/run.rs` writes it.
-const NCCLSHIM_RUN_SOURCE: &str = "ncclshim";
+const WRAPPER_RUN_SOURCE: &str = "ncclshim";
 
 /// Whether a part is unnamed or named by ncclshim rather than by a scheduler or launcher: such
 /// a name may be one wrapper's, so a communicator shared at the same time joins it to others.
 /// A scheduler's id (a Slurm step, a torchelastic run) names the job and is never bridged.
 fn wrapper_named(p: &ProcessModel) -> bool {
-    p.run_id.is_empty() || p.run_source == NCCLSHIM_RUN_SOURCE
+    p.run_id.is_empty() || p.run_source == WRAPPER_RUN_SOURCE
 }
 
 /// The attempt of a restarted job a part belongs to: the restart counters its launchers set
