@@ -14,8 +14,8 @@ use crate::clock;
 use crate::config::{file_name, RecorderConfig};
 use crate::dumpdir::{create_in, open_dump_dir, DirError};
 use crate::identity::ProcessIdentity;
-use crate::layout::*;
-use crate::schema::{BlobKind, CallId, RecordKind, SlotRef};
+use ncclshim_format::layout::*;
+use ncclshim_format::schema::{BlobKind, CallId, RecordKind, SlotRef};
 use std::ffi::CString;
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;
@@ -1031,14 +1031,14 @@ impl CommEntryWriter for CommTableEntry {
 /// TSC-to-nanosecond conversion is refreshed without a clock_gettime on the ordinary path.
 const ANCHOR_EVERY_MASK: u64 = (1 << 14) - 1;
 
-fn add_anchor(h: &FileHeader, a: crate::layout::ClockAnchor) {
+fn add_anchor(h: &FileHeader, a: ncclshim_format::layout::ClockAnchor) {
     let n = h.next_anchor.fetch_add(1, Ordering::Relaxed);
     let slot = &h.anchors[n as usize % CLOCK_ANCHORS];
     // SAFETY: anchor slots are reserved by the fetch_add above; the one writer of this slot
     // invalidates it, fills it and publishes it (a writer 32 anchors later could collide only
     // after 32 more refreshes during these few stores; the reader drops implausible pairs).
     unsafe {
-        let p = (slot as *const crate::layout::ClockAnchor).cast_mut();
+        let p = (slot as *const ncclshim_format::layout::ClockAnchor).cast_mut();
         (*p).seq.store(0, Ordering::Relaxed);
         fence(Ordering::Release);
         ptr::addr_of_mut!((*p).tsc).write(a.tsc);
