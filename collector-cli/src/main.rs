@@ -291,7 +291,7 @@ fn cmd_trace(
     let listing = ncclshim_diagnose::load::list_dumps(dir)
         .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", dir.display()))?;
     let fr = flight_recorder_source(flight_recorder);
-    let done = collector_cli::trace::input::trace_files(dir, &listing, &fr, output)?;
+    let done = ncclshim_trace::input::trace_files(dir, &listing, &fr, output)?;
     for p in done.problems.iter().chain(&listing.problems) {
         say!("ncclshim: skipped {}: {}", p.file, p.error);
     }
@@ -421,7 +421,7 @@ fn cmd_doctor(
     json: bool,
     color: ColorChoice,
 ) -> anyhow::Result<ExitCode> {
-    use collector_cli::doctor;
+    use ncclshim_doctor as doctor;
     let facts = doctor::collect();
     let mut checks = doctor::run_checks(&facts);
     if let Some(dir) = dir {
@@ -432,7 +432,11 @@ fn cmd_doctor(
         serde_json::to_writer_pretty(&mut out, &doctor::DoctorReport::new(&checks, &facts))?;
         writeln!(out)?;
     } else {
-        write!(out, "{}", doctor::render_text(&checks, use_color(color)))?;
+        write!(
+            out,
+            "{}",
+            collector_cli::doctor::render_text(&checks, use_color(color))
+        )?;
     }
     // 1 when a job started on this host would fail, as `report` exits 1 on a failure.
     Ok(ExitCode::from(u8::from(doctor::job_would_fail(&checks))))

@@ -8,6 +8,10 @@
 //!   shim): the same verdicts through the same story.
 
 mod support;
+// Perfetto's importer's rules (test support shared with the trace crate and the lab).
+#[allow(dead_code)]
+#[path = "../../tests/support/trace_validate.rs"]
+mod trace_validate;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -401,7 +405,7 @@ fn the_trace_names_process_groups_and_carries_each_collectives_python_stack() {
         .expect("the ncclshim binary runs");
     assert!(out.status.success(), "{out:?}");
     let trace: Value = serde_json::from_slice(&std::fs::read(&trace_path).unwrap()).expect("JSON");
-    collector_cli::trace::validate::validate(&trace).unwrap();
+    trace_validate::validate(&trace).unwrap();
     let events = trace["traceEvents"].as_array().unwrap();
     let all_reduces: Vec<&Value> = events
         .iter()
@@ -481,7 +485,7 @@ fn the_trace_reads_flight_recorder_dumps_from_a_prefix_of_their_own() {
             .expect("the ncclshim binary runs");
         assert!(out.status.success(), "{out:?}");
         let trace: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).expect("JSON");
-        collector_cli::trace::validate::validate(&trace).unwrap();
+        trace_validate::validate(&trace).unwrap();
         trace["traceEvents"]
             .as_array()
             .unwrap()

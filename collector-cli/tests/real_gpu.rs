@@ -8,6 +8,10 @@
 //! to `cases.json` without a test here fail.
 
 mod support;
+// Perfetto's importer's rules (test support shared with the trace crate and the lab).
+#[allow(dead_code)]
+#[path = "../../tests/support/trace_validate.rs"]
+mod trace_validate;
 
 use regex::RegexBuilder;
 use serde_json::Value;
@@ -307,7 +311,7 @@ fn a_real_all_reduce_hung_until_the_rank_was_killed_reaches_the_ranks_end_in_the
         assert!(out.status.success(), "{name}: {out:?}");
         let trace: Value =
             serde_json::from_slice(&std::fs::read(&trace_path).unwrap()).expect("JSON");
-        collector_cli::trace::validate::validate(&trace).unwrap();
+        trace_validate::validate(&trace).unwrap();
         let events = trace["traceEvents"].as_array().unwrap();
         let hung: Vec<&Value> = events
             .iter()

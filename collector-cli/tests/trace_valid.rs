@@ -1,18 +1,22 @@
 //! Every trace `ncclshim trace` writes is valid for Perfetto's JSON importer
-//! (`collector_cli::trace::validate`): over every committed fixture (real captures, synthetic
+//! (`tests/support/trace_validate.rs`): over every committed fixture (real captures, synthetic
 //! scenarios, the profiler plugin's emulated 8-rank jobs) and every scenario generated afresh.
 //! Plus what a user must see in them: hangs drawn up to the end, failures as markers, and the
 //! `-o -` / `-o x.json.gz` outputs.
 
 mod support;
+// Perfetto's importer's rules (test support shared with the trace crate and the lab).
+#[allow(dead_code)]
+#[path = "../../tests/support/trace_validate.rs"]
+mod trace_validate;
 
-use collector_cli::trace::build_trace;
-use collector_cli::trace::validate::{in_flight_slices_have_length, validate};
 use ncclshim_diagnose::load;
 use ncclshim_diagnose::model::JobModel;
 use ncclshim_fixtures::scenarios;
+use ncclshim_trace::{build_trace, IN_FLIGHT_STATE};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use trace_validate::{in_flight_slices_have_length, validate};
 
 fn trace_of(dir: &Path) -> Value {
     let files = load::find_dumps(dir).unwrap();
@@ -41,7 +45,7 @@ fn every_fixture_gives_a_valid_trace() {
         let t = trace_of(&dir);
         let s = validate(&t).unwrap_or_else(|e| panic!("{}:\n{}", dir.display(), e.join("\n")));
         assert!(s.slices > 0, "{}: {s:?}", dir.display());
-        let empty = in_flight_slices_have_length(&t);
+        let empty = in_flight_slices_have_length(&t, IN_FLIGHT_STATE);
         assert!(empty.is_empty(), "{}:\n{}", dir.display(), empty.join("\n"));
     }
 }

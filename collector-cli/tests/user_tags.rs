@@ -6,10 +6,10 @@
 
 mod support;
 
-use collector_cli::trace::build_trace;
 use ncclshim_diagnose::load;
 use ncclshim_diagnose::model::JobModel;
 use ncclshim_format::CallId;
+use ncclshim_trace::build_trace;
 use std::path::Path;
 use std::process::Command;
 use support::native::{nccl_cu12_lib, nccl_program, shim_so};

@@ -368,13 +368,3 @@ pub fn read_runs(
     }
     (runs, problems)
 }
-
-/// The analysis part of [`analyze_dir`], for callers that read the dumps themselves.
-pub fn analyze_loaded(dir: &Path, loaded: load::Loaded) -> report::Report {
-    let job = model::JobModel::build(&loaded.dumps, |d| load::display_path(dir, &d.path));
-    let story = story::Story::build(&job);
-    let findings = rules::diagnose_story(&job, &story, &rules::Options::default());
-    let mut report = report::Report::build(&job, &story, findings, loaded.problems);
-    report.pytorch_backend = backend::of_job(&job, None);
-    report
-}

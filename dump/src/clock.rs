@@ -12,7 +12,7 @@
 //! piecewise between anchors, so drift over a long job is bounded by the anchor spacing. The
 //! header's calibration pair then maps MONOTONIC to wall-clock time, as for any dump.
 
-use crate::layout::{ClockAnchor, ClockPair};
+use ncclshim_format::layout::{ClockAnchor, ClockPair};
 pub use ncclshim_format::timebase::{ClockKind, TimeBase, ANCHORS};
 use std::sync::atomic::{AtomicU8, Ordering};
 

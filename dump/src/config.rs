@@ -5,9 +5,9 @@
 //! The variables' names, ranges and documented defaults are defined in [`crate::settings`].
 
 use crate::dumpdir::DirPolicy;
-use crate::layout::{WriterKind, DEFAULT_COMM_ENTRIES, DEFAULT_KEEP_SLOTS};
 use crate::settings;
-pub use crate::settings::Limit;
+pub use crate::settings::{show_size, Limit};
+use ncclshim_format::layout::{WriterKind, DEFAULT_COMM_ENTRIES, DEFAULT_KEEP_SLOTS};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -148,16 +148,6 @@ impl Limit {
         );
         (default, Some(line))
     }
-}
-
-/// `4096`, `64k`, `16M`, `1G`, `1024G`: the shortest exact form `parse_size` reads back.
-pub fn show_size(n: u64) -> String {
-    for (shift, unit) in [(30, "G"), (20, "M"), (10, "k")] {
-        if n >= 1 << 20 && n.is_multiple_of(1 << shift) {
-            return format!("{}{unit}", n >> shift);
-        }
-    }
-    n.to_string()
 }
 
 /// Writes one configuration complaint to stderr with a raw `write(2)`: this runs inside the

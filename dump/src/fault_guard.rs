@@ -15,6 +15,11 @@
 //! The handler is async-signal-safe: atomics, `mmap`, `write(2)`, `sigaction`, `tgkill`. It
 //! preserves errno. A disposition of SIG_IGN is left alone, and a handler the host installs
 //! later without chaining replaces this one (as with the shim's fatal-signal capture).
+//!
+//! This file sits under the writer and the process lifecycle and never names them: the
+//! lifecycle ([`process`](crate::process)) hands it, once, the function that turns a lost
+//! mapping's recorder off ([`when_lost`]); the handler calls it through a function pointer held
+//! in an atomic (no lock, no allocation).
 
 use crate::signal_chain::Chained;
 use std::ffi::{c_int, c_void};
@@ -33,6 +38,17 @@ static SAID: AtomicBool = AtomicBool::new(false);
 
 /// The SIGBUS disposition replaced by ours.
 static PREVIOUS: Chained = Chained::new();
+
+/// The `fn(usize)` that [`when_lost`] registered, as an address (0: none yet). An atomic word,
+/// so the signal handler reads it without a lock.
+static ON_LOST: AtomicUsize = AtomicUsize::new(0);
+
+/// Registers what to call, inside the SIGBUS handler, with the base of a mapping that was just
+/// lost to a truncated file (after it is replaced by anonymous memory). `on_lost` must be
+/// async-signal-safe (atomics only). A later registration replaces an earlier one.
+pub fn when_lost(on_lost: fn(usize)) {
+    ON_LOST.store(on_lost as usize, Ordering::Release);
+}
 
 /// Guards the mapping `[base, base + len)`; returns its slot (for [`is_lost`]), or `None` when
 /// every slot is taken.
@@ -100,7 +116,14 @@ pub unsafe fn recover(info: *const libc::siginfo_t) -> bool {
         if p == libc::MAP_FAILED {
             return false; // cannot make the store succeed: let the fault take its course
         }
-        crate::process::disable_mapping(base);
+        let on_lost = ON_LOST.load(Ordering::Acquire);
+        if on_lost != 0 {
+            // SAFETY: ON_LOST is written only by `when_lost`, from a `fn(usize)`, so a non-zero
+            // value is the address of such a function, valid for the life of the program
+            // (functions are never unloaded from a process that still runs our handler).
+            let on_lost = unsafe { std::mem::transmute::<usize, fn(usize)>(on_lost) };
+            on_lost(base);
+        }
         if !SAID.swap(true, Ordering::AcqRel) {
             const MSG: &str = "ncclshim: recording disabled: a dump file was truncated while this process was writing it (SIGBUS on the recorder's own pages); the program continues unaffected\n";
             // SAFETY: writing a static buffer to fd 2; a short or failed write is acceptable.

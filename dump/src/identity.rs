@@ -36,7 +36,7 @@ pub fn hostname() -> String {
     if rc != 0 {
         return String::new();
     }
-    crate::layout::fixed_str(&buf)
+    ncclshim_format::layout::fixed_str(&buf)
 }
 
 impl ProcessIdentity {

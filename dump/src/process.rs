@@ -12,8 +12,9 @@
 //! under its own reentrancy and panic guards.
 
 use crate::config::{disabled_by_env, RecorderConfig};
-use crate::layout::{counters, flags, WriterKind};
+use crate::fault_guard;
 use crate::writer::{Recorder, RingWriter};
+use ncclshim_format::layout::{counters, flags, WriterKind};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
@@ -123,6 +124,9 @@ impl ProcessRecorder {
             return None;
         }
         let config = RecorderConfig::from_env(self.kind);
+        // Before the mapping exists (the writer guards it as it maps it), so a truncated file
+        // switches this recorder off; the guard sits below us and is handed the function.
+        fault_guard::when_lost(disable_mapping);
         match Recorder::create(&config) {
             Ok(r) => {
                 let r: &'static Recorder = Box::leak(Box::new(r));
@@ -297,9 +301,10 @@ fn say_once(msg: &str) {
 }
 
 /// Turns off, for good, the recorder whose mapping starts at `base` (the file under it was
-/// truncated: see [`fault_guard`](crate::fault_guard)). Runs inside a signal handler: atomics
-/// only; the fault guard says why on stderr.
-pub(crate) fn disable_mapping(base: usize) {
+/// truncated: see [`fault_guard`]). Runs inside a signal handler: atomics only; the fault guard
+/// says why on stderr. Registered with the guard ([`fault_guard::when_lost`]) before each file is
+/// created.
+fn disable_mapping(base: usize) {
     for slot in &REGISTERED {
         // SAFETY: registered pointers are 'static ProcessRecorders, and a recorder pointer
         // published under them is a leaked, never-freed Recorder.

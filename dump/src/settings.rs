@@ -9,7 +9,17 @@
 //! A value that cannot be used is never fatal and never silently followed: the setting's default
 //! is used and one line on stderr names the variable, the value and the value used.
 
-use crate::config::show_size;
+/// `4096`, `64k`, `16M`, `1G`, `1024G`: the shortest exact form
+/// [`parse_size`](crate::config::parse_size) reads back. It lives here, with the settings,
+/// because their documented ranges are shown with it; `config`, which imports the settings, parses.
+pub fn show_size(n: u64) -> String {
+    for (shift, unit) in [(30, "G"), (20, "M"), (10, "k")] {
+        if n >= 1 << 20 && n.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", n >> shift);
+        }
+    }
+    n.to_string()
+}
 
 /// The bounds of one numeric setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -99,6 +99,8 @@ fn every_variable_the_shipped_code_names_is_defined() {
         "host-facts/src",
         "format/src",
         "diagnose/src",
+        "trace/src",
+        "doctor/src",
         "collector-cli/src",
         "python",
     ] {

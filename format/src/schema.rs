@@ -262,7 +262,7 @@ macro_rules! call_ids {
         /// and recv a [`PointToPoint`]). Writers build one and store `to_args()`; readers get
         /// one with `from_args` (or `Record::view`) instead of indexing `args[..]` by hand.
         pub mod args {
-            use super::SLOT_ARGS;
+            use crate::layout::SLOT_ARGS;
             $( $( arg_view!($view { $($arg),* }); )? )*
             arg_view!(ProfStop { handle });
             arg_view!(ProfState { handle, state, value, value2 });

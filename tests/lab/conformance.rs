@@ -1,6 +1,6 @@
 //! Every lab report also keeps the documented JSON contract (`docs/schema/report.schema.json`),
 //! and every lab job's trace is valid for Perfetto's JSON importer (the rules checked by
-//! `collector_cli::trace::validate`) and draws every call in flight at the end with a length
+//! `tests/support/trace_validate.rs`) and draws every call in flight at the end with a length
 //! (killed and hung ranks: `in_flight_slices_have_length`): the scenario lab is the widest set of real captures the
 //! tests have, so the schema and trace tests run over it too.
 
@@ -39,11 +39,14 @@ pub fn violations(root: &Path, cli: &Path, dumps: &Path, report: &Value) -> Vec<
                 .and_then(|t| serde_json::from_str::<Value>(&t).map_err(|e| e.to_string()));
             match parsed {
                 Ok(v) => {
-                    if let Err(es) = collector_cli::trace::validate::validate(&v) {
+                    if let Err(es) = crate::trace_validate::validate(&v) {
                         out.extend(es.into_iter().take(5).map(|e| format!("trace: {e}")));
                     }
                     // A hang is drawn as a hang: no in-flight slice of length 0.
-                    let empty = collector_cli::trace::validate::in_flight_slices_have_length(&v);
+                    let empty = crate::trace_validate::in_flight_slices_have_length(
+                        &v,
+                        ncclshim_trace::IN_FLIGHT_STATE,
+                    );
                     out.extend(empty.into_iter().take(5).map(|e| format!("trace: {e}")));
                 }
                 Err(e) => out.push(format!("trace: not JSON: {e}")),

@@ -17,6 +17,10 @@ mod runner;
 mod scenario;
 mod script;
 mod table;
+// Perfetto's importer's rules (test support shared with the trace crate and the CLI's tests).
+#[allow(dead_code)]
+#[path = "../support/trace_validate.rs"]
+mod trace_validate;
 
 use scenario::Scenario;
 use std::path::{Path, PathBuf};

@@ -6,4 +6,5 @@ pub mod captures;
 pub mod cli;
 pub mod native;
 pub mod procs;
+#[path = "../../../tests/support/schema.rs"]
 pub mod schema;

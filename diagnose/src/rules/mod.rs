@@ -550,9 +550,9 @@ impl<'a> FailureCover<'a> {
     }
 }
 
-/// The JSON contract check the CLI's integration tests use (`collector-cli/tests/support/schema.rs`).
+/// The JSON contract check the CLI's integration tests use (`tests/support/schema.rs`).
 #[cfg(test)]
-#[path = "../../../collector-cli/tests/support/schema.rs"]
+#[path = "../../../tests/support/schema.rs"]
 #[allow(dead_code)]
 pub mod schema_support;
 

@@ -10,10 +10,19 @@
 //! them again and hands each record over. A third pass over the records runs only in a dump that
 //! holds keep-ring copies, to find the originals that are still there.
 
-use super::*;
+use super::bytes::*;
+use super::header::{decode_header, Geo};
+use super::model::*;
+use super::rings::record_from_slot;
+use super::source::*;
+use super::tables::{read_blobs, read_comm_table};
+use crate::layout::*;
 use crate::schema::slot_flags::KEEP_COPY;
+use crate::schema::RecordKind;
 use std::collections::BTreeSet;
+use std::io;
 use std::ops::Range;
+use std::path::Path;
 
 /// Slots read at once: 512 KiB, small against any ring worth streaming, large enough that a
 /// ring costs few reads.

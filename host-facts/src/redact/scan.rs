@@ -2,7 +2,7 @@
 //! and replaces it with [`REDACTED`], reading what to look for from [`RULES`]. They walk text by
 //! characters and slices only, so any input gives an answer without panicking.
 
-use super::{is_name, is_name_char, is_secret_name, Form, REDACTED, RULES};
+use super::rules::{is_name, is_name_char, is_secret_name, Form, REDACTED, RULES};
 
 /// `Name: ` / `Name=` when `text` starts with a secret name: the part to keep.
 pub(super) fn leading_key(text: &str) -> Option<&str> {

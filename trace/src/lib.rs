@@ -1,4 +1,5 @@
-//! `ncclshim trace`: the dumps of a job as a Chrome / Perfetto trace (JSON "Trace Event Format"),
+//! The trace builder of `ncclshim trace` (crate `ncclshim-trace`; the CLI parses the arguments,
+//! calls [`input::trace_files`] and prints): the dumps of a job as a Chrome / Perfetto trace (JSON "Trace Event Format"),
 //! one process per rank, one track per thread and writer, intercepted calls and profiler events
 //! as slices with their arguments, profiler operations that outlive their CPU call on a track of
 //! their own, GPU kernel time on tracks of their own (per channel when the plugin recorded
@@ -6,8 +7,8 @@
 //! dump is drawn to the last sign of life of its process and marked; failures, fatal signals and
 //! unclean process ends are instant markers.
 //!
-//! Valid for Perfetto's JSON importer by construction ([`validate`] states and checks the
-//! rules): track ids are small and named by metadata, and every track's slices nest strictly
+//! Valid for Perfetto's JSON importer by construction (the tests' validator,
+//! `tests/support/trace_validate.rs`, states and checks the rules): track ids are small and named by metadata, and every track's slices nest strictly
 //! (`layout` moves a slice that would overlap another to a second track of the same group).
 //!
 //! Clocks: one alignment for the report and the trace, the model's ([`JobModel`]): each
@@ -19,17 +20,14 @@
 pub mod flight_recorder;
 pub mod input;
 mod items;
-pub mod validate;
+mod record;
 
 use flight_recorder::{NamedGroup, TraceFlightRecorder};
 use items::{Item, LifeSign, What};
 use ncclshim_diagnose::model::{JobModel, ProcessKey};
-use ncclshim_diagnose::names::rc_name;
-use ncclshim_format::profnames::{self, NameTable};
-use ncclshim_format::reader::{Dump, Record};
-use ncclshim_format::schema::slot_flags;
-use ncclshim_format::{args, ArgView, CallId, NcclResult};
-use serde_json::{json, Map, Value};
+use ncclshim_format::reader::Dump;
+use record::Group;
+use serde_json::{json, Value};
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -41,99 +39,8 @@ const NO_LATER_SIGN_NS: i128 = 1_000;
 /// The `state` argument of every slice still in flight at the end of its dump.
 pub const IN_FLIGHT_STATE: &str = "in flight at end";
 
-/// Profiler state carrying a KernelCh's GPU stop time (`ncclProfilerKernelChStop`).
-const KERNEL_CH_STOP: u64 = 22;
-/// v7 `ncclProfilerKernelPhaseStop`.
-const KERNEL_PHASE_STOP: u64 = 31;
-
 fn process_key(d: &Dump) -> ProcessKey {
     ncclshim_diagnose::model::header_key(&d.header)
-}
-
-fn named_args(r: &Record) -> Map<String, Value> {
-    let mut m = Map::new();
-    if let Some(call) = r.call() {
-        for (name, v) in call.arg_names().iter().zip(r.args) {
-            m.insert((*name).to_owned(), json!(v));
-        }
-        if matches!(
-            call,
-            CallId::ProfColl | CallId::ProfP2p | CallId::ProfCollApi | CallId::ProfP2pApi
-        ) {
-            if let Some(f) = r.arg("func").and_then(|c| NameTable::Func.name_of(c)) {
-                m.insert("func".into(), json!(f));
-            }
-            if let Some(dt) = r
-                .arg("datatype")
-                .and_then(|c| NameTable::Datatype.name_of(c))
-            {
-                m.insert("datatype".into(), json!(dt));
-            }
-        }
-        // The application's tag (profiler ABI v7), as the hex it is written in.
-        if let Some(tag) = user_tag(r) {
-            m.insert("user_tag".into(), json!(format!("{tag:#x}")));
-        }
-        if call == CallId::ProfColl {
-            let coll = args::ProfColl::from_args(&r.args);
-            let (a, p) = profnames::unpack_algo_proto(coll.algo_proto);
-            let (ch, warps, _) = profnames::unpack_channels_warps(coll.channels_warps);
-            m.insert("algo".into(), json!(NameTable::Algo.name_of(a)));
-            m.insert("proto".into(), json!(NameTable::Proto.name_of(p)));
-            m.insert("channels".into(), json!(ch));
-            m.insert("warps".into(), json!(warps));
-        }
-    }
-    if r.comm != 0 {
-        m.insert("comm".into(), json!(format!("{:#x}", r.comm)));
-    }
-    m
-}
-
-/// The non-zero `user_tag` of a CollApi / P2pApi event or of the shim's `collConfig` record (0
-/// is NCCL's "untagged"; u64::MAX, a config too short to hold one).
-fn user_tag(r: &Record) -> Option<u64> {
-    matches!(
-        r.call(),
-        Some(CallId::ProfCollApi | CallId::ProfP2pApi | CallId::CollConfig)
-    )
-    .then(|| r.arg("user_tag"))
-    .flatten()
-    .filter(|&t| t != 0 && t != u64::MAX)
-}
-
-fn slice_name(r: &Record) -> String {
-    let base = r.call_name();
-    match r.call() {
-        Some(CallId::ProfColl | CallId::ProfP2p | CallId::ProfCollApi | CallId::ProfP2pApi) => {
-            let name = match r.arg("func").and_then(|c| NameTable::Func.name_of(c)) {
-                Some(f) => format!("{base} {f}"),
-                None => base,
-            };
-            match user_tag(r) {
-                Some(tag) => format!("{name} tag {tag:#x}"),
-                None => name,
-            }
-        }
-        _ => base,
-    }
-}
-
-/// Where a slice or instant is drawn before tracks are laid out: one group per kind of track,
-/// ordered as the tracks are shown. Each group becomes one track or, where its slices overlap
-/// without nesting, several (`layout`).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Group {
-    /// A thread's own slices and instants, per writer (shim calls and profiler events apart:
-    /// a profiler Coll can start inside a call and stop after it returned).
-    Thread { writer: u8, tid: u32 },
-    /// Profiler operations that outlive the CPU call that started them (they end at their
-    /// kernel's end: `ENDS_AT_GPU_DONE`).
-    Operations,
-    /// One GPU kernel channel (KernelCh / KernelPhase events).
-    GpuChannel(u64),
-    /// One GPU slice per operation whose channels the plugin summarized.
-    GpuOps,
 }
 
 /// One process of the trace, in the model's rank order: its trace pid, label, the model's
@@ -364,7 +271,7 @@ impl EventWriter<'_> {
 /// `job.processes[i]` (in listing order) and `extents[i]` theirs ([`DumpExtent`]). Only one
 /// process's records and small items are in memory at once.
 ///
-/// The trace is valid for Perfetto's JSON importer by construction ([`validate::validate`]
+/// The trace is valid for Perfetto's JSON importer by construction (`tests/support/trace_validate.rs`
 /// checks it): every track has a small synthetic `tid` (named by `thread_name` metadata, which
 /// comes before the process's events), the slices of a track nest strictly (slices that would
 /// overlap on one track go to a second track of the same name, marked "overlapping"), and each
@@ -462,32 +369,6 @@ pub fn write_trace(trace: &Value, output: &std::path::Path) -> anyhow::Result<()
     write_trace_to(output, |w| Ok(serde_json::to_writer(w, trace)?))
 }
 
-/// A call that failed: its instant's name and return code. A call returning an error, or an
-/// `ncclCommGetAsyncError` that reported one (the call itself succeeded); `ncclInProgress` is
-/// not a failure.
-fn failure_of(r: &Record, is_cuda: bool) -> Option<(String, i32)> {
-    r.t_exit_ns?;
-    let failed = if is_cuda {
-        r.rc != 0
-    } else {
-        NcclResult::from_i32(r.rc).is_error()
-    };
-    if failed {
-        return Some((
-            format!("{} failed: {}", r.call_name(), rc_name(r.rc, is_cuda)),
-            r.rc,
-        ));
-    }
-    if r.call() == Some(CallId::NcclCommGetAsyncError) {
-        let reported = args::NcclCommGetAsyncError::from_args(&r.args).async_error;
-        let e = i32::try_from(reported).ok()?;
-        return NcclResult::from_i32(e)
-            .is_error()
-            .then(|| (format!("async error: {}", rc_name(e, false)), e));
-    }
-    None
-}
-
 /// Lays one process's items out on tracks: sorts them by time (longer first at a tie, so a
 /// parent precedes its children; stable, so equal items keep the order they were made in);
 /// each group's slices go to the first of its tracks where they nest strictly (inside the
@@ -568,20 +449,23 @@ fn layout(items: &mut [Item], names: &HashMap<Group, String>) -> (BTreeMap<u64, 
     (tracks, tids)
 }
 
-/// A profiler start record the plugin completes in place: its exit time is the event's stop and
-/// `gpu_stop_ns` its kernel stop. Without the flag (older plugins, other generators) only
-/// separate stop/state records say so.
-fn in_place(r: &Record) -> bool {
-    r.flags & slot_flags::COMPLETES_IN_PLACE != 0
-}
+/// Perfetto's importer's rules, checked by the tests below (test support shared with the CLI's
+/// tests and the lab; `trace/tests/validate.rs` tests it).
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "../../tests/support/trace_validate.rs"]
+mod validate;
 
 #[cfg(test)]
 mod tests {
+    use super::record::KERNEL_CH_STOP;
     use super::*;
     use ncclshim_dump::config::RecorderConfig;
     use ncclshim_dump::identity::ProcessIdentity;
     use ncclshim_dump::{Entry, Recorder};
+    use ncclshim_format::profnames::NameTable;
     use ncclshim_format::reader::read_dump;
+    use ncclshim_format::CallId;
     use ncclshim_format::{RecordKind, SlotRef, WriterKind};
 
     fn rank_dump(dir: &std::path::Path, host: &str, pid: u32, rank: u64) -> Dump {

@@ -3,8 +3,9 @@
 //! schemas in `docs/schema/` (JSON Schema draft 2020-12). A field added to the output without
 //! being added to the schema (and so to the documentation) fails the tests.
 //!
-//! Shared by the integration tests (`mod support;`) and the library's unit tests (included by
-//! path), so that findings built in a rule's own test are held to the same contract.
+//! Test support at the workspace root, `#[path]`-included by the CLI's integration tests
+//! (`collector-cli/tests/support/mod.rs`) and the diagnosis' unit tests (`diagnose/src/rules`),
+//! so that findings built in a rule's own test are held to the same contract.
 
 use serde_json::Value;
 use std::path::Path;

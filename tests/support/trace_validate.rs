@@ -14,6 +14,10 @@
 //!
 //! Times are compared in integer nanoseconds (`ts` and `dur` are microseconds, rounded), as
 //! the importer stores them.
+//!
+//! Test support, never shipped: `#[path]`-included by the trace crate's tests
+//! (`trace/src/lib.rs`, `trace/tests/validate.rs`, which tests it), the CLI's integration tests
+//! and the lab (`tests/lab/conformance.rs`).
 
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -90,16 +94,17 @@ struct Validator {
 }
 
 /// ncclshim's own rule beside the importer's: a slice still in flight at the end of its dump
-/// (`args.state` = [`super::IN_FLIGHT_STATE`]) is never 0-length, which a viewer would show as
-/// nothing where the hang is. Every such slice that breaks it, by event index.
-pub fn in_flight_slices_have_length(trace: &Value) -> Vec<String> {
+/// (`args.state` = `in_flight_state`: the trace's `ncclshim_trace::IN_FLIGHT_STATE`) is never
+/// 0-length, which a viewer would show as nothing where the hang is. Every such slice that
+/// breaks it, by event index.
+pub fn in_flight_slices_have_length(trace: &Value, in_flight_state: &str) -> Vec<String> {
     let Some(events) = trace["traceEvents"].as_array() else {
         return Vec::new();
     };
     events
         .iter()
         .enumerate()
-        .filter(|(_, e)| e["ph"] == "X" && e["args"]["state"] == super::IN_FLIGHT_STATE)
+        .filter(|(_, e)| e["ph"] == "X" && e["args"]["state"] == in_flight_state)
         .filter(|(_, e)| e["dur"].as_f64().is_none_or(|d| d <= 0.0))
         .map(|(i, e)| format!("event {i}: in flight at the end but 0-length: {e}"))
         .collect()
@@ -352,85 +357,6 @@ impl Validator {
                 self.problems
                     .push(format!("async b without an e for {key:?}"));
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn x(tid: u64, ts: f64, dur: f64) -> Value {
-        json!({"ph": "X", "name": "s", "pid": 1, "tid": tid, "ts": ts, "dur": dur})
-    }
-
-    #[test]
-    fn nested_and_sequential_slices_pass() {
-        let t = json!({"traceEvents": [
-            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "t"}},
-            x(1, 0.0, 10.0), x(1, 0.0, 5.0), x(1, 5.0, 5.0), x(1, 10.0, 1.0),
-            {"ph": "i", "s": "t", "name": "i", "pid": 1, "tid": 1, "ts": 10.5},
-            {"ph": "B", "name": "b", "pid": 1, "tid": 2, "ts": 1.0},
-            {"ph": "E", "pid": 1, "tid": 2, "ts": 2.0},
-            {"ph": "b", "cat": "c", "id": 3, "name": "a", "pid": 1, "tid": 3, "ts": 1.0},
-            {"ph": "e", "cat": "c", "id": 3, "name": "a", "pid": 1, "tid": 3, "ts": 9.0},
-        ]});
-        let s = validate(&t).unwrap();
-        assert_eq!(s.slices, 6);
-        assert_eq!(s.tracks, 2);
-    }
-
-    /// The negative control: the overlap `ncclshim trace` used to write (a slice that starts
-    /// inside another and ends after it, on one track) is rejected.
-    #[test]
-    fn overlapping_slices_on_one_track_are_rejected() {
-        let t = json!([x(1, 0.0, 10.0), x(1, 5.0, 10.0)]);
-        let e = validate(&t).unwrap_err();
-        assert!(e[0].contains("without nesting"), "{e:?}");
-        // The same slices on two tracks are fine.
-        assert!(validate(&json!([x(1, 0.0, 10.0), x(2, 5.0, 10.0)])).is_ok());
-    }
-
-    #[test]
-    fn every_other_rule_is_enforced() {
-        let cases = [
-            (json!([x(1, 5.0, 1.0), x(1, 0.0, 1.0)]), "out of order"),
-            (json!([x(1, 0.0, -1.0)]), "dur >= 0"),
-            (json!([x(1u64 << 40, 0.0, 1.0)]), "tid not an integer"),
-            (
-                json!([{"ph": "X", "name": "s", "pid": 1, "ts": 0.0, "dur": 1.0}]),
-                "tid missing",
-            ),
-            (
-                json!([{"ph": "B", "name": "s", "pid": 1, "tid": 1, "ts": 0.0}]),
-                "never closed",
-            ),
-            (
-                json!([{"ph": "E", "pid": 1, "tid": 1, "ts": 0.0}]),
-                "without an open B",
-            ),
-            (
-                json!([{"ph": "b", "cat": "c", "id": 1, "name": "a", "pid": 1, "tid": 1, "ts": 0.0}]),
-                "without an e",
-            ),
-            (
-                json!([{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1}]),
-                "without its argument",
-            ),
-            (
-                json!([x(1, 0.0, 1.0), {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "t"}}]),
-                "metadata after",
-            ),
-            (
-                json!([{"ph": "i", "s": "x", "name": "i", "pid": 1, "tid": 1, "ts": 0.0}]),
-                "scope",
-            ),
-            (json!({"events": []}), "traceEvents"),
-        ];
-        for (t, want) in cases {
-            let e = validate(&t).unwrap_err();
-            assert!(e.iter().any(|p| p.contains(want)), "{want}: {e:?}");
         }
     }
 }

@@ -3,7 +3,7 @@
 //! the event is written ([`render`]), so a process's million records cost a million small
 //! items, not a million JSON maps (`ncclshim trace` once took ~7 KB per record).
 
-use super::{
+use super::record::{
     failure_of, in_place, named_args, slice_name, Group, KERNEL_CH_STOP, KERNEL_PHASE_STOP,
 };
 use ncclshim_diagnose::names::{rc_name, signal_name};
