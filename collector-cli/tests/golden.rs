@@ -130,7 +130,7 @@ fn seed_cases_name_their_catalog_entry_as_primary() {
             .findings
             .iter()
             .filter(|f| f.severity == ncclshim_diagnose::rules::Severity::Primary)
-            .filter_map(|f| f.catalog)
+            .filter_map(|f| f.catalog())
             .collect();
         assert!(
             primary.contains(&catalog),
@@ -160,7 +160,7 @@ fn dead_peer_names_the_rank_that_died_first() {
     let c20 = r
         .findings
         .iter()
-        .find(|f| f.catalog == Some("C20"))
+        .find(|f| f.catalog() == Some("C20"))
         .unwrap();
     assert_eq!(
         c20.severity,
@@ -180,7 +180,7 @@ fn missing_and_running_ranks() {
     assert!(r
         .findings
         .iter()
-        .any(|f| f.id == "ranks-never-arrived" && f.ranks == vec![2, 3]));
+        .any(|f| f.id() == "ranks-never-arrived" && f.ranks == vec![2, 3]));
 }
 
 /// Real captures (`tests/fixtures/real/`, recorded by the shim around real libnccl failing on a
@@ -239,9 +239,9 @@ fn the_rank_that_fell_behind_is_named(dir: &Path) {
         primary.len(),
         1,
         "{:?}",
-        r.findings.iter().map(|f| &f.id).collect::<Vec<_>>()
+        r.findings.iter().map(|f| f.id()).collect::<Vec<_>>()
     );
-    assert_eq!(primary[0].id, "stuck-outside-nccl");
+    assert_eq!(primary[0].id(), "stuck-outside-nccl");
     assert_eq!(primary[0].ranks, vec![3]);
     let ev = &primary[0].evidence;
     assert!(

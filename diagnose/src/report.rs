@@ -736,7 +736,7 @@ impl Report {
                 Severity::Contributing => yellow("CONTRIBUTING"),
                 Severity::Advisory => bold("ADVISORY"),
             };
-            let cat = f.catalog.map(|c| format!("[{c}] ")).unwrap_or_default();
+            let cat = f.catalog().map(|c| format!("[{c}] ")).unwrap_or_default();
             let conf = format!("{:?}", f.confidence).to_lowercase();
             o.push_str(&format!(
                 "{sev} {cat}{} {}\n",

@@ -182,11 +182,6 @@ pub const INVARIANTS: &[&Invariant] = &[
     &plugins::LAUNCHER_LAYOUT_MATCHES,
 ];
 
-/// The finding id of an invariant.
-pub fn finding_id(inv: &Invariant) -> String {
-    format!("invariant-{}", inv.id)
-}
-
 /// Every violation in the job.
 pub fn violations(job: &JobModel, story: &Story) -> Vec<Violation> {
     use rayon::prelude::*;
@@ -210,10 +205,19 @@ pub fn findings(job: &JobModel, story: &Story) -> Vec<Finding> {
 
 fn to_finding(job: &JobModel, v: Violation) -> Finding {
     let inv = v.invariant;
-    let mut f = Finding::new(&finding_id(inv), None, v.title, v.confidence);
+    // A violation that names the calls it explains (a latent limit) claims no hang, departure
+    // or signal besides them.
+    let member = crate::rules::registry::INVARIANT
+        .member(inv.id)
+        .standalone(inv.standalone)
+        .covering(if v.calls.is_some() {
+            &[]
+        } else {
+            REACHED_NODES
+        });
+    let mut f = Finding::of_member(member, v.title, v.confidence);
     f.remedy = v.remedy.unwrap_or_else(|| inv.remedy.to_owned());
     f.invariant_scope = Some(v.scope);
-    f.standalone = inv.standalone;
     for &p in &v.processes {
         f.involve(job, p);
     }
@@ -241,13 +245,6 @@ fn to_finding(job: &JobModel, v: Violation) -> Finding {
     }
     f.reach = v.reach.into_iter().collect();
     f.reach_since = v.since;
-    // A violation that names the calls it explains (a latent limit) claims no hang, departure
-    // or signal besides them.
-    f.covers = if v.calls.is_some() {
-        &[]
-    } else {
-        REACHED_NODES
-    };
     f
 }
 

@@ -15,6 +15,7 @@
 use crate::knowledge::references::{self as know, RefKind};
 use crate::model::references::{self, Resolution, Status};
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 
 /// More reference items than this on one finding are summarized in one line (a job of 1,000
@@ -43,12 +44,12 @@ pub fn resolutions(job: &JobModel, p: usize, i: usize, t: u64) -> Vec<Resolution
 }
 
 /// What changes the diagnosis, keyed so that one cause is one finding.
-fn verdict(r: &Resolution) -> Option<(&'static str, String, String, Confidence)> {
+fn verdict(r: &Resolution) -> Option<(&'static registry::Declared, String, String, Confidence)> {
     let kind = r.reference.kind;
     let written = &r.reference.written;
     match (r.status, kind) {
         (Status::Absent, RefKind::IbDevice | RefKind::NetInterface) => Some((
-            "named-device-absent",
+            &registry::NAMED_DEVICE_ABSENT,
             format!(
                 "The error names {} `{}` that the host it ran on does not have",
                 know::what(kind),
@@ -65,7 +66,7 @@ fn verdict(r: &Resolution) -> Option<(&'static str, String, String, Confidence)>
             Confidence::Medium,
         )),
         (Status::OutOfRange, RefKind::Rank | RefKind::PeerRank) => Some((
-            "named-rank-out-of-range",
+            &registry::NAMED_RANK_OUT_OF_RANGE,
             format!(
                 "The error names rank {}, which does not exist in a communicator of {} ranks",
                 r.values
@@ -84,7 +85,7 @@ fn verdict(r: &Resolution) -> Option<(&'static str, String, String, Confidence)>
             Confidence::Medium,
         )),
         (Status::OutOfRange, RefKind::CudaDevice) => Some((
-            "named-device-not-visible",
+            &registry::NAMED_DEVICE_NOT_VISIBLE,
             format!(
                 "The error names CUDA device {}, beyond the GPUs the process can see",
                 r.values
@@ -110,7 +111,7 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
     // explained calls (a million retries of one failing call took CPU-hours).
     let explained_calls: std::collections::HashSet<(usize, usize)> = found
         .iter()
-        .filter(|f| !f.consequence)
+        .filter(|f| f.role() != registry::Role::Consequence)
         .flat_map(|f| f.explains.iter().copied())
         .collect();
     let explained = |p: usize, i: usize| explained_calls.contains(&(p, i));
@@ -123,11 +124,11 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
             let Some((id, title, remedy, confidence)) = verdict(&r) else {
                 continue;
             };
-            let key = format!("{id}\u{0}{title}");
+            let key = format!("{}\u{0}{title}", id.id());
             let k = match findings.iter().position(|(x, _)| *x == key) {
                 Some(k) => k,
                 None => {
-                    let f = Finding::new(id, None, title, confidence).remedy(&remedy);
+                    let f = Finding::new(id, title, confidence).remedy(&remedy);
                     findings.push((key, f));
                     findings.len() - 1
                 }
@@ -192,6 +193,7 @@ pub fn annotate(job: &JobModel, f: &mut Finding) {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     use crate::rules::testutil::{analyze, find};
     use ncclshim_fixtures::synth::{host_facts_json, Scenario};
     use ncclshim_format::CallId;
@@ -267,7 +269,7 @@ mod tests {
                 Some("Rank 0 has no transport for P2P peer 1 on channel 0/2; peer 5 unknown"),
             );
         });
-        let f = find(&fs, "named-rank-out-of-range").expect("rank 5 of 2");
+        let f = find(&fs, registry::NAMED_RANK_OUT_OF_RANGE.id()).expect("rank 5 of 2");
         assert!(f.title.contains("rank 5"), "{}", f.title);
         let all: Vec<String> = fs
             .iter()

@@ -75,9 +75,10 @@ pub enum Confidence {
 /// One verdict with its evidence.
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
-    pub id: String,
+    /// Its declaration's id ([`registry`]): set when it is made, never changed.
+    id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub catalog: Option<&'static str>,
+    catalog: Option<&'static str>,
     pub title: String,
     pub severity: Severity,
     pub ranks: Vec<u32>,
@@ -102,23 +103,23 @@ pub struct Finding {
     explained: HashSet<(usize, usize)>,
     #[serde(skip)]
     pub process_ids: BTreeSet<usize>,
-    /// The failures it explains echo a failure elsewhere (a peer closed the connection,
-    /// teardown noise): such a finding is never chosen as primary while another explains a
-    /// failure, and sorts after its equals.
+    /// The verdict's word ([`verdict::decide`]): the failures it explains echo a failure
+    /// elsewhere (a peer closed the connection, teardown noise), or its role is a consequence.
+    /// No rule sets it: a rule says that through the role it declares.
     pub consequence: bool,
-    /// Its role in the job's story (declared in [`registry`], or set from the knowledge entry
+    /// Its role in the job's story (declared in [`registry`], or from the knowledge entry
     /// that made it): what the verdict may make of it.
     #[serde(skip)]
-    pub role: registry::Role,
+    role: registry::Role,
     /// The failure-graph nodes it explains besides its calls (declared in [`registry`]).
     #[serde(skip)]
-    pub covers: &'static [crate::story::NodeClass],
+    covers: &'static [crate::story::NodeClass],
     /// A failure in its own right even when nothing else failed.
     #[serde(skip)]
-    pub standalone: bool,
+    standalone: bool,
     /// Names a specific mechanism (beats a generic finding on the same root).
     #[serde(skip)]
-    pub specific: bool,
+    specific: bool,
     /// The job's failures it accounts for through the story (a primary accounts for the
     /// consequences of the roots it explains).
     #[serde(skip)]
@@ -136,19 +137,54 @@ pub struct Finding {
 }
 
 impl Finding {
-    /// A candidate finding: its severity is the verdict's to decide ([`verdict::decide`]);
-    /// its role and what it covers come from its declaration ([`registry::declared`]).
+    /// A candidate finding of declaration `declared` ([`registry`]): its id, catalog case,
+    /// role and what it covers are the declaration's; its severity is the verdict's to decide
+    /// ([`verdict::decide`]).
     pub fn new(
-        id: &str,
-        catalog: Option<&'static str>,
+        declared: &'static registry::Declared,
         title: impl Into<String>,
         confidence: Confidence,
     ) -> Self {
-        let declared = registry::declared(id);
+        Self::made(
+            (
+                declared.id().to_owned(),
+                declared.catalog(),
+                declared.role(),
+                declared.covers(),
+                declared.standalone(),
+                declared.specific(),
+            ),
+            title.into(),
+            confidence,
+        )
+    }
+
+    /// A candidate finding named by a knowledge entry: a member of a declared family
+    /// ([`registry::Family::member`]).
+    pub fn of_member(
+        member: registry::Member,
+        title: impl Into<String>,
+        confidence: Confidence,
+    ) -> Self {
+        Self::made(member.into_parts(), title.into(), confidence)
+    }
+
+    fn made(
+        (id, catalog, role, covers, standalone, specific): (
+            String,
+            Option<&'static str>,
+            registry::Role,
+            &'static [crate::story::NodeClass],
+            bool,
+            bool,
+        ),
+        title: String,
+        confidence: Confidence,
+    ) -> Self {
         Self {
-            id: id.to_owned(),
+            id,
             catalog,
-            title: title.into(),
+            title,
             severity: Severity::Contributing,
             ranks: Vec::new(),
             processes: Vec::new(),
@@ -161,17 +197,44 @@ impl Finding {
             explained: HashSet::new(),
             process_ids: BTreeSet::new(),
             consequence: false,
-            role: declared.map_or(registry::Role::Cause, |d| d.role),
-            covers: declared.map_or(&[], |d| d.covers),
-            // Findings named by the knowledge files (error signatures, network verdicts)
-            // describe a failure: standalone unless declared otherwise.
-            standalone: declared.is_none_or(|d| d.standalone),
-            specific: declared.map_or(catalog.is_some(), |d| d.specific),
+            role,
+            covers,
+            standalone,
+            specific,
             accounts: Vec::new(),
             invariant_scope: None,
             reach: BTreeSet::new(),
             reach_since: 0,
         }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Whether it is the finding `declared` declares.
+    pub fn is(&self, declared: &registry::Declared) -> bool {
+        self.id == declared.id()
+    }
+
+    pub fn catalog(&self) -> Option<&'static str> {
+        self.catalog
+    }
+
+    pub fn role(&self) -> registry::Role {
+        self.role
+    }
+
+    pub fn covers(&self) -> &'static [crate::story::NodeClass] {
+        self.covers
+    }
+
+    pub fn standalone(&self) -> bool {
+        self.standalone
+    }
+
+    pub fn specific(&self) -> bool {
+        self.specific
     }
 
     /// Whether it covers a story node of process `p` at time `t` that is no call (a signal, a
@@ -206,12 +269,6 @@ impl Finding {
                 self.accounts.push(failure);
             }
         }
-    }
-
-    /// Sets the role (for findings made from knowledge entries, which carry their own).
-    pub fn with_role(mut self, role: registry::Role) -> Self {
-        self.role = role;
-        self
     }
 
     /// Adds a process (and its world rank) to the finding.
@@ -481,7 +538,7 @@ pub fn diagnose_story(job: &JobModel, story: &Story, options: &Options) -> Vec<F
     // transport hang was in.
     findings.par_iter_mut().for_each(|f| {
         cross_reference::annotate(job, f);
-        if f.covers.contains(&crate::story::NodeClass::StuckInside) {
+        if f.covers().contains(&crate::story::NodeClass::StuckInside) {
             hang::transport_hang::annotate(job, f);
         }
     });

@@ -5,6 +5,7 @@
 //! titled, and which CUresults of the driver wrappers say the same without a text.
 
 use super::message_facts::ProcessFacts;
+use super::registry;
 use super::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::messages::{self, Fit};
 use crate::model::JobModel;
@@ -12,11 +13,9 @@ use std::collections::HashMap;
 
 /// One recognisable signature.
 pub struct Signature {
-    pub catalog: &'static str,
-    pub id: &'static str,
+    /// Its finding's declaration (id, catalog case, the id table's line): [`registry`].
+    pub finding: &'static registry::Declared,
     pub title: &'static str,
-    /// One line for the id table of `docs/report-json.md` (`registry::id_table`).
-    pub doc: &'static str,
     /// (message entry id, cause id) in `knowledge/messages.toml`: the signature holds when the
     /// error text is classified as that entry and that cause ranks first for the process's facts.
     pub causes: &'static [(&'static str, &'static str)],
@@ -29,20 +28,16 @@ pub struct Signature {
 
 pub const SIGNATURES: &[Signature] = &[
     Signature {
-        catalog: "C15",
-        id: "fabric-manager-not-running",
+        finding: &registry::FABRIC_MANAGER_NOT_RUNNING,
         title: "CUDA is not initialised: Fabric Manager not running on an NVSwitch system",
-        doc: "CUDA not initialised: Fabric Manager not running",
         causes: &[("cuda-system-not-initialized", "fabric-manager-not-running")],
         cu_results: &[802],
         env: &[],
         confidence: Confidence::High,
     },
     Signature {
-        catalog: "C17",
-        id: "nvls-multicast-bind-failed",
+        finding: &registry::NVLS_MULTICAST_BIND_FAILED,
         title: "NVLS multicast setup refused by the Fabric Manager / NVSwitch state",
-        doc: "NVLS multicast setup refused",
         causes: &[
             ("cuda-illegal-state-multicast", "fabric-state"),
             ("nvls-bind-failed", "fabric-state"),
@@ -52,30 +47,24 @@ pub const SIGNATURES: &[Signature] = &[
         confidence: Confidence::Medium,
     },
     Signature {
-        catalog: "C21",
-        id: "illegal-memory-access",
+        finding: &registry::ILLEGAL_MEMORY_ACCESS,
         title: "A CUDA kernel made an illegal memory access (sticky error surfacing through NCCL)",
-        doc: "a kernel's illegal memory access surfacing through NCCL",
         causes: &[("cuda-illegal-address", "application-kernel")],
         cu_results: &[700],
         env: &["CUDA_LAUNCH_BLOCKING"],
         confidence: Confidence::Medium,
     },
     Signature {
-        catalog: "C24",
-        id: "init-during-graph-capture",
+        finding: &registry::INIT_DURING_GRAPH_CAPTURE,
         title: "Communicator created while a CUDA graph was being captured",
-        doc: "communicator created during CUDA graph capture",
         causes: &[("cuda-stream-capture", "init-during-capture")],
         cu_results: &[900],
         env: &[],
         confidence: Confidence::Medium,
     },
     Signature {
-        catalog: "C29",
-        id: "shm-removed-by-systemd",
+        finding: &registry::SHM_REMOVED_BY_SYSTEMD,
         title: "NCCL's shared-memory file disappeared (systemd RemoveIPC)",
-        doc: "NCCL's shared-memory file removed (systemd RemoveIPC)",
         causes: &[
             ("shm-unlink-failed", "systemd-removeipc"),
             ("shm-unlink-failed", "other"),
@@ -85,20 +74,16 @@ pub const SIGNATURES: &[Signature] = &[
         confidence: Confidence::Medium,
     },
     Signature {
-        catalog: "C32",
-        id: "cumem-host-peer-unsupported",
+        finding: &registry::CUMEM_HOST_PEER_UNSUPPORTED,
         title: "cuMem host shared memory needs peer access the GPUs do not support",
-        doc: "cuMem host memory needs unsupported peer access",
         causes: &[("cuda-peer-access-unsupported", "cumem-host-without-p2p")],
         cu_results: &[217],
         env: &["NCCL_CUMEM_HOST_ENABLE"],
         confidence: Confidence::Medium,
     },
     Signature {
-        catalog: "C33",
-        id: "malformed-topology-xml",
+        finding: &registry::MALFORMED_TOPOLOGY_XML,
         title: "The topology XML NCCL was given is missing mandatory attributes",
-        doc: "the topology XML lacks mandatory attributes",
         causes: &[
             ("topo-xml-malformed", "topo-file"),
             ("topo-xml-malformed", "graph-file"),
@@ -109,20 +94,16 @@ pub const SIGNATURES: &[Signature] = &[
         confidence: Confidence::High,
     },
     Signature {
-        catalog: "C11",
-        id: "ibv-create-qp-failed",
+        finding: &registry::IBV_CREATE_QP_FAILED,
         title: "Creating an InfiniBand queue pair failed (locked-memory limit)",
-        doc: "`ibv_create_qp` failed (locked-memory limit)",
         causes: &[("ib-verbs-call-failed", "memlock-limit")],
         cu_results: &[],
         env: &["NCCL_IB_DISABLE"],
         confidence: Confidence::Medium,
     },
     Signature {
-        catalog: "C12",
-        id: "roce-gid-not-routable",
+        finding: &registry::ROCE_GID_NOT_ROUTABLE,
         title: "RoCE traffic uses a link-local GID: the peer never answers (retry exceeded)",
-        doc: "RoCE retry-exceeded (status 12) with a link-local GID selected (`NCCL_IB_GID_INDEX`, or index 0 before NCCL 2.21) in the recorded GID table",
         causes: &[
             ("ib-completion-error", "roce-gid"),
             ("ib-completion-error", "roce-gid-default"),
@@ -132,40 +113,32 @@ pub const SIGNATURES: &[Signature] = &[
         confidence: Confidence::High,
     },
     Signature {
-        catalog: "C14",
-        id: "gdr-local-protection",
+        finding: &registry::GDR_LOCAL_PROTECTION,
         title: "GPUDirect RDMA rejected by the PCIe path (IB local protection error with peermem)",
-        doc: "IB local protection error (status 4) with GPUDirect RDMA (peermem loaded): ACS / IOMMU on the PCIe path",
         causes: &[("ib-completion-error", "gdr-acs")],
         cu_results: &[],
         env: &["NCCL_NET_GDR_LEVEL"],
         confidence: Confidence::Medium,
     },
     Signature {
-        catalog: "C16",
-        id: "nvls-fabric-manager-restarted",
+        finding: &registry::NVLS_FABRIC_MANAGER_RESTARTED,
         title: "NVLS multicast setup fails with 'invalid argument': Fabric Manager restarted without a GPU reset",
-        doc: "NVLS multicast setup (`cuMulticast*`) fails with 'invalid argument' on an NVSwitch node with ≥ 3 GPUs: Fabric Manager restarted without a GPU reset",
         causes: &[("cuda-error", "nvls-fabric-manager-restarted")],
         cu_results: &[],
         env: &["NCCL_NVLS_ENABLE"],
         confidence: Confidence::Medium,
     },
     Signature {
-        catalog: "C22",
-        id: "ofi-devices-not-exposed",
+        finding: &registry::OFI_DEVICES_NOT_EXPOSED,
         title: "The OFI network plugin (aws-ofi-nccl) finds no EFA/RDMA device",
-        doc: "the OFI network plugin (aws-ofi-nccl) is loaded but the host has no `/dev/infiniband`",
         causes: &[("net-plugin-init-failed", "efa-not-exposed")],
         cu_results: &[],
         env: &["FI_PROVIDER", "NCCL_NET"],
         confidence: Confidence::High,
     },
     Signature {
-        catalog: "C30",
-        id: "ib-link-failed",
+        finding: &registry::IB_LINK_FAILED,
         title: "An InfiniBand/RoCE link failed during the run",
-        doc: "an IB/RoCE link failed mid-run: port error event, or retry-exceeded after a long healthy history or with a port not ACTIVE",
         causes: &[
             ("ib-completion-error", "link-port-down"),
             ("ib-completion-error", "link"),
@@ -176,10 +149,8 @@ pub const SIGNATURES: &[Signature] = &[
         confidence: Confidence::Medium,
     },
     Signature {
-        catalog: "C34",
-        id: "net-plugin-incompatible",
+        finding: &registry::NET_PLUGIN_INCOMPATIBLE,
         title: "The network plugin does not fit this NCCL / libfabric",
-        doc: "the loaded network plugin (`libnccl-net*.so`) does not fit this NCCL / libfabric",
         causes: &[
             ("net-plugin-invalid", "plugin-version"),
             ("net-plugin-init-failed", "plugin-incompatible"),
@@ -266,8 +237,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     let errors = error_calls(job);
     let mut out = Vec::new();
     for sig in SIGNATURES {
-        let mut f = Finding::new(sig.id, Some(sig.catalog), sig.title, sig.confidence)
-            .remedy(remedy_of(sig));
+        let mut f = Finding::new(sig.finding, sig.title, sig.confidence).remedy(remedy_of(sig));
         for e in &errors {
             let (p, i) = (e.process, e.call);
             let pm = &job.processes[p];
@@ -346,8 +316,12 @@ mod tests {
     #[test]
     fn every_signature_matches_its_own_text() {
         for sig in SIGNATURES {
-            assert!(!remedy_of(sig).is_empty(), "{}: remedy", sig.id);
-            let Some(text) = sample_text(sig.catalog) else {
+            assert!(!remedy_of(sig).is_empty(), "{}: remedy", sig.finding.id());
+            let catalog = sig
+                .finding
+                .catalog()
+                .expect("a signature is a catalog case");
+            let Some(text) = sample_text(catalog) else {
                 continue;
             };
             let text = text.to_owned();
@@ -369,10 +343,10 @@ mod tests {
                 );
                 s.ranks[0].clean_exit();
             });
-            let f = find(&fs, sig.id).unwrap_or_else(|| panic!("{} not found", sig.catalog));
-            assert_eq!(f.catalog, Some(sig.catalog));
+            let f = find(&fs, sig.finding.id()).unwrap_or_else(|| panic!("{catalog} not found"));
+            assert_eq!(f.catalog(), Some(catalog));
             assert_eq!(f.explains.len(), 1);
-            assert!(find(&fs, "unexplained-error").is_none());
+            assert!(find(&fs, registry::UNEXPLAINED_ERROR.id()).is_none());
         }
     }
 
@@ -405,25 +379,25 @@ mod tests {
                 {"index": 3, "gid": "0000:0000:0000:0000:0000:ffff:0a00:0001", "kind": "RoCE v2"}]});
         // NCCL 2.19 uses GID 0 when NCCL_IB_GID_INDEX is unset: link-local.
         let fs = retry_exceeded_on(roce.clone(), 21903);
-        let f = find(&fs, "roce-gid-not-routable").expect("C12 on NCCL 2.19");
+        let f = find(&fs, registry::ROCE_GID_NOT_ROUTABLE.id()).expect("C12 on NCCL 2.19");
         assert!(f
             .evidence
             .iter()
             .any(|e| e.contains("selected_gid_link_local = true")));
-        assert!(find(&fs, "ib-link-failed").is_none());
+        assert!(find(&fs, registry::IB_LINK_FAILED.id()).is_none());
         // NCCL 2.22 selects the RoCE v2 GID itself: not C12.
         let fs = retry_exceeded_on(roce, 22203);
-        assert!(find(&fs, "roce-gid-not-routable").is_none());
+        assert!(find(&fs, registry::ROCE_GID_NOT_ROUTABLE.id()).is_none());
         // InfiniBand, port ACTIVE, no history: neither a GID nor a link problem is claimed.
         let mut ib = serde_json::json!({"device": "mlx5_0", "port": 1, "state": "4: ACTIVE",
             "link_layer": "InfiniBand", "gids": []});
         let fs = retry_exceeded_on(ib.clone(), 21903);
-        assert!(find(&fs, "roce-gid-not-routable").is_none());
-        assert!(find(&fs, "ib-link-failed").is_none());
+        assert!(find(&fs, registry::ROCE_GID_NOT_ROUTABLE.id()).is_none());
+        assert!(find(&fs, registry::IB_LINK_FAILED.id()).is_none());
         // The same port DOWN: a link failure.
         ib["state"] = "1: DOWN".into();
         let fs = retry_exceeded_on(ib, 21903);
-        assert!(find(&fs, "ib-link-failed").is_some());
+        assert!(find(&fs, registry::IB_LINK_FAILED.id()).is_some());
     }
 
     #[test]
@@ -433,7 +407,7 @@ mod tests {
             s.ranks[0].raw_call(CallId::CuMulticastAddDevice, 0, &[1, 0, 1], 401, None);
             s.ranks[0].clean_exit();
         });
-        let f = find(&fs, "nvls-multicast-bind-failed").expect("C17");
+        let f = find(&fs, registry::NVLS_MULTICAST_BIND_FAILED.id()).expect("C17");
         assert!(f
             .evidence
             .iter()
@@ -460,7 +434,7 @@ mod tests {
             );
             s.ranks[0].clean_exit();
         });
-        assert!(find(&fs, "ibv-create-qp-failed").is_none());
+        assert!(find(&fs, registry::IBV_CREATE_QP_FAILED.id()).is_none());
         let f = find(&fs, "nccl-message-ib-verbs-call-failed").expect("still explained");
         assert!(f.evidence.iter().any(|e| e.contains(
             "cause memlock-limit: ruled out (call 'ibv_create_qp', memlock_unlimited = true)"
@@ -482,6 +456,8 @@ mod tests {
             );
             s.ranks[0].clean_exit();
         });
-        assert!(SIGNATURES.iter().all(|sig| find(&fs, sig.id).is_none()));
+        assert!(SIGNATURES
+            .iter()
+            .all(|sig| find(&fs, sig.finding.id()).is_none()));
     }
 }

@@ -10,6 +10,7 @@
 use crate::knowledge::messages::{self, Fit, Match};
 use crate::model::{FailureWhat, JobModel};
 use crate::rules::message_facts::ProcessFacts;
+use crate::rules::registry::{self, Role};
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -22,12 +23,12 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
     // The processes with an explained failure (any covers the rest of their errors).
     let explained_processes: HashSet<usize> = found
         .iter()
-        .filter(|f| f.role != crate::rules::registry::Role::Condition)
+        .filter(|f| f.role() != Role::Condition)
         .flat_map(|f| f.explains.iter().map(|&(p, _)| p))
         .collect();
     let signalled: HashSet<usize> = found
         .iter()
-        .filter(|f| f.id == "fatal-signal")
+        .filter(|f| f.id == registry::FATAL_SIGNAL.id())
         .flat_map(|f| f.process_ids.iter().copied())
         .collect();
     // (call, rc, text) → (process, call index, description), in order of first occurrence.
@@ -103,9 +104,7 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
         let classified = c.error_text.as_deref().and_then(messages::classify);
         let mut f = match &classified {
             Some(m) => explained_by_knowledge(job, c.name.as_ref(), rc, &rc_name, m, p0),
-            None => Finding::new(
-                "unexplained-error",
-                None,
+            None => Finding::new(&registry::UNEXPLAINED_ERROR,
                 format!("{} failed with {rc} {rc_name} (no known cause matches)", c.name),
                 Confidence::Low,
             )
@@ -203,20 +202,16 @@ fn explained_by_knowledge(
         .first()
         .or(e.catalog.first())
         .and_then(|c| catalog_id(c));
-    let mut f = Finding::new(
-        &format!("nccl-message-{}", e.id),
-        catalog,
-        title,
-        confidence,
-    )
-    .remedy(&best.cause.remedy);
-    f.consequence = consequence;
-    // What a text is, read from the message table: a generic reading, which a rule that
-    // reasons over the recorded facts outranks.
-    f.specific = false;
-    if consequence {
-        f.role = crate::rules::registry::Role::Consequence;
-    }
+    // What a text is, read from the message table: a generic reading (never `specific`),
+    // which a rule that reasons over the recorded facts outranks; an echo of a failure
+    // elsewhere is a consequence.
+    let member = registry::NCCL_MESSAGE.member(&e.id).catalog(catalog);
+    let member = if consequence {
+        member.role(Role::Consequence)
+    } else {
+        member
+    };
+    let mut f = Finding::of_member(member, title, confidence).remedy(&best.cause.remedy);
     f.evidence(format!("meaning: {}", e.meaning));
     for c in &m.captures {
         f.evidence(format!("in the text: {} = {}", c.name, c.value));
@@ -255,6 +250,7 @@ fn catalog_id(id: &str) -> Option<&'static str> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     /// Texts that differ only in numbers and identifiers are one failure; other words tell
     /// failures apart.
     #[test]
@@ -287,7 +283,7 @@ mod tests {
             );
             s.ranks[0].clean_exit();
         });
-        let f = find(&fs, "unexplained-error").expect("unknown");
+        let f = find(&fs, registry::UNEXPLAINED_ERROR.id()).expect("unknown");
         assert_eq!(f.severity, Severity::Primary);
         assert!(f.evidence[0].contains("something nobody has seen before"));
         assert!(f.title.contains("ncclInternalError"));
@@ -326,7 +322,7 @@ mod tests {
             .any(|e| e.text.starts_with("cause roce-gid: likely")));
         assert_eq!(f.catalog, Some("C12"));
         assert!(f.remedy.contains("NCCL_IB_GID_INDEX"));
-        assert!(find(&fs, "unexplained-error").is_none());
+        assert!(find(&fs, registry::UNEXPLAINED_ERROR.id()).is_none());
     }
 
     #[test]

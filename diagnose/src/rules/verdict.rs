@@ -20,6 +20,7 @@
 use super::registry::Role;
 use super::{Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::story::{NodeKind, Story};
 use std::collections::{BTreeSet, HashSet};
 
@@ -85,7 +86,7 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
         // A specific cause, then a specific condition (two libraries: the mechanism of a
         // failure a text only names), then the violated invariants (nearest scope first), then
         // generic causes and conditions.
-        let tier = if f.specific {
+        let tier = if f.specific() {
             0
         } else if f.invariant_scope.is_some() {
             1
@@ -94,7 +95,7 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
         };
         (
             tier,
-            f.role,
+            f.role(),
             f.invariant_scope,
             f.confidence,
             first_root_t(i),
@@ -116,7 +117,7 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
     }
     if roots.is_empty() {
         for (i, f) in findings.iter().enumerate() {
-            if f.role == Role::Cause && f.standalone {
+            if f.role() == Role::Cause && f.standalone() {
                 primary[i] = true;
             }
         }
@@ -136,14 +137,15 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
     for (i, f) in findings.iter_mut().enumerate() {
         f.severity = if primary[i] {
             Severity::Primary
-        } else if f.role == Role::Advisory {
+        } else if f.role() == Role::Advisory {
             Severity::Advisory
         } else {
             Severity::Contributing
         };
         let explains_only_consequences =
             !covered[i].is_empty() && covered[i].iter().all(|n| !roots.contains(n));
-        f.consequence = !primary[i] && (f.role == Role::Consequence || explains_only_consequences);
+        f.consequence =
+            !primary[i] && (f.role() == Role::Consequence || explains_only_consequences);
         if f.consequence && explains_only_consequences {
             // Say what it follows from: the root of its earliest node.
             let n = covered[i][0];
@@ -237,8 +239,7 @@ pub fn cause_not_recorded(job: &JobModel, story: &Story, findings: &[Finding]) -
         }
     };
     let mut f = Finding::new(
-        "cause-not-recorded",
-        None,
+        &registry::CAUSE_NOT_RECORDED,
         format!(
             "{who} failed first ({}); what caused it was not recorded",
             story.describe_node(job, r)

@@ -3,6 +3,7 @@
 
 use super::ending::Ending;
 use super::{NodeKind, Story};
+use crate::rules::registry;
 use crate::rules::testutil::analyze;
 use crate::rules::{diagnose_story, Options, Severity};
 use ncclshim_fixtures::synth::WORLD_UID;
@@ -17,7 +18,7 @@ fn primaries(job: &crate::model::JobModel, story: &Story) -> Vec<(String, Vec<u3
     diagnose_story(job, story, &opts)
         .into_iter()
         .filter(|f| f.severity == Severity::Primary)
-        .map(|f| (f.id, f.ranks))
+        .map(|f| (f.id().to_owned(), f.ranks))
         .collect()
 }
 
@@ -55,7 +56,7 @@ fn a_laggard_explains_the_aborts_of_the_ranks_that_waited_for_it() {
     assert_eq!(job.processes[root.process].world_rank(), Some(2));
     assert_eq!(
         primaries(&job, &story),
-        vec![("stuck-outside-nccl".to_owned(), vec![2])]
+        vec![(registry::STUCK_OUTSIDE_NCCL.id().to_owned(), vec![2])]
     );
 }
 
@@ -81,7 +82,7 @@ fn a_rank_that_exits_while_its_peers_wait_has_failed_the_job_whatever_its_status
         assert!(matches!(story.ends[p1], Ending::Exited { status: Some(s), .. } if s == status));
         assert_eq!(
             primaries(&job, &story),
-            vec![("rank-left-early".to_owned(), vec![1])],
+            vec![(registry::RANK_LEFT_EARLY.id().to_owned(), vec![1])],
             "status {status}"
         );
     }
@@ -114,7 +115,7 @@ fn a_crash_explains_the_remote_errors_and_aborts_that_follow_it() {
     assert_eq!(story.nodes[roots[0]].kind, NodeKind::Signal(11));
     assert_eq!(
         primaries(&job, &story),
-        vec![("fatal-signal".to_owned(), vec![1])]
+        vec![(registry::FATAL_SIGNAL.id().to_owned(), vec![1])]
     );
 }
 
@@ -141,7 +142,7 @@ fn a_count_mismatch_claims_the_truncation_it_causes_on_the_peer() {
     ));
     let p = primaries(&job, &story);
     assert_eq!(p.len(), 1, "{p:?}");
-    assert_eq!(p[0].0, "collective-size-mismatch");
+    assert_eq!(p[0].0, registry::COLLECTIVE_SIZE_MISMATCH.id());
 }
 
 /// `ncclBcast` (the older name of `ncclBroadcast`) is rooted like it: ranks that broadcast from
@@ -182,7 +183,10 @@ fn a_p2p_size_mismatch_names_both_sizes() {
     assert!(m[0].text.contains("count=262144") && m[0].text.contains("count=131072"));
     let p = primaries(&job, &story);
     // The receiver is named; the sender's side is in the evidence.
-    assert_eq!(p, vec![("p2p-size-mismatch".to_owned(), vec![1])]);
+    assert_eq!(
+        p,
+        vec![(registry::P2P_SIZE_MISMATCH.id().to_owned(), vec![1])]
+    );
 }
 
 #[test]
@@ -220,6 +224,6 @@ fn a_lone_process_killed_without_a_mark_is_no_healthy_job() {
     assert!(matches!(story.ends[0], Ending::Vanished { .. }));
     assert_eq!(
         primaries(&job, &story),
-        vec![("rank-ended-abruptly".to_owned(), vec![0])]
+        vec![(registry::RANK_ENDED_ABRUPTLY.id().to_owned(), vec![0])]
     );
 }

@@ -8,6 +8,7 @@
 //! explains the failure with high confidence, as a low-confidence lead, not a verdict.
 
 use crate::model::{FailureWhat, JobFailure, JobModel, ProcessModel};
+use crate::rules::registry;
 use crate::rules::registry::Role;
 use crate::rules::{name_processes, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
@@ -105,7 +106,7 @@ fn by_itself(job: &JobModel, f: &JobFailure) -> bool {
 pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
     let clear = found
         .iter()
-        .any(|f| f.role == Role::Cause && f.specific && f.confidence == Confidence::High);
+        .any(|f| f.role() == Role::Cause && f.specific() && f.confidence == Confidence::High);
     if clear {
         return Vec::new();
     }
@@ -157,8 +158,7 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
         return Vec::new();
     }
     let mut f = Finding::new(
-        "failing-ranks-differ",
-        None,
+        &registry::FAILING_RANKS_DIFFER,
         format!(
             "What only the failing processes have ({} of {})",
             name_processes(job, &failing),
@@ -198,6 +198,7 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     use crate::rules::testutil::{analyze, find};
     use ncclshim_fixtures::synth::WORLD_UID;
 
@@ -222,7 +223,7 @@ mod tests {
                 }
             }
         });
-        let f = find(&fs, "failing-ranks-differ").unwrap_or_else(|| panic!("{fs:#?}"));
+        let f = find(&fs, registry::FAILING_RANKS_DIFFER.id()).unwrap_or_else(|| panic!("{fs:#?}"));
         let texts: Vec<&str> = f.evidence.iter().map(|e| e.text.as_str()).collect();
         assert!(texts.iter().any(|t| t.contains("host = b")), "{texts:?}");
         assert!(

@@ -4,6 +4,7 @@
 
 use crate::model::JobModel;
 use crate::rules::config::env_tuning::{differing, values_evidence, TUNING};
+use crate::rules::registry;
 use crate::rules::{Confidence, Finding};
 use std::collections::BTreeSet;
 
@@ -37,8 +38,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         return Vec::new();
     }
     let mut f = Finding::new(
-        "nccl-env-differs",
-        None,
+        &registry::NCCL_ENV_DIFFERS,
         "NCCL environment variables differ across ranks",
         Confidence::Low,
     )
@@ -63,6 +63,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     use crate::rules::testutil::{analyze, find};
 
     #[test]
@@ -76,7 +77,7 @@ mod tests {
                 r.clean_exit();
             }
         });
-        let f = find(&fs, "nccl-env-differs").expect("env diff");
+        let f = find(&fs, registry::NCCL_ENV_DIFFERS.id()).expect("env diff");
         // NCCL_IB_DISABLE: one item per value (set on rank 0, unset on rank 1).
         assert_eq!(f.evidence.len(), 2, "{:?}", f.evidence);
         assert!(f

@@ -3,6 +3,7 @@
 //! disagree about message sizes: "message truncated" (Socket) or "collective mismatch error" (IB).
 
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{text_is_case, Confidence, Evidence, Finding};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -67,9 +68,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
     if diffs.is_empty() {
         return Vec::new();
     }
-    let mut f = Finding::new(
-        "nccl-tuning-env-differs",
-        Some("C26"),
+    let mut f = Finding::new(&registry::NCCL_TUNING_ENV_DIFFERS,
         "NCCL tuning variables differ across ranks",
         Confidence::Medium,
     )
@@ -101,6 +100,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     use crate::rules::testutil::{analyze, find};
     use crate::rules::Severity;
     use ncclshim_format::CallId;
@@ -126,7 +126,7 @@ mod tests {
             s.ranks[1].coll(CallId::NcclAllReduce, comms[1], 0, 1 << 20, 7, 0, 0, 5,
                 Some("NET/Socket : peer 10.0.0.1<4312> message truncated : receiving 696320 bytes instead of 32768."));
         });
-        let f = find(&fs, "nccl-tuning-env-differs").expect("C26");
+        let f = find(&fs, registry::NCCL_TUNING_ENV_DIFFERS.id()).expect("C26");
         let ids: Vec<(&str, Severity)> = fs.iter().map(|f| (f.id.as_str(), f.severity)).collect();
         assert_eq!(f.severity, Severity::Primary, "{ids:?}");
         // One item per value, each with the ranks that had it.

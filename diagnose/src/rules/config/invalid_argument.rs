@@ -4,6 +4,7 @@
 //! the same process (the group end, the async-error poll) are the same failure.
 
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
 
@@ -21,8 +22,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             .as_deref()
             .is_some_and(|t| t.contains("comm argument is NULL") || t.contains("comm is NULL"));
         let mut f = Finding::new(
-            "invalid-argument",
-            None,
+            &registry::INVALID_ARGUMENT,
             // No rank in the title: the same refusal on many ranks is one finding (their ranks
             // and calls are its evidence).
             if null_comm {
@@ -79,6 +79,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     use crate::rules::testutil::{analyze, find};
     use ncclshim_format::CallId;
 
@@ -108,9 +109,9 @@ mod tests {
             );
             r.clean_exit();
         });
-        let f = find(&fs, "invalid-argument").expect("invalid argument");
+        let f = find(&fs, registry::INVALID_ARGUMENT.id()).expect("invalid argument");
         assert!(f.title.contains("NULL communicator"));
         assert_eq!(f.explains.len(), 2);
-        assert!(find(&fs, "unexplained-error").is_none());
+        assert!(find(&fs, registry::UNEXPLAINED_ERROR.id()).is_none());
     }
 }

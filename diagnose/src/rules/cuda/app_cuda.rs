@@ -8,6 +8,7 @@
 //! own included, so who made it is unknown and the call is left to the rules that do not ask.
 
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
@@ -21,8 +22,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 continue;
             }
             let mut f = Finding::new(
-                "application-cuda-call-failed",
-                None,
+                &registry::APPLICATION_CUDA_CALL_FAILED,
                 format!(
                     "The application's own {} failed with {} (outside any NCCL call)",
                     c.name,

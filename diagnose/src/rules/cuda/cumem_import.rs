@@ -4,13 +4,12 @@
 
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
+use crate::rules::registry;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::{CallId, NcclResult};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
-    let mut f = Finding::new(
-        "cumem-import-invalid-device",
-        Some("C04"),
+    let mut f = Finding::new(&registry::CUMEM_IMPORT_INVALID_DEVICE,
         "CUDA IPC import of a peer GPU's memory failed with 'invalid device ordinal'",
         Confidence::Medium,
     )
@@ -150,7 +149,7 @@ mod tests {
                 Some("Cuda failure 101 'invalid device ordinal'"),
             );
         });
-        let f = find(&fs, "cumem-import-invalid-device").expect("C04");
+        let f = find(&fs, registry::CUMEM_IMPORT_INVALID_DEVICE.id()).expect("C04");
         assert_eq!(f.ranks, vec![0, 1]);
         assert_eq!(f.confidence, Confidence::High);
         assert_eq!(f.explains.len(), 2, "the import and the NCCL call it broke");

@@ -2,13 +2,12 @@
 //! ncclSystemError at init with a shared-memory WARN whose wording depends on the version.
 
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{text_is_case, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
-    let mut f = Finding::new(
-        "dev-shm-too-small",
-        Some("C07"),
+    let mut f = Finding::new(&registry::DEV_SHM_TOO_SMALL,
         "/dev/shm is too small for NCCL's shared-memory transport",
         Confidence::High,
     )
@@ -94,7 +93,7 @@ mod tests {
                 r.clean_exit();
             }
         });
-        let f = find(&fs, "dev-shm-too-small").expect("C07");
+        let f = find(&fs, registry::DEV_SHM_TOO_SMALL.id()).expect("C07");
         assert!(f.evidence.iter().any(|e| e.contains("/dev/shm is 64 MiB")));
         assert_eq!(f.confidence, Confidence::High);
     }

@@ -4,6 +4,7 @@
 
 use crate::model::JobModel;
 use crate::names::nccl_version_string;
+use crate::rules::registry;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 
 /// The known bug (knowledge/nccl-versions.toml) whose fixed-in release also checks
@@ -16,9 +17,7 @@ pub fn fixed_in() -> u64 {
 }
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
-    let mut f = Finding::new(
-        "gdr-peermem-undetected",
-        Some("C05"),
+    let mut f = Finding::new(&registry::GDR_PEERMEM_UNDETECTED,
         "GPUDirect RDMA is disabled: this NCCL does not detect the loaded nvidia_peermem module",
         Confidence::High,
     )
@@ -70,6 +69,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     use crate::rules::testutil::{analyze, find};
     use crate::rules::Severity;
     use ncclshim_fixtures::synth::host_facts_json;
@@ -94,13 +94,13 @@ mod tests {
     #[test]
     fn old_nccl_with_new_peermem_layout() {
         let fs = run(21904);
-        let f = find(&fs, "gdr-peermem-undetected").expect("C05");
+        let f = find(&fs, registry::GDR_PEERMEM_UNDETECTED.id()).expect("C05");
         assert_eq!(f.fixed_in.as_deref(), Some("2.23.4"));
         assert_eq!(f.severity, Severity::Primary);
     }
 
     #[test]
     fn fixed_nccl_is_fine() {
-        assert!(find(&run(22304), "gdr-peermem-undetected").is_none());
+        assert!(find(&run(22304), registry::GDR_PEERMEM_UNDETECTED.id()).is_none());
     }
 }

@@ -8,6 +8,7 @@
 //! reported.
 
 use crate::model::{CallEvent, JobModel};
+use crate::rules::registry;
 use crate::rules::{who, Confidence, Finding};
 use ncclshim_format::CallId;
 use std::collections::BTreeMap;
@@ -65,8 +66,7 @@ fn overlaps_in(calls: &[CallEvent]) -> Vec<Overlap> {
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(
-        "communicator-used-from-several-threads",
-        Some("C25"),
+        &registry::COMMUNICATOR_USED_FROM_SEVERAL_THREADS,
         "One communicator was used by two threads at the same time",
         Confidence::High,
     )

@@ -19,6 +19,7 @@
 
 use crate::knowledge::thresholds::thresholds;
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding};
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -92,9 +93,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             Some(h) => format!("{noun} {} (all of host {h})", rank_list(&late_ranks)),
             None => format!("{noun} {}", rank_list(&late_ranks)),
         };
-        let mut f = Finding::new(
-            "late-rank",
-            None,
+        let mut f = Finding::new(&registry::LATE_RANK,
             format!(
                 "{who} {verb} late to the collectives of communicator {comm:#x}: {} of GPU time per operation against {} on the other ranks, which wait for {}",
                 ms(late_mean),
@@ -162,6 +161,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     use crate::rules::testutil::{analyze, find};
     use ncclshim_fixtures::synth::WORLD_UID;
 
@@ -208,7 +208,7 @@ mod tests {
     #[test]
     fn the_rank_with_the_shortest_time_in_collectives_is_the_late_one() {
         let fs = job(&["n0", "n0", "n1", "n1"], &[900, 880, 120, 910], 1000);
-        let f = find(&fs, "late-rank").expect("late rank");
+        let f = find(&fs, registry::LATE_RANK.id()).expect("late rank");
         assert_eq!(f.severity, crate::rules::Severity::Advisory);
         assert!(f.title.starts_with("Rank 2 is late"), "{}", f.title);
         assert_eq!(f.ranks, vec![2], "the late rank is the subject");
@@ -261,7 +261,7 @@ mod tests {
             &[900, 900, 100, 110, 905, 880],
             500,
         );
-        let f = find(&fs, "late-rank").expect("late host");
+        let f = find(&fs, registry::LATE_RANK.id()).expect("late host");
         assert!(
             f.title.contains("Ranks 2-3 (all of host n1)")
                 || f.title.contains("Ranks 2, 3 (all of host n1)")
@@ -274,12 +274,28 @@ mod tests {
     #[test]
     fn ordinary_spread_few_operations_or_one_early_rank_is_nothing() {
         // Within the spread the threshold allows.
-        assert!(find(&job(&["n0"; 4], &[900, 700, 600, 850], 1000), "late-rank").is_none());
+        assert!(find(
+            &job(&["n0"; 4], &[900, 700, 600, 850], 1000),
+            registry::LATE_RANK.id()
+        )
+        .is_none());
         // Too few operations to judge.
-        assert!(find(&job(&["n0"; 4], &[900, 880, 120, 910], 10), "late-rank").is_none());
+        assert!(find(
+            &job(&["n0"; 4], &[900, 880, 120, 910], 10),
+            registry::LATE_RANK.id()
+        )
+        .is_none());
         // One rank early (it waits for all the others): the others are not all "late".
-        assert!(find(&job(&["n0"; 4], &[900, 100, 120, 110], 1000), "late-rank").is_none());
+        assert!(find(
+            &job(&["n0"; 4], &[900, 100, 120, 110], 1000),
+            registry::LATE_RANK.id()
+        )
+        .is_none());
         // A tiny absolute difference is launch jitter, not a straggler.
-        assert!(find(&job(&["n0"; 4], &[90, 88, 12, 91], 1000), "late-rank").is_none());
+        assert!(find(
+            &job(&["n0"; 4], &[90, 88, 12, 91], 1000),
+            registry::LATE_RANK.id()
+        )
+        .is_none());
     }
 }

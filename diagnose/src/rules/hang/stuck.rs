@@ -14,6 +14,7 @@
 //! not hang on this rank either (the peer could not have finished it alone).
 
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::ending::Ending;
 use crate::story::position::Inside;
@@ -220,9 +221,7 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
             } else {
                 ("ranks", "them")
             };
-            let mut f = Finding::new(
-                "stuck-outside-nccl",
-                None,
+            let mut f = Finding::new(&registry::STUCK_OUTSIDE_NCCL,
                 format!(
                     "Hang: {noun} {} stopped issuing collectives (stuck outside NCCL); the others wait for {them}",
                     rank_list(&rs)
@@ -267,9 +266,7 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
                 w[0].inside.as_ref().map(|i| &i.op) == w[1].inside.as_ref().map(|i| &i.op)
             });
             let all = inside.len() == states.len();
-            let mut f = Finding::new(
-                "stuck-inside-nccl",
-                None,
+            let mut f = Finding::new(&registry::STUCK_INSIDE_NCCL,
                 if all {
                     format!("Hang: every rank of communicator {comm:#x} is stuck inside NCCL")
                 } else {
@@ -319,6 +316,7 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     use crate::rules::testutil::{analyze, find};
 
     #[test]
@@ -410,7 +408,7 @@ mod tests {
                 }
             }
         });
-        let f = find(&fs, "stuck-outside-nccl").expect("stuck outside");
+        let f = find(&fs, registry::STUCK_OUTSIDE_NCCL.id()).expect("stuck outside");
         assert_eq!(f.ranks, vec![2]);
         assert!(
             f.evidence.iter().any(|e| e.ranks == [0, 1, 3]
@@ -442,7 +440,7 @@ mod tests {
                 );
             }
         });
-        let f = find(&fs, "stuck-outside-nccl").expect("stuck outside");
+        let f = find(&fs, registry::STUCK_OUTSIDE_NCCL.id()).expect("stuck outside");
         assert_eq!(f.ranks, vec![1]);
         let counted = |rank: u32| {
             f.evidence
@@ -480,9 +478,9 @@ mod tests {
                 );
             }
         });
-        let f = find(&fs, "stuck-inside-nccl").expect("stuck inside");
+        let f = find(&fs, registry::STUCK_INSIDE_NCCL.id()).expect("stuck inside");
         assert_eq!(f.ranks, vec![0, 1]);
-        assert!(find(&fs, "stuck-outside-nccl").is_none());
+        assert!(find(&fs, registry::STUCK_OUTSIDE_NCCL.id()).is_none());
     }
 
     /// The diagnosis is a function of the job and the instant of analysis: the same dumps of
@@ -512,10 +510,16 @@ mod tests {
         }
         let newest = job.processes.iter().map(|p| p.last_t).max().unwrap();
         let at = |now_ns| crate::rules::diagnose_with(&job, &crate::rules::Options::at(now_ns));
-        assert!(find(&at(newest + 1_000_000_000), "stuck-inside-nccl").is_none());
+        assert!(find(
+            &at(newest + 1_000_000_000),
+            registry::STUCK_INSIDE_NCCL.id()
+        )
+        .is_none());
         let later = at(newest + super::DEFAULT_STALL_NS);
         assert_eq!(
-            find(&later, "stuck-inside-nccl").expect("hang").ranks,
+            find(&later, registry::STUCK_INSIDE_NCCL.id())
+                .expect("hang")
+                .ranks,
             vec![0, 1]
         );
     }
@@ -562,7 +566,7 @@ mod tests {
                 );
             }
         });
-        let f = find(&fs, "stuck-inside-nccl").expect("stuck inside");
+        let f = find(&fs, registry::STUCK_INSIDE_NCCL.id()).expect("stuck inside");
         assert!(
             f.evidence
                 .iter()
@@ -634,11 +638,14 @@ mod tests {
     #[test]
     fn a_self_send_recv_without_gpu_end_is_no_hang() {
         let fs = all_to_all_then_death(true);
-        assert!(find(&fs, "stuck-inside-nccl").is_none(), "{fs:#?}");
+        assert!(
+            find(&fs, registry::STUCK_INSIDE_NCCL.id()).is_none(),
+            "{fs:#?}"
+        );
         // The same dumps with the pair to the other rank unfinished: a hang, so the test above
         // is not blind.
         let fs = all_to_all_then_death(false);
-        let f = find(&fs, "stuck-inside-nccl").expect("the other pair never ended");
+        let f = find(&fs, registry::STUCK_INSIDE_NCCL.id()).expect("the other pair never ended");
         assert!(
             f.evidence.iter().any(|e| e.text.contains("to/from peer")),
             "{:#?}",
@@ -691,7 +698,7 @@ mod tests {
                 }
             }
         });
-        let f = find(&fs, "stuck-inside-nccl").expect("stuck inside");
+        let f = find(&fs, registry::STUCK_INSIDE_NCCL.id()).expect("stuck inside");
         assert!(
             f.evidence.iter().any(|e| e.ranks == [1]
                 && e.text
@@ -723,7 +730,10 @@ mod tests {
                 }
             }
         });
-        assert!(find(&fs, "stuck-inside-nccl").is_none(), "{fs:#?}");
+        assert!(
+            find(&fs, registry::STUCK_INSIDE_NCCL.id()).is_none(),
+            "{fs:#?}"
+        );
     }
 
     /// Rank 0 issued AllReduce, Broadcast; rank 1 AllReduce, AllReduce. Per-function numbers
@@ -769,6 +779,9 @@ mod tests {
                 }
             }
         });
-        assert!(find(&fs, "stuck-outside-nccl").is_none(), "{fs:#?}");
+        assert!(
+            find(&fs, registry::STUCK_OUTSIDE_NCCL.id()).is_none(),
+            "{fs:#?}"
+        );
     }
 }

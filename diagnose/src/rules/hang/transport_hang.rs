@@ -139,6 +139,7 @@ pub fn annotate(job: &JobModel, f: &mut Finding) {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     use crate::rules::testutil::{analyze, find};
     use ncclshim_fixtures::synth::host_facts_json;
     use serde_json::json;
@@ -169,7 +170,7 @@ mod tests {
                 );
             }
         });
-        find(&fs, "stuck-inside-nccl")
+        find(&fs, registry::STUCK_INSIDE_NCCL.id())
             .expect("stuck inside")
             .clone()
     }

@@ -6,6 +6,7 @@
 
 use crate::model::{JobModel, ProcessModel};
 use crate::names::signal_name;
+use crate::rules::registry;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::ending::Ending;
 use crate::story::Story;
@@ -71,8 +72,7 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
         .chain(job.failures.iter().map(|x| x.process))
         .collect();
     let mut f = Finding::new(
-        "ranks-waiting-when-stopped",
-        None,
+        &registry::RANKS_WAITING_WHEN_STOPPED,
         "Ranks without an error of their own waited until they were stopped",
         Confidence::High,
     )
@@ -80,7 +80,6 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
         "Nothing to fix on these ranks: they waited for the failure above (a collective cannot \
          complete without every rank). Debug the primary finding's rank.",
     );
-    f.consequence = true;
     for (p, pm) in job.processes.iter().enumerate() {
         let failed = located.contains(&p);
         let seen = pm.last_t.max(pm.last_alive.unwrap_or(0));

@@ -8,13 +8,13 @@
 use crate::knowledge::launchers::{lookup, Role};
 use crate::knowledge::visible_devices::VisibleDevices;
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{text_is_case, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(
-        "duplicate-gpu",
-        Some("C06"),
+        &registry::DUPLICATE_GPU,
         "Several ranks use the same GPU",
         Confidence::High,
     )
@@ -126,6 +126,7 @@ fn remedy() -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
 
     use crate::rules::testutil::{analyze, find};
     use ncclshim_fixtures::synth::WORLD_UID;
@@ -149,7 +150,7 @@ mod tests {
                 r.clean_exit();
             }
         });
-        let f = find(&fs, "duplicate-gpu").expect("C06");
+        let f = find(&fs, registry::DUPLICATE_GPU.id()).expect("C06");
         assert_eq!(f.ranks, vec![0, 1, 2]);
         assert_eq!(f.explains.len(), 3);
         assert!(f.evidence[0].contains("0000:0f:00.0"));
@@ -175,7 +176,7 @@ mod tests {
                 r.clean_exit();
             }
         });
-        let f = find(&fs, "duplicate-gpu").expect("C06");
+        let f = find(&fs, registry::DUPLICATE_GPU.id()).expect("C06");
         assert_eq!(f.ranks, vec![0, 1]);
         assert!(f.remedy.contains("device_id"), "{}", f.remedy);
     }
@@ -186,6 +187,6 @@ mod tests {
             s.snapshot_all(22005);
             s.init_world(22005);
         });
-        assert!(find(&fs, "duplicate-gpu").is_none());
+        assert!(find(&fs, registry::DUPLICATE_GPU.id()).is_none());
     }
 }

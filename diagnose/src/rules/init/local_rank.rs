@@ -8,6 +8,7 @@
 use crate::knowledge::launchers::{lookup, Role};
 use crate::knowledge::visible_devices::VisibleDevices;
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
 
 /// Number of devices `CUDA_VISIBLE_DEVICES` leaves visible (None when unset: all of them).
@@ -16,9 +17,7 @@ pub fn visible_count(cvd: Option<&str>) -> Option<usize> {
 }
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
-    let mut f = Finding::new(
-        "local-rank-beyond-visible-gpus",
-        Some("C28"),
+    let mut f = Finding::new(&registry::LOCAL_RANK_BEYOND_VISIBLE_GPUS,
         "A process was asked to use a GPU it cannot see (local rank ≥ visible GPUs)",
         Confidence::High,
     )
@@ -127,7 +126,8 @@ mod tests {
             );
             r.clean_exit();
         });
-        let f = find(&fs, "local-rank-beyond-visible-gpus").expect("C28 from SLURM_LOCALID");
+        let f = find(&fs, registry::LOCAL_RANK_BEYOND_VISIBLE_GPUS.id())
+            .expect("C28 from SLURM_LOCALID");
         assert!(f
             .evidence
             .iter()
@@ -151,7 +151,7 @@ mod tests {
             );
             r.clean_exit();
         });
-        let f = find(&fs, "local-rank-beyond-visible-gpus").expect("C28");
+        let f = find(&fs, registry::LOCAL_RANK_BEYOND_VISIBLE_GPUS.id()).expect("C28");
         assert_eq!(f.explains.len(), 1);
     }
 }

@@ -9,6 +9,7 @@
 //! taken for the cause. The verdict decides its severity like any other.
 
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{name_processes, rank_list, Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::progress::Place;
 use crate::story::{NodeKind, Story};
@@ -49,8 +50,7 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
             })
             .unwrap_or_default();
         let mut f = Finding::new(
-            "ranks-never-arrived",
-            None,
+            &registry::RANKS_NEVER_ARRIVED,
             format!(
                 "{} of {n} ranks of communicator {comm:#x} left no trace",
                 missing.len()
@@ -154,9 +154,6 @@ fn one_absence(mut found: Vec<(Finding, u32, BTreeSet<usize>, usize)>) -> Vec<Fi
     kept.into_iter().map(|(f, ..)| f).collect()
 }
 
-/// The finding when the failures the dumps show are echoes of a rank that left no dump.
-pub const LEFT_NO_DUMP: &str = "failing-rank-left-no-dump";
-
 /// `never_arrived` (the missing-ranks finding of `comm`) told as the failure of the ranks
 /// without a dump: its facts, plus each echo (a root of the story on a present rank) it explains.
 fn left_no_dump(
@@ -182,8 +179,7 @@ fn left_no_dump(
     );
     let survivors: Vec<usize> = echoes.iter().map(|&i| story.nodes[i].process).collect();
     let mut f = Finding::new(
-        LEFT_NO_DUMP,
-        None,
+        &registry::FAILING_RANK_LEFT_NO_DUMP,
         format!(
             "{missing_noun} of communicator {comm:#x} left no dump; {} saw it fail: its cause cannot be seen here",
             name_processes(job, &survivors)
@@ -267,6 +263,7 @@ fn missing_remedy(job: &JobModel, present: &[(u32, usize)], waiting: &[u32]) -> 
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     use crate::rules::testutil::{analyze, find};
     use crate::rules::Severity;
     use ncclshim_fixtures::synth::WORLD_UID;
@@ -278,7 +275,7 @@ mod tests {
             s.ranks[0].init_rank_in_flight(4, 0, WORLD_UID, 0);
             s.ranks[1].init_rank_in_flight(4, 1, WORLD_UID, 1);
         });
-        let f = find(&fs, "ranks-never-arrived").expect("missing");
+        let f = find(&fs, registry::RANKS_NEVER_ARRIVED.id()).expect("missing");
         assert_eq!(f.ranks, vec![2, 3]);
         assert_eq!(f.severity, Severity::Primary);
     }
@@ -302,7 +299,7 @@ mod tests {
         });
         let never: Vec<_> = fs
             .iter()
-            .filter(|f| f.id == "ranks-never-arrived")
+            .filter(|f| f.id == registry::RANKS_NEVER_ARRIVED.id())
             .collect();
         assert_eq!(never.len(), 1, "{never:#?}");
         assert_eq!(never[0].ranks, vec![3], "the world's numbering");
@@ -331,16 +328,17 @@ mod tests {
                 );
             }
         });
-        let f = find(&fs, super::LEFT_NO_DUMP).expect("the rank without a dump is the story");
+        let f = find(&fs, registry::FAILING_RANK_LEFT_NO_DUMP.id())
+            .expect("the rank without a dump is the story");
         assert!(
-            find(&fs, "ranks-never-arrived").is_none(),
+            find(&fs, registry::RANKS_NEVER_ARRIVED.id()).is_none(),
             "one finding for the missing rank"
         );
         assert_eq!(f.severity, Severity::Primary);
         assert_eq!(f.ranks, vec![0]);
         assert_eq!(f.explains.len(), 2, "{:?}", f.explains);
         assert!(f.title.contains("left no dump"), "{}", f.title);
-        let echo = find(&fs, "peer-failure-seen-by-survivors").expect("C20");
+        let echo = find(&fs, registry::PEER_FAILURE_SEEN_BY_SURVIVORS.id()).expect("C20");
         assert_eq!(echo.severity, Severity::Contributing);
         assert!(fs
             .iter()

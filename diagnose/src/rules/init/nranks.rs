@@ -2,6 +2,7 @@
 //! `nranks`): "Bootstrap Root : mismatch in rank count" / "mismatch in info from procs".
 
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
@@ -22,8 +23,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             continue;
         }
         let mut f = Finding::new(
-            "nranks-disagreement",
-            Some("C27"),
+            &registry::NRANKS_DISAGREEMENT,
             "Processes disagree on the number of ranks of one communicator",
             Confidence::High,
         )
@@ -69,6 +69,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
 
     use crate::rules::testutil::{analyze, find};
     use ncclshim_fixtures::synth::WORLD_UID;
@@ -81,7 +82,7 @@ mod tests {
             s.ranks[1].init_rank_in_flight(3, 1, WORLD_UID, 1);
             s.ranks[2].init_rank_in_flight(3, 2, WORLD_UID, 2);
         });
-        let f = find(&fs, "nranks-disagreement").expect("C27");
+        let f = find(&fs, registry::NRANKS_DISAGREEMENT.id()).expect("C27");
         assert!(f.evidence.iter().any(|e| e.ranks == [1, 2]
             && e.contains("ranks 1-2 on n0: comm ")
             && e.contains("called init with nranks=3")));

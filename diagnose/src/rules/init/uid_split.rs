@@ -2,6 +2,7 @@
 //! a stale id from a previous run): each group waits in init for ranks that joined the other.
 
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use std::collections::BTreeMap;
 
@@ -27,9 +28,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         if by_uid.len() < 2 || by_uid.values().any(|ps| ps.len() as u32 >= n) {
             continue;
         }
-        let mut f = Finding::new(
-            "unique-id-split",
-            None,
+        let mut f = Finding::new(&registry::UNIQUE_ID_SPLIT,
             format!("Ranks waiting to form a {n}-rank communicator hold {} different uniqueIds", by_uid.len()),
             Confidence::Medium,
         )
@@ -55,6 +54,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     use crate::rules::testutil::{analyze, find};
 
     #[test]
@@ -66,7 +66,7 @@ mod tests {
                 r.init_rank_in_flight(4, u64::from(r.rank), uid, u64::from(r.rank % 2));
             }
         });
-        let f = find(&fs, "unique-id-split").expect("uid split");
+        let f = find(&fs, registry::UNIQUE_ID_SPLIT.id()).expect("uid split");
         assert_eq!(f.evidence.len(), 2);
         assert!(f.evidence[0].contains("0x1111") && f.evidence[0].contains("ranks 0-1"));
     }

@@ -5,6 +5,7 @@
 
 use crate::model::JobModel;
 use crate::names::{cuda_version_string, nccl_version_string};
+use crate::rules::registry;
 use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
 use std::collections::BTreeMap;
@@ -20,8 +21,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         return Vec::new();
     }
     let mut f = Finding::new(
-        "nccl-version-mismatch",
-        Some("C03"),
+        &registry::NCCL_VERSION_MISMATCH,
         "Ranks run different NCCL versions",
         Confidence::High,
     )
@@ -98,6 +98,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     use crate::rules::testutil::{analyze, find};
     use crate::rules::Severity;
     use ncclshim_fixtures::synth::{libraries_json, WORLD_UID};
@@ -117,7 +118,7 @@ mod tests {
             s.ranks[0].init_rank(2, 0, WORLD_UID, 0, 3, Some("ncclSocketInit: connecting to address with family 0 is neither AF_INET(2) nor AF_INET6(10)"), 21403);
             s.ranks[1].init_rank_in_flight(2, 1, WORLD_UID, 0);
         });
-        let f = find(&fs, "nccl-version-mismatch").expect("C03");
+        let f = find(&fs, registry::NCCL_VERSION_MISMATCH.id()).expect("C03");
         assert_eq!(f.severity, Severity::Primary);
         assert!(f
             .evidence
@@ -136,6 +137,6 @@ mod tests {
             s.snapshot_all(22005);
             s.init_world(22005);
         });
-        assert!(find(&fs, "nccl-version-mismatch").is_none());
+        assert!(find(&fs, registry::NCCL_VERSION_MISMATCH.id()).is_none());
     }
 }

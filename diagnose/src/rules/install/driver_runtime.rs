@@ -5,20 +5,20 @@
 
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
+use crate::rules::registry;
 use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
 
-pub fn check(job: &JobModel) -> Vec<Finding> {
-    let mut f = Finding::new(
-        "cuda-driver-older-than-runtime",
-        Some("C18"),
-        "The CUDA driver is older than the CUDA runtime in use",
-        Confidence::High,
-    )
-    .remedy(
-        "Upgrade the NVIDIA driver, or install a CUDA/NCCL build that matches the driver (for \
-         datacenter GPUs the cuda-compat package also works).",
-    );
-    let mut no_driver = Vec::new();
+/// What one process shows: the calls that failed with CUDA's "insufficient driver" text, the
+/// driver and runtime versions when the driver is older, and whether the host has no driver.
+struct Hit {
+    process: usize,
+    calls: Vec<usize>,
+    older: Option<(String, String)>,
+    no_driver: bool,
+}
+
+fn hits(job: &JobModel) -> Vec<Hit> {
+    let mut out = Vec::new();
     for (p, pm) in job.processes.iter().enumerate() {
         let libs = pm.libs.as_ref();
         let (drv, rt) = (
@@ -26,19 +26,70 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
             libs.and_then(|l| l.cuda_runtime),
         );
         let older = matches!((drv, rt), (Some(d), Some(r)) if d > 0 && d < r);
-        let mut hit = false;
-        for (i, c) in pm.error_calls() {
-            if text_is_entry(c, &["cuda-driver-too-old"]) {
-                f.explain(p, i);
-                f.fact(Evidence::call(c).of(job, p));
-                hit = true;
-            }
+        let calls: Vec<usize> = pm
+            .error_calls()
+            .filter(|(_, c)| text_is_entry(c, &["cuda-driver-too-old"]))
+            .map(|(i, _)| i)
+            .collect();
+        if calls.is_empty() && !older {
+            continue;
         }
-        if older {
-            let (drv, rt) = (
-                cuda_version_string(drv.unwrap_or(0)),
-                cuda_version_string(rt.unwrap_or(0)),
-            );
+        let h = pm.host_facts.as_ref();
+        let driver_absent = h.is_some_and(|h| matches!(h.nvidia_driver, Some(None)));
+        let no_devices = h
+            .and_then(|h| h.nvidia_devices.as_ref())
+            .is_some_and(|d| d.is_empty());
+        out.push(Hit {
+            process: p,
+            calls,
+            older: older.then(|| {
+                (
+                    cuda_version_string(drv.unwrap_or(0)),
+                    cuda_version_string(rt.unwrap_or(0)),
+                )
+            }),
+            no_driver: driver_absent && no_devices && !older,
+        });
+    }
+    out
+}
+
+pub fn check(job: &JobModel) -> Vec<Finding> {
+    let hits = hits(job);
+    if hits.is_empty() {
+        return Vec::new();
+    }
+    // Every process that says so has no driver at all: the same words, another finding.
+    let missing = hits.iter().all(|h| h.no_driver);
+    let mut f = if missing {
+        Finding::new(
+            &registry::CUDA_DRIVER_MISSING,
+            "No NVIDIA driver is available to the process: CUDA reports it as an insufficient driver",
+            Confidence::High,
+        )
+        .remedy(
+            "Run the job where the NVIDIA driver is loaded and the GPUs are visible: on a GPU node, and \
+             in containers with the GPUs passed in (`docker run --gpus all` / the NVIDIA container \
+             toolkit, Kubernetes `nvidia.com/gpu` resources).",
+        )
+    } else {
+        Finding::new(
+            &registry::CUDA_DRIVER_OLDER_THAN_RUNTIME,
+            "The CUDA driver is older than the CUDA runtime in use",
+            Confidence::High,
+        )
+        .remedy(
+            "Upgrade the NVIDIA driver, or install a CUDA/NCCL build that matches the driver (for \
+             datacenter GPUs the cuda-compat package also works).",
+        )
+    };
+    for h in &hits {
+        let (p, pm) = (h.process, &job.processes[h.process]);
+        for &i in &h.calls {
+            f.explain(p, i);
+            f.fact(Evidence::call(&pm.calls[i]).of(job, p));
+        }
+        if let Some((drv, rt)) = &h.older {
             f.fact(
                 Evidence::new(
                     EvidenceKind::Library,
@@ -48,31 +99,11 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 .value("cuda_runtime", rt)
                 .of(job, p),
             );
-            hit = true;
         }
-        if hit {
-            f.involve(job, p);
-            let h = pm.host_facts.as_ref();
-            let driver_absent = h.is_some_and(|h| matches!(h.nvidia_driver, Some(None)));
-            let no_devices = h
-                .and_then(|h| h.nvidia_devices.as_ref())
-                .is_some_and(|d| d.is_empty());
-            if driver_absent && no_devices && !older {
-                no_driver.push(p);
-            }
-        }
+        f.involve(job, p);
     }
-    if f.process_ids.is_empty() {
-        return Vec::new();
-    }
-    if !no_driver.is_empty() && no_driver.len() == f.process_ids.len() {
-        f.id = "cuda-driver-missing".into();
-        f.title = "No NVIDIA driver is available to the process: CUDA reports it as an insufficient driver".into();
-        f.remedy = "Run the job where the NVIDIA driver is loaded and the GPUs are visible: on a GPU node, and \
-                    in containers with the GPUs passed in (`docker run --gpus all` / the NVIDIA container \
-                    toolkit, Kubernetes `nvidia.com/gpu` resources)."
-            .into();
-        for p in no_driver {
+    if missing {
+        for h in &hits {
             f.fact(
                 Evidence::new(
                     EvidenceKind::Host,
@@ -80,7 +111,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
                 )
                 .value("nvidia_driver", Option::<String>::None)
                 .value("nvidia_devices", 0)
-                .of(job, p),
+                .of(job, h.process),
             );
         }
     }
@@ -119,7 +150,7 @@ mod tests {
         h["nvidia_driver"] = serde_json::Value::Null;
         h["nvidia_devices"] = serde_json::json!([]);
         let fs = insufficient_driver(h);
-        let f = find(&fs, "cuda-driver-missing").expect("no-driver variant");
+        let f = find(&fs, registry::CUDA_DRIVER_MISSING.id()).expect("no-driver variant");
         assert_eq!(f.catalog, Some("C18"));
         assert!(f
             .evidence
@@ -132,10 +163,14 @@ mod tests {
         h["nvidia_driver"] =
             serde_json::json!("NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.82.01");
         h["nvidia_devices"] = serde_json::json!(["nvidia0"]);
-        assert!(find(&insufficient_driver(h), "cuda-driver-older-than-runtime").is_some());
+        assert!(find(
+            &insufficient_driver(h),
+            registry::CUDA_DRIVER_OLDER_THAN_RUNTIME.id()
+        )
+        .is_some());
         assert!(find(
             &insufficient_driver(host_facts_json("n0")),
-            "cuda-driver-older-than-runtime"
+            registry::CUDA_DRIVER_OLDER_THAN_RUNTIME.id()
         )
         .is_some());
     }
@@ -157,7 +192,7 @@ mod tests {
             );
             r.clean_exit();
         });
-        let f = find(&fs, "cuda-driver-older-than-runtime").expect("C18");
+        let f = find(&fs, registry::CUDA_DRIVER_OLDER_THAN_RUNTIME.id()).expect("C18");
         assert_eq!(f.severity, Severity::Primary);
         assert!(f
             .evidence

@@ -19,7 +19,7 @@ use crate::knowledge::bugs::{self, Change, EnvCondition, Feature, Impact, Kind, 
 use crate::knowledge::codes::cuda_error_in_text;
 use crate::knowledge::thresholds::thresholds;
 use crate::model::{JobModel, ProcessModel};
-use crate::rules::registry::Role;
+use crate::rules::registry::{self, Role};
 use crate::rules::Options;
 use crate::rules::{name_processes, Confidence, Finding};
 use crate::story::{NodeClass, Story};
@@ -121,14 +121,14 @@ pub fn check(job: &JobModel, story: &Story, options: &Options, found: &[Finding]
     }
     let primary_explained: BTreeSet<(usize, usize)> = found
         .iter()
-        .filter(|f| f.role == Role::Cause && f.specific)
+        .filter(|f| f.role() == Role::Cause && f.specific())
         .flat_map(|f| f.explains.iter().copied())
         .collect();
     // A process another rule already explains as primary gets no "may be a known bug" guess: a
     // weak match under a clear cause would only blur it.
     let explained_processes: BTreeSet<usize> = found
         .iter()
-        .filter(|f| f.role == Role::Cause && f.specific)
+        .filter(|f| f.role() == Role::Cause && f.specific())
         .flat_map(|f| f.process_ids.iter().copied())
         .collect();
     let mut out = Vec::new();
@@ -157,7 +157,7 @@ pub fn check(job: &JobModel, story: &Story, options: &Options, found: &[Finding]
     let job_has_primary = found
         .iter()
         .chain(&out)
-        .any(|f| f.role == Role::Cause && !f.explains.is_empty());
+        .any(|f| f.role() == Role::Cause && !f.explains.is_empty());
     if !job_has_primary {
         for (impact, entries) in weak {
             out.push(weak_finding(job, impact, &entries));
@@ -487,9 +487,22 @@ fn entry_finding(
     // A strong match of a hang explains the ranks stuck in it (no call failed).
     let hang_cause = best == Strength::Strong && c.symptoms.hang && explains.is_empty();
     let primary = (best == Strength::Strong && !explains.is_empty() && !already) || hang_cause;
-    let mut f = Finding::new(
-        &format!("known-{}", c.id),
-        None,
+    // A strong match of the failing call is a cause; anything vaguer only a condition, never
+    // primary over a cause. A strong match of a hang explains the ranks stuck in it.
+    let member = registry::KNOWN_BUG.member(&c.id).role(if primary {
+        Role::Cause
+    } else {
+        Role::Condition
+    });
+    let member = if hang_cause {
+        member
+            .covering(&[NodeClass::StuckInside, NodeClass::Behind])
+            .specific()
+    } else {
+        member
+    };
+    let mut f = Finding::of_member(
+        member,
         format!("NCCL {}: {what}: {}{fixed}", versions.join("/"), c.title),
         if best == Strength::Strong {
             Confidence::High
@@ -497,19 +510,8 @@ fn entry_finding(
             Confidence::Medium
         },
     )
-    .remedy(&remedy(c))
-    // A strong match of the failing call is a cause; anything vaguer only a condition, never
-    // primary over a cause.
-    .with_role(if primary {
-        Role::Cause
-    } else {
-        Role::Condition
-    });
+    .remedy(&remedy(c));
     f.fixed_in = c.fixed_in.clone();
-    if hang_cause {
-        f.covers = &[NodeClass::StuckInside, NodeClass::Behind];
-        f.specific = true;
-    }
     for line in version_line(job, hs) {
         f.evidence(line);
     }
@@ -547,9 +549,10 @@ fn weak_finding(job: &JobModel, impact: Impact, entries: &[(&Change, Vec<Hit>)])
         Impact::Performance => "performance",
         Impact::Info => "behaviour",
     };
-    let mut f = Finding::new(
-        &format!("known-{what}-bugs"),
-        None,
+    let mut f = Finding::of_member(
+        registry::KNOWN_BUG
+            .member(&format!("{what}-bugs"))
+            .role(Role::Condition),
         format!(
             "NCCL {} has {} known {what} bug(s) that fit what was recorded{}",
             versions.join("/"),
@@ -561,7 +564,6 @@ fn weak_finding(job: &JobModel, impact: Impact, entries: &[(&Change, Vec<Hit>)])
         ),
         Confidence::Low,
     )
-    .with_role(Role::Condition)
     .remedy(&match newest_fix {
         Some(v) => format!(
             "If the failure is not explained otherwise, upgrade NCCL to {v} or newer; each entry below names its own workaround."
@@ -658,9 +660,9 @@ mod tests {
             let v = NcclVersion::from_code(job.processes[0].nccl_version.unwrap()).unwrap();
             let found = diagnose(&job);
             assert!(
-                !found.iter().any(|f| f.id.starts_with("known-")),
+                !found.iter().any(|f| registry::KNOWN_BUG.has(f.id())),
                 "{fixture}: {:?}",
-                found.iter().map(|f| &f.id).collect::<Vec<_>>()
+                found.iter().map(|f| f.id()).collect::<Vec<_>>()
             );
             if fixture.ends_with("cu11") {
                 assert!(bugs::applying_to(v).filter(|c| !c.informational).count() > 20);

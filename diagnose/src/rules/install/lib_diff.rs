@@ -4,6 +4,7 @@
 
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
+use crate::rules::registry;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use std::collections::BTreeMap;
 
@@ -20,9 +21,7 @@ fn groups<F: Fn(usize) -> Option<String>>(job: &JobModel, key: F) -> BTreeMap<St
 }
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
-    let mut f = Finding::new(
-        "library-differs",
-        None,
+    let mut f = Finding::new(&registry::LIBRARY_DIFFERS,
         "Ranks load different NCCL plugins or CUDA libraries",
         Confidence::Low,
     )
@@ -100,6 +99,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     use crate::rules::testutil::{analyze, find};
     use serde_json::json;
 
@@ -123,7 +123,7 @@ mod tests {
                 r.clean_exit();
             }
         });
-        let f = find(&fs, "library-differs").expect("lib diff");
+        let f = find(&fs, registry::LIBRARY_DIFFERS.id()).expect("lib diff");
         assert!(
             f.evidence
                 .iter()

@@ -2,12 +2,12 @@
 //! libnccl is mapped, although the process tried to use NCCL.
 
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(
-        "libnccl-not-loaded",
-        Some("C35"),
+        &registry::LIBNCCL_NOT_LOADED,
         "No libnccl could be loaded in the process",
         Confidence::Medium,
     )
@@ -62,6 +62,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
 
     use crate::rules::testutil::{analyze, find};
     use serde_json::json;
@@ -81,7 +82,7 @@ mod tests {
             );
             r.clean_exit();
         });
-        let f = find(&fs, "libnccl-not-loaded").expect("C35");
+        let f = find(&fs, registry::LIBNCCL_NOT_LOADED.id()).expect("C35");
         assert_eq!(f.explains.len(), 1);
         assert!(f
             .evidence

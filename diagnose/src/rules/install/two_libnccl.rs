@@ -2,12 +2,12 @@
 //! framework binds to; missing symbols or an unexpected version follow).
 
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(
-        "two-libnccl-in-process",
-        Some("C23"),
+        &registry::TWO_LIBNCCL_IN_PROCESS,
         "More than one libnccl is loaded in one process",
         Confidence::High,
     )
@@ -60,6 +60,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
 
     use crate::rules::testutil::{analyze, find};
     use serde_json::json;
@@ -76,7 +77,7 @@ mod tests {
             }));
             s.ranks[0].clean_exit();
         });
-        let f = find(&fs, "two-libnccl-in-process").expect("C23");
+        let f = find(&fs, registry::TWO_LIBNCCL_IN_PROCESS.id()).expect("C23");
         assert!(f.evidence[0].contains("libnccl.so.2.16.2 and /venv"));
     }
 }

@@ -6,12 +6,13 @@
 //! per communicator naming the ranks that deviate, every side in the evidence.
 
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::sequence::{Divergence, Numbering};
 use crate::story::Story;
 
 fn finding(title: String) -> Finding {
-    Finding::new("collective-desync", Some("C19"), title, Confidence::High).remedy(
+    Finding::new(&registry::COLLECTIVE_DESYNC, title, Confidence::High).remedy(
         "Make the sequence of collectives identical on every rank: no rank-dependent branches \
          around collectives, identical metric keys, padded uneven batches. PyTorch: \
          TORCH_DISTRIBUTED_DEBUG=DETAIL names the Python call sites.",
@@ -112,6 +113,7 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     use crate::rules::testutil::{analyze, find};
     use ncclshim_format::CallId;
 
@@ -126,7 +128,7 @@ mod tests {
                 r.coll(CallId::NcclAllReduce, *c, 1, n, 7, 0, 0, 0, None);
             }
         });
-        let f = find(&fs, "collective-desync").expect("C19");
+        let f = find(&fs, registry::COLLECTIVE_DESYNC.id()).expect("C19");
         assert!(f.title.contains("sequence number 1"));
         assert!(f.evidence.iter().any(|e| e.ranks == [1]
             && e.values["count"] == 51_123_456
@@ -151,7 +153,7 @@ mod tests {
                 r.coll(call, *c, 1, 1000, 7, 0, 0, 0, None);
             }
         });
-        let f = find(&fs, "collective-desync").expect("C19");
+        let f = find(&fs, registry::COLLECTIVE_DESYNC.id()).expect("C19");
         assert_eq!(f.ranks, [2]);
         assert_eq!(f.evidence.len(), 2, "both sides stay in the evidence");
 
@@ -167,7 +169,7 @@ mod tests {
                 r.coll(call, *c, 0, 1000, 7, 0, 0, 0, None);
             }
         });
-        let f = find(&fs, "collective-desync").expect("C19");
+        let f = find(&fs, registry::COLLECTIVE_DESYNC.id()).expect("C19");
         assert_eq!(f.ranks, [1], "a tie names the side without rank 0");
     }
 
@@ -180,7 +182,7 @@ mod tests {
                 r.coll(CallId::NcclAllReduce, *c, 0, 1000, 7, 0, 0, 0, None);
             }
         });
-        assert!(find(&fs, "collective-desync").is_none());
+        assert!(find(&fs, registry::COLLECTIVE_DESYNC.id()).is_none());
     }
 
     fn func(name: &[u8]) -> u64 {
@@ -215,7 +217,10 @@ mod tests {
                 }
             }
         });
-        assert!(find(&fs, "collective-desync").is_none(), "{fs:#?}");
+        assert!(
+            find(&fs, registry::COLLECTIVE_DESYNC.id()).is_none(),
+            "{fs:#?}"
+        );
     }
 
     /// The same per-function numbering still finds a real desync: the second AllGather has a
@@ -254,7 +259,7 @@ mod tests {
                 }
             }
         });
-        let f = find(&fs, "collective-desync").expect("C19");
+        let f = find(&fs, registry::COLLECTIVE_DESYNC.id()).expect("C19");
         assert!(f.title.contains("AllGather number 1"), "{}", f.title);
         assert!(
             f.evidence.iter().any(|e| e.ranks == [1]

@@ -4,6 +4,7 @@
 
 use crate::knowledge::messages::Role;
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{text_has_role, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::CallId;
 use std::collections::BTreeMap;
@@ -51,9 +52,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         let mut keys: Vec<(u32, u32)> = sends.keys().chain(recvs.keys()).copied().collect();
         keys.sort_unstable();
         keys.dedup();
-        let mut f = Finding::new(
-            "unpaired-p2p",
-            Some("C02"),
+        let mut f = Finding::new(&registry::UNPAIRED_P2P,
             "Point-to-point sends and receives do not pair up between ranks",
             Confidence::Medium,
         )
@@ -155,7 +154,7 @@ mod tests {
             s.ranks[0].coll(CallId::NcclSend, comms[0], 1, 1024, 7, 0, 1, 0, None);
             s.ranks[1].coll(CallId::NcclRecv, comms[1], 0, 1024, 7, 0, 0, 0, None);
         });
-        let f = find(&fs, "unpaired-p2p").expect("C02");
+        let f = find(&fs, registry::UNPAIRED_P2P.id()).expect("C02");
         assert_eq!(f.ranks, vec![0, 1]);
         assert!(
             f.evidence[0].contains("posted 2 ncclSend"),
@@ -176,7 +175,7 @@ mod tests {
                 r.clean_exit();
             }
         });
-        assert!(find(&fs, "unpaired-p2p").is_none());
+        assert!(find(&fs, registry::UNPAIRED_P2P.id()).is_none());
     }
 }
 

@@ -5,6 +5,7 @@
 
 use crate::knowledge::messages::Role;
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{text_has_role, Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::{NodeKind, Story};
 use ncclshim_format::NcclResult;
@@ -29,9 +30,7 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
     if remote.is_empty() {
         return Vec::new();
     }
-    let mut f = Finding::new(
-        "peer-failure-seen-by-survivors",
-        Some("C20"),
+    let mut f = Finding::new(&registry::PEER_FAILURE_SEEN_BY_SURVIVORS,
         "Remote errors on surviving ranks: a peer failed first",
         Confidence::High,
     )
@@ -39,7 +38,6 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
         "These errors are a consequence. Diagnose the rank that failed first (its own finding, its \
          stderr, dmesg / OOM-killer logs, NIC health).",
     );
-    f.consequence = true;
     // Identical errors on many ranks are one item (a 1,024-rank job has 1,023 survivors):
     // `Finding::facts` joins equal facts.
     let mut calls = Vec::with_capacity(remote.len());
@@ -109,6 +107,7 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
 
     use crate::rules::testutil::{analyze, find};
     use crate::rules::Severity;
@@ -130,7 +129,7 @@ mod tests {
                 r.clean_exit();
             }
         });
-        let f = find(&fs, "peer-failure-seen-by-survivors").expect("C20");
+        let f = find(&fs, registry::PEER_FAILURE_SEEN_BY_SURVIVORS.id()).expect("C20");
         assert_eq!(f.severity, Severity::Contributing);
         assert_eq!(f.ranks, vec![1, 2]);
         assert!(
@@ -140,7 +139,8 @@ mod tests {
             "{:?}",
             f.evidence
         );
-        let dead = find(&fs, "rank-ended-abruptly").expect("primary for the dead rank");
+        let dead =
+            find(&fs, registry::RANK_ENDED_ABRUPTLY.id()).expect("primary for the dead rank");
         assert_eq!(dead.severity, Severity::Primary);
         assert_eq!(dead.ranks, vec![0]);
     }

@@ -3,6 +3,7 @@
 //! not found" (2.15–2.26) became "Failed to initialize any NET plugin".
 
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
 
@@ -20,8 +21,7 @@ pub fn expected_text(nccl_version: Option<u64>) -> Option<&'static str> {
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(
-        "nccl-net-unavailable",
-        Some("C01"),
+        &registry::NCCL_NET_UNAVAILABLE,
         "NCCL_NET forces a network that cannot initialise on this host",
         Confidence::High,
     )
@@ -128,18 +128,18 @@ mod tests {
     #[test]
     fn old_and_new_wording_both_match() {
         let old = scenario(21605, "Error: network IB not found.");
-        let f = find(&old, "nccl-net-unavailable").expect("C01 on 2.16");
+        let f = find(&old, registry::NCCL_NET_UNAVAILABLE.id()).expect("C01 on 2.16");
         assert_eq!(f.ranks, vec![0, 1]);
         assert_eq!(f.confidence, Confidence::High);
         assert!(f.evidence.iter().any(|e| e.contains("NCCL_NET=IB")));
         let new = scenario(22703, "Failed to initialize any NET plugin");
-        assert!(find(&new, "nccl-net-unavailable").is_some());
+        assert!(find(&new, registry::NCCL_NET_UNAVAILABLE.id()).is_some());
     }
 
     #[test]
     fn version_mismatched_wording_is_noted() {
         let f = scenario(22703, "Error: network IB not found.");
-        let f = find(&f, "nccl-net-unavailable").unwrap();
+        let f = find(&f, registry::NCCL_NET_UNAVAILABLE.id()).unwrap();
         assert!(f.evidence.iter().any(|e| e.contains("normally words this")));
     }
 

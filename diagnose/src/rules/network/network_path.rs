@@ -24,6 +24,7 @@ use crate::model::endpoints::{
     self, address_kind, local_route, owners, shared_routable_interface, AddressKind, Endpoint,
 };
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{who, Confidence, Finding, Severity};
 use crate::story::Story;
 
@@ -38,21 +39,14 @@ enum Verdict {
 }
 
 impl Verdict {
-    fn id(self) -> &'static str {
+    /// Its finding's declaration (which says its catalog case).
+    fn declared(self) -> &'static registry::Declared {
         match self {
-            Verdict::Loopback => "peer-address-is-loopback",
-            Verdict::Unroutable => "peer-address-not-routable",
-            Verdict::Blocked => "connection-blocked-between-hosts",
-            Verdict::NoRoute => "no-route-between-hosts",
-            Verdict::UnknownHost => "peer-address-of-no-recorded-host",
-        }
-    }
-
-    fn catalog(self) -> Option<&'static str> {
-        match self {
-            Verdict::Unroutable | Verdict::NoRoute => Some("C09"),
-            Verdict::Blocked => Some("C10"),
-            Verdict::Loopback | Verdict::UnknownHost => None,
+            Verdict::Loopback => &registry::PEER_ADDRESS_IS_LOOPBACK,
+            Verdict::Unroutable => &registry::PEER_ADDRESS_NOT_ROUTABLE,
+            Verdict::Blocked => &registry::CONNECTION_BLOCKED_BETWEEN_HOSTS,
+            Verdict::NoRoute => &registry::NO_ROUTE_BETWEEN_HOSTS,
+            Verdict::UnknownHost => &registry::PEER_ADDRESS_OF_NO_RECORDED_HOST,
         }
     }
 
@@ -258,13 +252,8 @@ fn finding_for<'a>(
     let k = match findings.iter().position(|(v, _)| *v == verdict) {
         Some(k) => k,
         None => {
-            let f = Finding::new(
-                verdict.id(),
-                verdict.catalog(),
-                verdict.title(),
-                verdict.confidence(),
-            )
-            .remedy(&verdict.remedy(shared_if));
+            let f = Finding::new(verdict.declared(), verdict.title(), verdict.confidence())
+                .remedy(&verdict.remedy(shared_if));
             findings.push((verdict, f));
             findings.len() - 1
         }
@@ -365,6 +354,7 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     use crate::rules::testutil::{analyze, find};
     use crate::rules::Severity;
     use ncclshim_fixtures::synth::{host_facts_json, Scenario};
@@ -413,7 +403,7 @@ mod tests {
             &[("eth0", "10.0.0.2", 24, false)],
             "socketStartConnect: Connect to 10.0.0.2<45763> failed : Connection refused",
         );
-        let f = find(&fs, "connection-blocked-between-hosts").expect("C10");
+        let f = find(&fs, registry::CONNECTION_BLOCKED_BETWEEN_HOSTS.id()).expect("C10");
         assert_eq!(f.catalog, Some("C10"));
         assert_eq!(f.severity, Severity::Primary);
         assert!(
@@ -437,7 +427,7 @@ mod tests {
             ],
             "Connect to 10.9.0.2<45763> failed : No route to host",
         );
-        let f = find(&fs, "no-route-between-hosts").expect("no route");
+        let f = find(&fs, registry::NO_ROUTE_BETWEEN_HOSTS.id()).expect("no route");
         assert!(f.remedy.contains("NCCL_SOCKET_IFNAME=ib0"), "{}", f.remedy);
     }
 
@@ -454,7 +444,7 @@ mod tests {
             ],
             "Connect to 172.17.0.1<40000> failed : Connection timed out",
         );
-        let f = find(&fs, "peer-address-not-routable").expect("C09");
+        let f = find(&fs, registry::PEER_ADDRESS_NOT_ROUTABLE.id()).expect("C09");
         assert!(f.evidence.iter().any(|e| e.contains("carried by 2 hosts")));
         assert!(f.remedy.contains("NCCL_SOCKET_IFNAME=eth0"), "{}", f.remedy);
         let fs = two_hosts(
@@ -462,7 +452,7 @@ mod tests {
             &[("eth0", "10.0.0.2", 24, false)],
             "Connect to fe80::42:acff:fe11:2%veth3a<5000> failed : Network is unreachable",
         );
-        assert!(find(&fs, "peer-address-not-routable").is_some());
+        assert!(find(&fs, registry::PEER_ADDRESS_NOT_ROUTABLE.id()).is_some());
     }
 
     #[test]
@@ -472,7 +462,7 @@ mod tests {
             &[("eth0", "10.0.0.2", 24, false)],
             "Connect to 127.0.1.1<29500> failed : Connection refused",
         );
-        assert!(find(&fs, "peer-address-is-loopback").is_some());
+        assert!(find(&fs, registry::PEER_ADDRESS_IS_LOOPBACK.id()).is_some());
     }
 
     #[test]
@@ -483,9 +473,9 @@ mod tests {
             "socketProgress: Connection closed by remote peer 10.0.0.2<45763>",
         );
         for id in [
-            "connection-blocked-between-hosts",
-            "no-route-between-hosts",
-            "peer-address-not-routable",
+            registry::CONNECTION_BLOCKED_BETWEEN_HOSTS.id(),
+            registry::NO_ROUTE_BETWEEN_HOSTS.id(),
+            registry::PEER_ADDRESS_NOT_ROUTABLE.id(),
         ] {
             assert!(find(&fs, id).is_none(), "{id}");
         }
@@ -526,7 +516,7 @@ mod tests {
                 );
             }
         });
-        let f = find(&fs, "peer-address-not-routable").expect("C09 from the uniqueId");
+        let f = find(&fs, registry::PEER_ADDRESS_NOT_ROUTABLE.id()).expect("C09 from the uniqueId");
         assert_eq!(f.severity, Severity::Primary);
         assert!(
             f.evidence
@@ -546,7 +536,7 @@ mod tests {
             &[("eth0", "10.0.0.2", 24, false)],
             "Connect to 10.5.5.5<45763> failed : Connection timed out",
         );
-        let f = find(&fs, "peer-address-of-no-recorded-host").expect("unknown");
+        let f = find(&fs, registry::PEER_ADDRESS_OF_NO_RECORDED_HOST.id()).expect("unknown");
         assert_eq!(f.severity, Severity::Contributing);
     }
 }

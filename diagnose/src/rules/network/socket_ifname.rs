@@ -5,6 +5,7 @@
 
 use crate::model::facts::NetIf;
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
 
 /// Whether NCCL's interface filter (`^` excludes, `=` exact, comma list, else prefix) selects
@@ -42,9 +43,7 @@ pub fn filter_matches(value: &str, ifs: &[NetIf]) -> bool {
 }
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
-    let mut f = Finding::new(
-        "socket-ifname-no-match",
-        Some("C08"),
+    let mut f = Finding::new(&registry::SOCKET_IFNAME_NO_MATCH,
         "NCCL_SOCKET_IFNAME matches no network interface",
         Confidence::High,
     )
@@ -209,7 +208,7 @@ mod tests {
             r.get_unique_id(0, 5, Some("Bootstrap : no socket interface found"));
             r.clean_exit();
         });
-        let f = find(&fs, "socket-ifname-no-match").expect("C08");
+        let f = find(&fs, registry::SOCKET_IFNAME_NO_MATCH.id()).expect("C08");
         assert_eq!(f.confidence, Confidence::High);
         assert!(f.evidence[0].contains("eth2") && f.evidence[0].contains("eth0"));
         assert_eq!(f.explains.len(), 1);
@@ -232,7 +231,7 @@ mod tests {
             r.get_unique_id(0, 5, Some("Bootstrap : no socket interface found"));
             r.clean_exit();
         });
-        let f = find(&fs, "socket-ifname-no-match").expect("C08");
+        let f = find(&fs, registry::SOCKET_IFNAME_NO_MATCH.id()).expect("C08");
         assert!(
             !f.evidence.iter().any(|e| e.text.contains("a typo?")),
             "{:?}",

@@ -6,6 +6,7 @@
 
 use crate::model::JobModel;
 use crate::rules::evidence::{name_refs, ProcessRef};
+use crate::rules::registry;
 use crate::rules::{who, Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::{NodeKind, Story};
 
@@ -26,8 +27,7 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
     let is_first = first.is_some_and(|p| dead.contains(&p));
     let refs: Vec<ProcessRef> = dead.iter().map(|&p| ProcessRef::of(job, p)).collect();
     let mut f = Finding::new(
-        "rank-ended-abruptly",
-        None,
+        &registry::RANK_ENDED_ABRUPTLY,
         format!(
             "{} stopped without a clean exit and without an error of its own",
             name_refs(&refs)

@@ -6,6 +6,7 @@
 use crate::model::JobModel;
 use crate::names::signal_name;
 use crate::rules::evidence::{name_refs, ProcessRef};
+use crate::rules::registry;
 use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::ending::Ending;
 use crate::story::{NodeKind, Story};
@@ -44,9 +45,7 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
         })
         .collect::<Vec<_>>()
         .join("; ");
-    let mut f = Finding::new(
-        "fatal-signal",
-        None,
+    let mut f = Finding::new(&registry::FATAL_SIGNAL,
         title,
         Confidence::High,
     )
@@ -80,6 +79,7 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::rules::registry;
     use crate::rules::testutil::{analyze, find};
 
     #[test]
@@ -89,7 +89,7 @@ mod tests {
             s.init_world(22005);
             s.ranks[0].fatal_signal(11);
         });
-        let f = find(&fs, "fatal-signal").expect("signal");
+        let f = find(&fs, registry::FATAL_SIGNAL.id()).expect("signal");
         assert!(f.title.contains("SIGSEGV"));
     }
 
@@ -102,7 +102,10 @@ mod tests {
                 r.fatal_signal(11);
             }
         });
-        let crashes: Vec<_> = fs.iter().filter(|f| f.id == "fatal-signal").collect();
+        let crashes: Vec<_> = fs
+            .iter()
+            .filter(|f| f.id == registry::FATAL_SIGNAL.id())
+            .collect();
         assert_eq!(crashes.len(), 1, "{crashes:?}");
         assert_eq!(crashes[0].ranks, vec![1, 2, 3]);
         assert!(

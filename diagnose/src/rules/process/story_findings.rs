@@ -3,6 +3,7 @@
 //! (catalog C19: collective and point-to-point size mismatches).
 
 use crate::model::JobModel;
+use crate::rules::registry;
 use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::{NodeKind, Story};
 
@@ -29,8 +30,7 @@ pub fn left_early(job: &JobModel, story: &Story) -> Vec<Finding> {
         .collect();
     let noun = if left.len() == 1 { "rank" } else { "ranks" };
     let mut f = Finding::new(
-        "rank-left-early",
-        None,
+        &registry::RANK_LEFT_EARLY,
         format!(
             "{noun} {} left the job ({}) while the other ranks still waited for {}",
             rank_list(&ranks),
@@ -89,7 +89,7 @@ pub fn size_mismatch(job: &JobModel, story: &Story) -> Vec<Finding> {
             let p2p = m.field == "size";
             let (id, title) = if p2p {
                 (
-                    "p2p-size-mismatch",
+                    &registry::P2P_SIZE_MISMATCH,
                     format!(
                         "A send and its receive differ in count on communicator {:#x}: {}",
                         c.comm, m.text
@@ -97,7 +97,7 @@ pub fn size_mismatch(job: &JobModel, story: &Story) -> Vec<Finding> {
                 )
             } else {
                 (
-                    "collective-size-mismatch",
+                    &registry::COLLECTIVE_SIZE_MISMATCH,
                     format!(
                         "{} issued a collective with a different {} than the other ranks on communicator {:#x}",
                         if m.odd.len() == 1 { "A rank" } else { "Ranks" },
@@ -106,7 +106,7 @@ pub fn size_mismatch(job: &JobModel, story: &Story) -> Vec<Finding> {
                     ),
                 )
             };
-            let mut f = Finding::new(id, Some("C19"), title, Confidence::High).remedy(
+            let mut f = Finding::new(id, title, Confidence::High).remedy(
                 "Make every rank issue the operation with the same count, datatype, reduction \
                  and root, and every receive match its send (buffer sizes computed from a shape \
                  one rank changed, uneven last batches, rank-dependent padding); NCCL reports the \
