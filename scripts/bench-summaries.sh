@@ -9,8 +9,11 @@
 #       summarized and its dumps deleted before the next (the victim's node first, as the whole
 #       job writes it), keeping only the summaries; then `report` on them. Stops early when
 #       STOP_AT (Unix seconds) has passed: the report is then on the nodes made so far.
+#       NODES=FROM-TO makes only those nodes (several generators in parallel on disjoint
+#       ranges, each into its own DIR with REPORT=0; then `report` on all their summaries).
 # Sizes: COLLS (3000) SHIM_SLOTS (2048) PROF_SLOTS (2048), as scripts/bench-report-scale.sh;
-# about 1.15 MB of dumps a rank at those sizes. NCCLSHIM=target/release/ncclshim.
+# about 1.15 MB of dumps a rank at those sizes. NCCLSHIM=target/release/ncclshim,
+# SCALE_NODE=target/release/examples/scale_node (copies of them keep a long run on one build).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 mode="${1:?usage: bench-summaries.sh direct|stream DIR RANKS}"
@@ -21,15 +24,24 @@ per_node=8
 nodes=$((ranks / per_node))
 victim_node=$((ranks / 2 / per_node))
 cd "$root"
-cargo build --release -q -p collector-cli --bin ncclshim -p ncclshim-fixtures --example scale_node
 bin="${NCCLSHIM:-target/release/ncclshim}"
-gen=target/release/examples/scale_node
+gen="${SCALE_NODE:-target/release/examples/scale_node}"
+if [[ -z ${NCCLSHIM:-} || -z ${SCALE_NODE:-} ]]; then
+    cargo build --release -q -p collector-cli --bin ncclshim -p ncclshim-fixtures --example scale_node
+fi
 mkdir -p "$out"
 
-# The nodes in the order a whole job writes them: the victim's first.
+# The nodes in the order a whole job writes them: the victim's first (of NODES=FROM-TO only,
+# when given).
 node_order() {
-    echo "$victim_node"
-    seq 0 $((nodes - 1)) | grep -vx "$victim_node"
+    local from=0 to=$((nodes - 1))
+    if [[ -n ${NODES:-} ]]; then
+        from=${NODES%-*} to=${NODES#*-}
+    fi
+    if ((victim_node >= from && victim_node <= to)); then
+        echo "$victim_node"
+    fi
+    seq "$from" "$to" | grep -vx "$victim_node"
 }
 
 # `/usr/bin/time -v` of a command writing its stdout to a file, the lines of interest printed
@@ -54,31 +66,43 @@ case "$mode" in
 direct)
     job="$out/job-$ranks"
     sums="$out/summaries-$ranks"
-    rm -rf "$job" "$sums"
+    rm -rf "$sums"
     mkdir -p "$sums"
-    t0=$(date +%s)
-    for k in $(node_order); do
-        "$gen" "$job/node-$k" "$ranks" $((k * per_node)) "$per_node" "${sizes[@]}"
-    done
-    echo "$ranks ranks written in $(($(date +%s) - t0)) s: $(du -sh "$job" | cut -f1)"
+    # REUSE_JOB=1: the job written by an earlier run is read again, not written anew.
+    if [[ ${REUSE_JOB:-} != 1 ]]; then
+        rm -rf "$job"
+        t0=$(date +%s)
+        for k in $(node_order); do
+            "$gen" "$job/node-$k" "$ranks" $((k * per_node)) "$per_node" "${sizes[@]}"
+        done
+        echo "$ranks ranks written in $(($(date +%s) - t0)) s: $(du -sh "$job" | cut -f1)"
+    fi
     find "$job" -type f -exec cat {} + >/dev/null # into the page cache, as after a gather
     timed "direct report" "$out/report-direct.json" "$bin" report "$job" --json
-    # One summarize per node, each timed: on a cluster they run at once, one per node.
+    # One summarize per node, each timed: on a cluster they run at once, one per node; here
+    # SUMMARIZE_JOBS (1) at a time.
     : >"$out/summarize-times.txt"
     t0=$(date +%s.%N)
-    for k in $(seq 0 $((nodes - 1))); do
+    seq 0 $((nodes - 1)) | xargs -P "${SUMMARIZE_JOBS:-1}" -I{} \
         /usr/bin/time -f "%e %M" -a -o "$out/summarize-times.txt" \
-            "$bin" summarize "$job/node-$k" -o "$sums/node-$k.ncclshim-summary" 2>/dev/null
-    done
-    echo "summarize, $nodes nodes one after the other: $(echo "$(date +%s.%N) - $t0" | bc) s"
+        "$bin" summarize "$job/node-{}" -o "$sums/node-{}.ncclshim-summary" 2>/dev/null
+    echo "summarize, $nodes nodes, ${SUMMARIZE_JOBS:-1} at a time: $(echo "$(date +%s.%N) - $t0" | bc) s"
     sort -n "$out/summarize-times.txt" | awk '{t[NR]=$1; m=($2>m?$2:m)} END {printf "summarize per node: median %s s, max %s s, peak RSS %d KB\n", t[int((NR+1)/2)], t[NR], m}'
     echo "summaries: $(du -sb "$sums" | cut -f1) bytes, $(($(du -sb "$sums" | cut -f1) / ranks)) bytes per rank"
     timed "report on summaries" "$out/report-summaries.json" "$bin" report "$sums" --json
     same_reports "$out/report-direct.json" "$out/report-summaries.json"
+    # ALSO_KEEP=N: the report on the summaries again keeping N operations a part, as a job of
+    # 32,768 x 256 / N parts would (100,000 ranks: 41), and whether its findings are the same.
+    if [[ -n ${ALSO_KEEP:-} ]]; then
+        NCCLSHIM_KEEP_OPERATIONS=$ALSO_KEEP timed "report on summaries, keeping $ALSO_KEEP" \
+            "$out/report-keep-$ALSO_KEEP.json" "$bin" report "$sums" --json
+        same_reports "$out/report-direct.json" "$out/report-keep-$ALSO_KEEP.json"
+    fi
     ;;
 stream)
     node="$out/node"
     sums="$out/stream-summaries-$ranks"
+    nodes_wanted=$(node_order | wc -l)
     rm -rf "$node" "$sums"
     mkdir -p "$sums"
     : >"$out/stream-times.txt"
@@ -86,7 +110,7 @@ stream)
     t0=$(date +%s)
     for k in $(node_order); do
         if [[ -n ${STOP_AT:-} && $(date +%s) -ge $STOP_AT ]]; then
-            echo "stopped at STOP_AT after $made of $nodes nodes"
+            echo "stopped at STOP_AT after $made of $nodes_wanted nodes"
             break
         fi
         rm -rf "$node"
@@ -103,7 +127,9 @@ stream)
     sort -n "$out/stream-times.txt" | awk '{t[NR]=$1; m=($2>m?$2:m)} END {printf "summarize per node: median %s s, max %s s, peak RSS %d KB\n", t[int((NR+1)/2)], t[NR], m}'
     bytes=$(du -sb "$sums" | cut -f1)
     echo "summaries: $bytes bytes, $((bytes / (made * per_node))) bytes per rank"
-    timed "report on $made summaries" "$out/report-stream.json" "$bin" report "$sums" --json
+    if [[ ${REPORT:-1} != 0 ]]; then
+        timed "report on $made summaries" "$out/report-stream.json" "$bin" report "$sums" --json
+    fi
     ;;
 *)
     echo "usage: bench-summaries.sh direct|stream DIR RANKS" >&2

@@ -35,7 +35,8 @@ enum Command {
     },
     /// Analyze every dump of a job (all ranks, all nodes) and report what failed and why.
     Report {
-        /// Directory holding the job's `*.ncclshim` files (subdirectories one level deep too).
+        /// Directory holding the job's `*.ncclshim` files (subdirectories one level deep too)
+        /// and summaries, or one `*.ncclshim-summary` file.
         dir: PathBuf,
         /// Machine-readable JSON instead of text.
         #[arg(long)]
@@ -597,7 +598,9 @@ fn cmd_report(
         all,
     } = output;
     // The one walk of the directory: its dumps, the Flight Recorder's candidates, the problems.
+    // A summary file may be named instead: it is read alone, its name shown from its folder.
     let listing = ncclshim_diagnose::open_job_dir(dir)?;
+    let dir = ncclshim_diagnose::job_dir_of(dir);
     match ncclshim_diagnose::require_dumps(dir, &listing) {
         Ok(()) => {}
         // A directory of PyTorch Flight Recorder dumps alone is still a job to report on.

@@ -119,7 +119,15 @@ impl ToolError {
 
 /// The job directory walked once ([`load::list_dumps`]), or why it cannot be: it is not a
 /// directory, or it cannot be listed. Whether it holds dumps is [`require_dumps`]'s question.
+/// A summary file named instead of a directory is a listing of that summary alone (read it
+/// with [`job_dir_of`] as its directory).
 pub fn open_job_dir(dir: &Path) -> Result<load::Listing, ToolError> {
+    if dir.is_file() && summary::is_summary_name(dir) {
+        return Ok(load::Listing {
+            summaries: vec![dir.to_path_buf()],
+            ..Default::default()
+        });
+    }
     if !dir.is_dir() {
         let what = if dir.exists() {
             "not a directory"
@@ -139,6 +147,18 @@ pub fn open_job_dir(dir: &Path) -> Result<load::Listing, ToolError> {
             format!("{}: cannot list: {e}", dir.display()),
         )
     })
+}
+
+/// The directory the files of `path` are shown from: the path itself, or the folder of a
+/// summary file named alone.
+pub fn job_dir_of(path: &Path) -> &Path {
+    if path.is_file() && summary::is_summary_name(path) {
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+    } else {
+        path
+    }
 }
 
 /// Why a listing of `dir` has no dump to read, if it has none.
@@ -343,9 +363,12 @@ pub fn read_runs(
     if let Some(pb) = progress {
         pb.set_length(files.len() as u64);
     }
-    let (mut parts, mut problems) = load::load_models(dir, files, progress);
+    // A very large job keeps fewer operations a process (load::KEPT_OPERATIONS_IN_ALL), the same
+    // from dumps and from summaries, decided before any is read.
+    let keep = load::keep_operations(files.len() + summary::count_processes(&listing.summaries));
+    let (mut parts, mut problems) = load::load_models(dir, files, keep, progress);
     // Summaries (per node, `ncclshim summarize`) carry the same models, made where the dumps lie.
-    let (summarized, summary_problems, _) = summary::load_summaries(dir, &listing.summaries);
+    let (summarized, summary_problems, _) = summary::load_summaries(dir, &listing.summaries, keep);
     parts = summary::prefer_dumps(parts, summarized, &mut problems);
     problems.extend(summary_problems);
     problems.extend(listing.problems.iter().cloned());

@@ -10,24 +10,30 @@
 //! compose: summarizing a directory that holds summaries carries their processes on, so very
 //! large jobs reduce in a tree (node, rack, pod).
 //!
-//! The file is gzip-compressed JSON (`zcat F | jq .` reads it): a `format` name and a
-//! `[major, minor]` version first, as the dump format does it. A reader reads every version of its
-//! own major (a newer minor only adds fields, which it ignores) and refuses another major with
-//! one line; a damaged file (not gzip, cut short, not JSON, not a summary) is one problem line,
-//! never a stop.
+//! The file (version 2) is the [`Summary`] in postcard (serde's fields in order, integers as
+//! varints, no field names) inside a zstd frame: at 100,000 ranks the report on summaries is
+//! mostly their decoding, which JSON made ~9x slower (BENCHMARKS.md "Summaries"). `format` and
+//! `version` come first, as the dump format does it, and are read before the rest: a reader reads
+//! every version of its own major and refuses another major with one line. Version 1 (gzip JSON,
+//! `zcat F | jq .`) is still read. A damaged file (neither, cut short, not a summary) is one
+//! problem line, never a stop.
 
-use crate::load::{display_path, Problem};
+use crate::load::{display_path, Problem, KEEP_OPERATIONS};
 use crate::model::{serial, ProcessModel};
 use flate2::read::GzDecoder;
-use flate2::write::GzEncoder;
 use serde::{Deserialize, Serialize};
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 /// The `format` value of every summary.
 pub const FORMAT_NAME: &str = "ncclshim-summary";
 /// This writer's version: the major changes when a reader of the previous one would misread.
-pub const VERSION: [u32; 2] = [1, 0];
+/// A minor may only add fields at the end of [`Summary`] (postcard has no field names).
+pub const VERSION: [u32; 2] = [2, 0];
+/// The version of gzip-compressed JSON summaries, still read.
+const JSON_MAJOR: u32 = 1;
+/// zstd's level for summaries: its default, a summary a node is made in well under a second.
+const ZSTD_LEVEL: i32 = 3;
 /// How a summary's file name ends (`<node>.ncclshim-summary`): found beside dumps by name.
 pub const FILE_SUFFIX: &str = ".ncclshim-summary";
 
@@ -97,9 +103,9 @@ impl Summary {
             .open(&tmp)
             .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", tmp.display()))?;
         let written = (|| -> std::io::Result<()> {
-            let mut gz = GzEncoder::new(BufWriter::new(file), flate2::Compression::default());
-            serde_json::to_writer(&mut gz, self)?;
-            let mut inner = gz.finish()?;
+            let mut z = zstd::stream::write::Encoder::new(BufWriter::new(file), ZSTD_LEVEL)?;
+            postcard::to_io(self, &mut z).map_err(std::io::Error::other)?;
+            let mut inner = z.finish()?;
             inner.flush()?;
             inner.get_ref().sync_all()
         })();
@@ -112,26 +118,34 @@ impl Summary {
 
     /// Reads a summary; every way it can be wrong is one line.
     pub fn read(path: &Path) -> Result<Summary, String> {
-        // The JSON text goes through one buffer per reading thread, reused: serde_json parses a
-        // slice faster than a reader, and no fresh ~1 MB buffer per summary is left to the heap
-        // (16,384 ranks: -14% CPU and -14% peak RSS against a new buffer each; BENCHMARKS.md
-        // "Summaries").
+        // The decompressed bytes go through one buffer per reading thread, reused: no fresh
+        // buffer per summary is left to the heap (16,384 ranks: -14% CPU and -14% peak RSS
+        // against a new buffer each; BENCHMARKS.md "Summaries").
         thread_local! {
-            static TEXT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+            static BYTES: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
-        let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
-        let mut s: Summary = TEXT.with(|text| {
-            let mut text = text.borrow_mut();
-            text.clear();
-            GzDecoder::new(BufReader::new(file))
-                .read_to_end(&mut text)
-                .map_err(|e| {
-                    format!("not a readable summary (its compressed data is damaged: {e})")
-                })?;
-            // Not a summary of this major: read its head to say which it is.
-            serde_json::from_slice(&text).map_err(|e| why_unreadable(&text, e))
+        let file = std::fs::read(path).map_err(|e| format!("cannot open: {e}"))?;
+        let mut s: Summary = BYTES.with(|bytes| {
+            let mut bytes = bytes.borrow_mut();
+            bytes.clear();
+            if file.starts_with(&ZSTD_MAGIC) {
+                zstd::stream::read::Decoder::new(file.as_slice())
+                    .and_then(|mut z| z.read_to_end(&mut bytes))
+                    .map_err(|e| {
+                        format!("not a readable summary (its compressed data is damaged: {e})")
+                    })?;
+                decode(&bytes)
+            } else if file.starts_with(&GZIP_MAGIC) {
+                GzDecoder::new(file.as_slice())
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| {
+                        format!("not a readable summary (its compressed data is damaged: {e})")
+                    })?;
+                decode_json(&bytes)
+            } else {
+                Err("not a readable summary (neither zstd nor gzip data)".to_string())
+            }
         })?;
-        check_head(Some(&s.format), Some(s.version))?;
         for p in &mut s.processes {
             for c in &mut p.calls {
                 serial::restore_name(c.call, &mut c.name);
@@ -139,6 +153,33 @@ impl Summary {
         }
         Ok(s)
     }
+}
+
+/// How a zstd frame and a gzip stream begin.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// A summary of this major, its head read first: another format or major is said as such,
+/// not as damage.
+fn decode(bytes: &[u8]) -> Result<Summary, String> {
+    #[derive(Deserialize)]
+    struct Head {
+        format: String,
+        version: [u32; 2],
+    }
+    let damaged = |e: postcard::Error| format!("not a readable summary (damaged: {e})");
+    let (head, _) = postcard::take_from_bytes::<Head>(bytes)
+        .map_err(|_| "not an ncclshim summary (no `format: ncclshim-summary`)".to_string())?;
+    check_head(Some(&head.format), Some(head.version), VERSION[0])?;
+    postcard::from_bytes(bytes).map_err(damaged)
+}
+
+/// A version-1 summary (gzip JSON).
+fn decode_json(text: &[u8]) -> Result<Summary, String> {
+    // Not a summary of that major: read its head to say which it is.
+    let s: Summary = serde_json::from_slice(text).map_err(|e| why_unreadable(text, e))?;
+    check_head(Some(&s.format), Some(s.version), JSON_MAJOR)?;
+    Ok(s)
 }
 
 /// The one line for a summary that did not decode as this version's (`error`): another format
@@ -151,20 +192,20 @@ fn why_unreadable(text: &[u8], error: serde_json::Error) -> String {
     }
     let damaged = |e: &dyn std::fmt::Display| format!("not a readable summary (damaged: {e})");
     match serde_json::from_slice::<Head>(text) {
-        Ok(head) => check_head(head.format.as_deref(), head.version)
+        Ok(head) => check_head(head.format.as_deref(), head.version, JSON_MAJOR)
             .err()
             .unwrap_or_else(|| damaged(&error)),
         Err(_) => damaged(&error),
     }
 }
 
-/// Refuses another format, or another major version of this one.
-fn check_head(format: Option<&str>, version: Option<[u32; 2]>) -> Result<(), String> {
+/// Refuses another format, or a major version other than `major` (the one its encoding has).
+fn check_head(format: Option<&str>, version: Option<[u32; 2]>, major: u32) -> Result<(), String> {
     if format != Some(FORMAT_NAME) {
         return Err("not an ncclshim summary (no `format: ncclshim-summary`)".to_string());
     }
     let version = version.unwrap_or([0, 0]);
-    if version[0] != VERSION[0] {
+    if version[0] != major {
         return Err(format!(
             "a summary of version {}.{}, which this ncclshim ({}, summary version {}.{}) cannot read; \
              read it with the ncclshim that wrote it",
@@ -184,13 +225,71 @@ fn temporary_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Reads `files` (summaries) in parallel: their processes, and their problems with each one's
-/// file shown under the summary's own name, plus one problem per summary that cannot be read.
-pub fn load_summaries(dir: &Path, files: &[PathBuf]) -> (Vec<ProcessModel>, Vec<Problem>, u64) {
+/// How many processes `files` (summaries) hold in all, read from their heads alone (the
+/// decompression stops there). A version-1 summary (JSON) or a damaged one counts none.
+pub fn count_processes(files: &[PathBuf]) -> usize {
+    use rayon::prelude::*;
+    files.par_iter().map(|p| processes_in(p).unwrap_or(0)).sum()
+}
+
+fn processes_in(path: &Path) -> Option<usize> {
+    // Every field before `processes`, whose length postcard writes first.
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    struct Head {
+        format: String,
+        version: [u32; 2],
+        writer_version: String,
+        made_on: String,
+        made_unix_ns: u64,
+        inputs: Vec<String>,
+        dumps_read: u64,
+        processes: u64,
+    }
+    let file = std::fs::File::open(path).ok()?;
+    let mut z = zstd::stream::read::Decoder::new(file).ok()?;
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = z.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        bytes.extend_from_slice(&chunk[..n]);
+        match postcard::take_from_bytes::<Head>(&bytes) {
+            Ok((h, _)) if h.format == FORMAT_NAME && h.version[0] == VERSION[0] => {
+                return usize::try_from(h.processes).ok()
+            }
+            Ok(_) => return None,
+            Err(postcard::Error::DeserializeUnexpectedEnd) => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Reads `files` (summaries) in parallel: their processes, compacted further to `keep`
+/// operations when that is fewer than a summary keeps (a large job, [`crate::load::keep_operations`]),
+/// and their problems with each one's file shown under the summary's own name, plus one problem
+/// per summary that cannot be read.
+pub fn load_summaries(
+    dir: &Path,
+    files: &[PathBuf],
+    keep: usize,
+) -> (Vec<ProcessModel>, Vec<Problem>, u64) {
     use rayon::prelude::*;
     let read: Vec<(PathBuf, Result<Summary, String>)> = files
         .par_iter()
-        .map(|p| (p.clone(), Summary::read(p)))
+        .map(|p| {
+            let mut s = Summary::read(p);
+            if let Ok(s) = &mut s {
+                if keep < KEEP_OPERATIONS {
+                    // The same as compacting the dumps to `keep`: the last `keep` of the last
+                    // 256 are the last `keep`.
+                    s.processes.iter_mut().for_each(|m| m.compact(keep));
+                }
+            }
+            (p.clone(), s)
+        })
         .collect();
     let mut processes = Vec::new();
     let mut problems = Vec::new();
@@ -254,9 +353,11 @@ pub fn summarize(inputs: &[PathBuf]) -> Result<Summary, crate::ToolError> {
                 listing.problems,
             )
         };
-        let (from_dumps, dump_problems) = crate::load::load_models(&dir, &dumps, None);
+        let (from_dumps, dump_problems) =
+            crate::load::load_models(&dir, &dumps, KEEP_OPERATIONS, None);
         dumps_read += (dumps.len() - dump_problems.len()) as u64;
-        let (from_summaries, summary_problems, inner) = load_summaries(&dir, &summaries);
+        let (from_summaries, summary_problems, inner) =
+            load_summaries(&dir, &summaries, KEEP_OPERATIONS);
         dumps_read += inner;
         processes.extend(prefer_dumps(from_dumps, from_summaries, &mut problems));
         problems.extend(dump_problems);

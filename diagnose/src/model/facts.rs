@@ -47,11 +47,7 @@ pub struct HostFacts {
     pub dev_infiniband: Option<bool>,
     pub netifs: Option<Vec<NetIf>>,
     /// `Some(None)`: the dump says no NVIDIA kernel driver was loaded; `None`: not recorded.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "super::serial::present_maybe_null"
-    )]
+    #[serde(default, with = "super::serial::maybe_absent")]
     pub nvidia_driver: Option<Option<String>>,
     /// `/dev/nvidia<N>` nodes, when recorded.
     pub nvidia_devices: Option<Vec<String>>,

@@ -30,7 +30,7 @@ pub struct CallEvent {
     pub call: Option<CallId>,
     /// The call's name (borrowed from the schema for every known id: millions of calls).
     /// Written to a summary only for calls the schema does not know; read back from the schema.
-    #[serde(default, skip_serializing_if = "serial::skip_name")]
+    #[serde(default, with = "serial::call_name")]
     pub name: Cow<'static, str>,
     pub rc: i32,
     pub is_cuda: bool,

@@ -3,6 +3,11 @@
 //! format's discipline), a known call's name not at all (read back borrowed from the schema, as
 //! [`super::ProcessModel::from_dump`] makes it), a communicator state as its name mapped back to
 //! the one static string each state has.
+//!
+//! Summaries are written in a format without field names (postcard, version 2): every field is
+//! written, none skipped, or the reader would take the next field's bytes for it. The readers
+//! below also read summaries of version 1 (JSON, where a field could be left out): a
+//! human-readable deserializer is that JSON.
 
 use ncclshim_format::CallId;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -38,11 +43,23 @@ pub mod optional_call_id {
 }
 
 /// A call's name is written only when the schema has none for it (an unknown id): the model
-/// borrows every known call's name from the schema and owns only the others.
-// serde hands `skip_serializing_if` the field itself: whether it is borrowed is the question.
-#[allow(clippy::ptr_arg)]
-pub fn skip_name(name: &Cow<'static, str>) -> bool {
-    matches!(name, Cow::Borrowed(_))
+/// borrows every known call's name from the schema and owns only the others. Written as an
+/// option (`None`: borrowed, given back by [`restore_name`]); a version-1 summary left it out.
+pub mod call_name {
+    use super::*;
+
+    // serde hands `with` the field itself: whether it is borrowed is the question.
+    #[allow(clippy::ptr_arg)]
+    pub fn serialize<S: Serializer>(name: &Cow<'static, str>, s: S) -> Result<S::Ok, S::Error> {
+        match name {
+            Cow::Borrowed(_) => s.serialize_none(),
+            Cow::Owned(n) => s.serialize_some(n),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Cow<'static, str>, D::Error> {
+        Ok(Option::<String>::deserialize(d)?.map_or(Cow::Borrowed(""), Cow::Owned))
+    }
 }
 
 /// Gives every known call its name back, borrowed from the schema (a summary does not carry it).
@@ -76,12 +93,30 @@ pub mod comm_state {
     }
 }
 
-/// `Option<Option<T>>` where the outer `None` ("not recorded") is a missing field and
-/// `Some(None)` ("recorded as absent") is `null`: plain serde reads both back as `None`.
-pub fn present_maybe_null<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Option::<T>::deserialize(d).map(Some)
+/// `Option<Option<T>>`, "not recorded" (`None`) apart from "recorded as absent" (`Some(None)`).
+/// Written as the two options; a version-1 summary (JSON) left the field out for `None` and
+/// wrote `null` for `Some(None)`, which plain serde would read back alike.
+pub mod maybe_absent {
+    use super::*;
+
+    pub fn serialize<S, T>(v: &Option<Option<T>>, s: S) -> Result<S::Ok, S::Error>
+    where
+        S: Serializer,
+        T: Serialize,
+    {
+        v.serialize(s)
+    }
+
+    pub fn deserialize<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: Deserialize<'de>,
+    {
+        if d.is_human_readable() {
+            // Version 1: present, so recorded; `null` is "recorded as absent".
+            Option::<T>::deserialize(d).map(Some)
+        } else {
+            Option::<Option<T>>::deserialize(d)
+        }
+    }
 }
