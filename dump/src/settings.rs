@@ -184,6 +184,16 @@ pub const FLIGHT_RECORDER_READ_ALL: Setting = Setting {
     read_by: "`ncclshim report`",
 };
 
+/// Read by the report, not the recorder: how many completed operations it keeps per thread and
+/// per communicator (`diagnose/src/load.rs`; by default 256, fewer beyond 32,768 dump files or
+/// summary processes), to check what a smaller keep changes on a job small enough to read in full.
+pub const KEEP_OPERATIONS: Setting = Setting {
+    name: "NCCLSHIM_KEEP_OPERATIONS",
+    default: "256 (fewer for jobs over 16,384 ranks)",
+    allowed: Allowed::Text("a positive number"),
+    read_by: "`ncclshim report`",
+};
+
 /// Every variable, in the README table's order.
 pub const SETTINGS: &[Setting] = &[
     DIR,
@@ -219,6 +229,7 @@ pub const SETTINGS: &[Setting] = &[
     RUN_ID,
     LIB_DIR,
     FLIGHT_RECORDER_READ_ALL,
+    KEEP_OPERATIONS,
 ];
 
 impl Setting {
