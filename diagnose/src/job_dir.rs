@@ -12,8 +12,20 @@
 //! loop cannot send the walk round, and an unreadable folder below the hosts' level is passed
 //! over quietly (it holds no shim dump).
 
-use crate::load::{display_path, Problem};
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+
+/// A file that could not be read as a dump.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Problem {
+    pub file: String,
+    pub error: String,
+}
+
+/// The path as shown in reports: relative to the job directory when inside it.
+pub fn display_path(dir: &Path, p: &Path) -> String {
+    p.strip_prefix(dir).unwrap_or(p).display().to_string()
+}
 
 /// How many folders below the job directory other files are looked for: PyTorch's dumps sit
 /// in `flight-recorder/` or `fr/` of a job's or a host's folder, seldom deeper

@@ -12,11 +12,18 @@
 //!    for whom, the failure graph;
 //! 4. **rules** ([`rules`]): the failure catalog's cases and the generic rules read the story
 //!    and the facts, with what is known about NCCL in data files ([`knowledge`],
-//!    `knowledge/*.toml`, each entry with its source);
+//!    `knowledge/*.toml`, each entry with its source); then the meta-rules, which read the
+//!    findings made before them, in their declared order ([`rules::META_RULES`]), and NCCL's
+//!    contract ([`invariants`]);
 //! 5. **verdict** ([`rules::verdict`]): the findings ranked into primary, contributing and
 //!    advisory;
-//! 6. **report** ([`report`]): the JSON structures (`docs/report-json.md`) and their text
-//!    rendering ([`report::Report::to_text`]).
+//! 6. **report** ([`report`]): built once from the findings and what the Flight Recorder dumps
+//!    quote for them ([`flight_recorder::quote`], [`report::Context`]), never edited after: the
+//!    JSON structures (`docs/report-json.md`) and their text rendering
+//!    ([`report::Report::to_text`]).
+//!
+//! Every step makes and reads [`finding`]s, the one module below them all: the finding and its
+//! evidence, the registry that declares each finding once, and how processes are named.
 //!
 //! [`analyze_dir`] runs it all; [`analyze_run_with`] is what `ncclshim report` calls. The front
 //! end (argument parsing, progress bar, `doctor`, `run`, `trace`) is the `ncclshim` binary's
@@ -35,11 +42,13 @@
 //! ```
 
 pub mod backend;
+pub mod finding;
 pub mod flight_recorder;
 pub mod invariants;
 pub mod job_dir;
 pub mod knowledge;
 pub mod load;
+pub mod message_facts;
 pub mod model;
 pub mod names;
 pub mod profnames;
@@ -314,18 +323,28 @@ fn analyze_chosen(
     let job = model::JobModel::from_processes(parts);
     let story = story::Story::build(&job);
     let findings = rules::diagnose_story(&job, &story, options);
-    let mut report = report::Report::build(&job, &story, findings, problems);
-    report.pytorch_backend = backend::of_job(&job, joined.as_ref().map(|j| &j.fr));
-    if story_in_words {
-        report.story = story::render::lines(&job, &story);
-    }
-    if let Some(j) = joined {
-        flight_recorder::annotate(&mut report, j);
-    }
-    if summaries.len() > 1 || named {
-        report.run_note = runs::note(&summaries);
-        report.runs = summaries;
-    }
+    // Everything the report says is made before it is built, in the diagnosis's order.
+    let pytorch_backend = backend::of_job(&job, joined.as_ref().map(|j| &j.fr));
+    let flight_recorder = joined.map(|j| flight_recorder::quote(&job, &findings, j));
+    let (runs_listed, run_note) = if summaries.len() > 1 || named {
+        let note = runs::note(&summaries);
+        (summaries, note)
+    } else {
+        (Vec::new(), None)
+    };
+    let context = report::Context {
+        problems,
+        flight_recorder,
+        pytorch_backend,
+        story: if story_in_words {
+            story::render::lines(&job, &story)
+        } else {
+            Vec::new()
+        },
+        runs: runs_listed,
+        run_note,
+    };
+    let report = report::Report::build(&job, &story, findings, context);
     // The model and the story are freed on a worker while the caller writes the report: at
     // 16k ranks freeing them is millions of allocations, a second on one core otherwise.
     rayon::spawn(move || drop((job, story, runs)));
@@ -373,7 +392,10 @@ pub fn analyze_loaded(dir: &Path, loaded: load::Loaded) -> report::Report {
     let job = model::JobModel::build(&loaded.dumps, |d| load::display_path(dir, &d.path));
     let story = story::Story::build(&job);
     let findings = rules::diagnose_story(&job, &story, &rules::Options::default());
-    let mut report = report::Report::build(&job, &story, findings, loaded.problems);
-    report.pytorch_backend = backend::of_job(&job, None);
-    report
+    let context = report::Context {
+        problems: loaded.problems,
+        pytorch_backend: backend::of_job(&job, None),
+        ..Default::default()
+    };
+    report::Report::build(&job, &story, findings, context)
 }
