@@ -8,10 +8,10 @@
 //! builds on a PyTorch that reads it). Unset, it depends on the PyTorch release, which the
 //! dumps do not hold: then nothing is said. Names and sources: `knowledge/pytorch-backends.toml`.
 
+use crate::finding::words::rank_list;
 use crate::flight_recorder::FlightRecorder;
 use crate::knowledge::pytorch_backends::{by_name, by_profiling_name, selector};
 use crate::model::JobModel;
-use crate::rules::rank_list;
 use serde::Serialize;
 use std::collections::BTreeMap;
 

@@ -12,8 +12,18 @@
 //! loop cannot send the walk round, and an unreadable folder below the hosts' level is passed
 //! over quietly (it holds no shim dump).
 
-use crate::load::{display_path, Problem};
+use crate::error::{ToolError, ToolErrorKind};
 use std::path::{Path, PathBuf};
+
+/// The name every summary file ends with (`ncclshim summarize -o`).
+pub const SUMMARY_FILE_SUFFIX: &str = ".ncclshim-summary";
+
+pub use crate::error::Problem;
+
+/// The path as shown in reports: relative to the job directory when inside it.
+pub fn display_path(dir: &Path, p: &Path) -> String {
+    p.strip_prefix(dir).unwrap_or(p).display().to_string()
+}
 
 /// How many folders below the job directory other files are looked for: PyTorch's dumps sit
 /// in `flight-recorder/` or `fr/` of a job's or a host's folder, seldom deeper
@@ -88,7 +98,7 @@ pub fn list_dumps(dir: &Path) -> std::io::Result<Listing> {
     let mut files = Vec::new();
     let mut summaries = Vec::new();
     for (p, m) in candidates {
-        if m.is_file() && crate::summary::is_summary_name(&p) {
+        if m.is_file() && is_summary_name(&p) {
             summaries.push((p, m));
         } else if m.is_file() {
             files.push((p, m));
@@ -186,7 +196,7 @@ impl Walk<'_> {
     /// Takes `path` as a dump candidate when it is named like one; returns whether it is a
     /// subdirectory whose dumps are wanted too (only the job directory's own).
     fn dump_entry(&mut self, path: &Path, depth: usize) -> bool {
-        let wanted = is_dump_name(path) || crate::summary::is_summary_name(path);
+        let wanted = is_dump_name(path) || is_summary_name(path);
         if depth > 0 && !wanted {
             return false;
         }
@@ -240,6 +250,101 @@ fn file_type_name(m: &std::fs::Metadata) -> &'static str {
     } else {
         "not a file"
     }
+}
+
+/// The job directory walked once ([`list_dumps`]), or why it cannot be: it is not a
+/// directory, or it cannot be listed. Whether it holds dumps is [`require_dumps`]'s question.
+/// A summary file named instead of a directory is a listing of that summary alone (read it
+/// with [`job_dir_of`] as its directory).
+pub fn open_job_dir(dir: &Path) -> Result<Listing, ToolError> {
+    if dir.is_file() && is_summary_name(dir) {
+        return Ok(Listing {
+            summaries: vec![dir.to_path_buf()],
+            ..Default::default()
+        });
+    }
+    if !dir.is_dir() {
+        let what = if dir.exists() {
+            "not a directory"
+        } else {
+            "does not exist"
+        };
+        return Err(ToolError::new(
+            ToolErrorKind::NotADirectory,
+            dir,
+            format!("{}: {what}", dir.display()),
+        ));
+    }
+    list_dumps(dir).map_err(|e| {
+        ToolError::new(
+            ToolErrorKind::CannotList,
+            dir,
+            format!("{}: cannot list: {e}", dir.display()),
+        )
+    })
+}
+
+/// The directory the files of `path` are shown from: the path itself, or the folder of a
+/// summary file named alone.
+pub fn job_dir_of(path: &Path) -> &Path {
+    if path.is_file() && is_summary_name(path) {
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+    } else {
+        path
+    }
+}
+
+/// Why a listing of `dir` has no dump to read, if it has none.
+pub fn require_dumps(dir: &Path, listing: &Listing) -> Result<(), ToolError> {
+    let nothing_to_read = listing.files.is_empty() && listing.summaries.is_empty();
+    if nothing_to_read && !listing.problems.is_empty() {
+        // Only unusable entries (a FIFO named like a dump, an unreadable subdirectory): say
+        // which, in one line.
+        let p = &listing.problems[0];
+        let more = match listing.problems.len() {
+            1 => String::new(),
+            n => format!(" (and {} more)", n - 1),
+        };
+        let mut e = ToolError::new(
+            ToolErrorKind::NoReadableDumps,
+            dir,
+            format!(
+                "{}: no readable dump files: {}: {}{more}",
+                dir.display(),
+                p.file,
+                p.error
+            ),
+        );
+        e.problems = listing.problems.clone();
+        return Err(e);
+    }
+    if nothing_to_read {
+        return Err(ToolError::new(
+            ToolErrorKind::NoDumps,
+            dir,
+            format!(
+                "{}: no *.ncclshim dump files here (set NCCLSHIM_DIR for the job, or point at the directory it used)",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The job directory walked once, holding dump files, or why there are none to read.
+pub fn list_job_dir(dir: &Path) -> Result<Listing, ToolError> {
+    let listing = open_job_dir(dir)?;
+    require_dumps(dir, &listing)?;
+    Ok(listing)
+}
+
+/// Whether a file is named like a summary (`ncclshim summarize`'s output, `crate::summary`).
+pub fn is_summary_name(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(SUMMARY_FILE_SUFFIX) && n.len() > SUMMARY_FILE_SUFFIX.len())
 }
 
 #[cfg(test)]

@@ -12,11 +12,18 @@
 //!    for whom, the failure graph;
 //! 4. **rules** ([`rules`]): the failure catalog's cases and the generic rules read the story
 //!    and the facts, with what is known about NCCL in data files ([`knowledge`],
-//!    `knowledge/*.toml`, each entry with its source);
+//!    `knowledge/*.toml`, each entry with its source); then the meta-rules, which read the
+//!    findings made before them, in their declared order ([`rules::META_RULES`]), and NCCL's
+//!    contract ([`invariants`]);
 //! 5. **verdict** ([`rules::verdict`]): the findings ranked into primary, contributing and
 //!    advisory;
-//! 6. **report** ([`report`]): the JSON structures (`docs/report-json.md`) and their text
-//!    rendering ([`report::Report::to_text`]).
+//! 6. **report** ([`report`]): built once from the findings and what the Flight Recorder dumps
+//!    quote for them ([`flight_recorder::quote`], [`report::Context`]), never edited after: the
+//!    JSON structures (`docs/report-json.md`) and their text rendering
+//!    ([`report::Report::to_text`]).
+//!
+//! Every step makes and reads [`finding`]s, the one module below them all: the finding and its
+//! evidence, the registry that declares each finding once, and how processes are named.
 //!
 //! [`analyze_dir`] runs it all; [`analyze_run_with`] is what `ncclshim report` calls. The front
 //! end (argument parsing, progress bar, `doctor`, `run`, `trace`) is the `ncclshim` binary's
@@ -35,11 +42,14 @@
 //! ```
 
 pub mod backend;
+pub mod error;
+pub mod finding;
 pub mod flight_recorder;
 pub mod invariants;
 pub mod job_dir;
 pub mod knowledge;
 pub mod load;
+pub mod message_facts;
 pub mod model;
 pub mod names;
 pub mod profnames;
@@ -52,158 +62,10 @@ pub mod summary;
 pub mod terminal;
 pub mod visibility;
 
-use serde::Serialize;
 use std::path::Path;
 
-/// Why a command produced no report: one line on stderr, and with `--json` the object
-/// `{"error": {...}}` on stdout (`docs/schema/error.schema.json`), so that a program reading
-/// the JSON never has to parse stderr.
-#[derive(Debug, Clone, Serialize, thiserror::Error)]
-#[error("{message}")]
-pub struct ToolError {
-    pub kind: ToolErrorKind,
-    /// One line, the same as on stderr.
-    pub message: String,
-    /// The file or directory concerned, when there is one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    /// The files that could not be read (`no_readable_dumps`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub problems: Vec<load::Problem>,
-}
-
-/// The `kind` of a [`ToolError`] (stable names, part of the JSON contract).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolErrorKind {
-    /// The path given is missing or is not a directory.
-    NotADirectory,
-    /// The directory could not be listed (permissions).
-    CannotList,
-    /// The directory holds no `*.ncclshim` file.
-    NoDumps,
-    /// Every dump file failed to read (`problems` says why, per file).
-    NoReadableDumps,
-    /// Anything else (writing the output, an unexpected failure).
-    Internal,
-}
-
-impl ToolError {
-    pub fn new(kind: ToolErrorKind, path: &Path, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
-            path: Some(path.display().to_string()),
-            problems: Vec::new(),
-        }
-    }
-
-    /// The `--json` form of any error: a [`ToolError`] as is, anything else as `internal`.
-    pub fn from_anyhow(e: &anyhow::Error) -> Self {
-        match e.downcast_ref::<ToolError>() {
-            Some(t) => t.clone(),
-            None => Self {
-                kind: ToolErrorKind::Internal,
-                message: format!("{e:#}"),
-                path: None,
-                problems: Vec::new(),
-            },
-        }
-    }
-
-    /// `{"error": {...}}`.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({ "error": self })
-    }
-}
-
-/// The job directory walked once ([`load::list_dumps`]), or why it cannot be: it is not a
-/// directory, or it cannot be listed. Whether it holds dumps is [`require_dumps`]'s question.
-/// A summary file named instead of a directory is a listing of that summary alone (read it
-/// with [`job_dir_of`] as its directory).
-pub fn open_job_dir(dir: &Path) -> Result<load::Listing, ToolError> {
-    if dir.is_file() && summary::is_summary_name(dir) {
-        return Ok(load::Listing {
-            summaries: vec![dir.to_path_buf()],
-            ..Default::default()
-        });
-    }
-    if !dir.is_dir() {
-        let what = if dir.exists() {
-            "not a directory"
-        } else {
-            "does not exist"
-        };
-        return Err(ToolError::new(
-            ToolErrorKind::NotADirectory,
-            dir,
-            format!("{}: {what}", dir.display()),
-        ));
-    }
-    load::list_dumps(dir).map_err(|e| {
-        ToolError::new(
-            ToolErrorKind::CannotList,
-            dir,
-            format!("{}: cannot list: {e}", dir.display()),
-        )
-    })
-}
-
-/// The directory the files of `path` are shown from: the path itself, or the folder of a
-/// summary file named alone.
-pub fn job_dir_of(path: &Path) -> &Path {
-    if path.is_file() && summary::is_summary_name(path) {
-        path.parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."))
-    } else {
-        path
-    }
-}
-
-/// Why a listing of `dir` has no dump to read, if it has none.
-pub fn require_dumps(dir: &Path, listing: &load::Listing) -> Result<(), ToolError> {
-    let nothing_to_read = listing.files.is_empty() && listing.summaries.is_empty();
-    if nothing_to_read && !listing.problems.is_empty() {
-        // Only unusable entries (a FIFO named like a dump, an unreadable subdirectory): say
-        // which, in one line.
-        let p = &listing.problems[0];
-        let more = match listing.problems.len() {
-            1 => String::new(),
-            n => format!(" (and {} more)", n - 1),
-        };
-        let mut e = ToolError::new(
-            ToolErrorKind::NoReadableDumps,
-            dir,
-            format!(
-                "{}: no readable dump files: {}: {}{more}",
-                dir.display(),
-                p.file,
-                p.error
-            ),
-        );
-        e.problems = listing.problems.clone();
-        return Err(e);
-    }
-    if nothing_to_read {
-        return Err(ToolError::new(
-            ToolErrorKind::NoDumps,
-            dir,
-            format!(
-                "{}: no *.ncclshim dump files here (set NCCLSHIM_DIR for the job, or point at the directory it used)",
-                dir.display()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// The job directory walked once, holding dump files, or why there are none to read.
-pub fn list_job_dir(dir: &Path) -> Result<load::Listing, ToolError> {
-    let listing = open_job_dir(dir)?;
-    require_dumps(dir, &listing)?;
-    Ok(listing)
-}
+pub use error::{ToolError, ToolErrorKind};
+pub use job_dir::{job_dir_of, list_job_dir, open_job_dir, require_dumps};
 
 /// Reads every dump under `dir` and returns the report (problems included). `progress` is
 /// ticked once per file read.
@@ -334,18 +196,28 @@ fn analyze_chosen(
     let job = model::JobModel::from_processes(parts);
     let story = story::Story::build(&job);
     let findings = rules::diagnose_story(&job, &story, options);
-    let mut report = report::Report::build(&job, &story, findings, problems);
-    report.pytorch_backend = backend::of_job(&job, joined.as_ref().map(|j| &j.fr));
-    if story_in_words {
-        report.story = story::render::lines(&job, &story);
-    }
-    if let Some(j) = joined {
-        flight_recorder::annotate(&mut report, j);
-    }
-    if summaries.len() > 1 || named {
-        report.run_note = runs::note(&summaries);
-        report.runs = summaries;
-    }
+    // Everything the report says is made before it is built, in the diagnosis's order.
+    let pytorch_backend = backend::of_job(&job, joined.as_ref().map(|j| &j.fr));
+    let flight_recorder = joined.map(|j| flight_recorder::quote(&job, &findings, j));
+    let (runs_listed, run_note) = if summaries.len() > 1 || named {
+        let note = runs::note(&summaries);
+        (summaries, note)
+    } else {
+        (Vec::new(), None)
+    };
+    let context = report::Context {
+        problems,
+        flight_recorder,
+        pytorch_backend,
+        story: if story_in_words {
+            story::render::lines(&job, &story)
+        } else {
+            Vec::new()
+        },
+        runs: runs_listed,
+        run_note,
+    };
+    let report = report::Report::build(&job, &story, findings, context);
     // The model and the story are freed on a worker while the caller writes the report: at
     // 16k ranks freeing them is millions of allocations, a second on one core otherwise.
     rayon::spawn(move || drop((job, story, runs)));

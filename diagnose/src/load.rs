@@ -4,15 +4,7 @@
 use crate::model::ProcessModel;
 use ncclshim_format::reader::{read_dump, Dump};
 use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-
-/// A file that could not be read as a dump.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Problem {
-    pub file: String,
-    pub error: String,
-}
 
 /// Every readable dump plus one problem per bad file.
 pub struct Loaded {
@@ -20,14 +12,9 @@ pub struct Loaded {
     pub problems: Vec<Problem>,
 }
 
-// The walk of the job directory has its own module; its listing is named from here too, where
-// the readers of what it lists are.
-pub use crate::job_dir::{find_dumps, list_dumps, Listing};
-
-/// The path as shown in reports: relative to the job directory when inside it.
-pub fn display_path(dir: &Path, p: &Path) -> String {
-    p.strip_prefix(dir).unwrap_or(p).display().to_string()
-}
+// The walk of the job directory has its own module (with the problem lines and the paths it
+// shows); its listing is named from here too, where the readers of what it lists are.
+pub use crate::job_dir::{display_path, find_dumps, list_dumps, Listing, Problem};
 
 /// Completed collectives kept per thread (and profiler Coll events per communicator) once a
 /// dump is read: the rules look at the last operations before a failure, never at thousands,

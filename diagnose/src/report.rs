@@ -1,10 +1,11 @@
 //! The report: the JSON document (`--json`, versioned) and the terminal rendering of it. Both are
 //! built from one [`Report`] so the text never says something the JSON does not.
 
+use crate::finding::evidence;
+use crate::finding::words::rank_list;
+use crate::finding::{Evidence, EvidenceKind, Finding, Severity};
 use crate::load::Problem;
 use crate::model::{FailureWhat, JobModel, LostOn};
-use crate::rules::evidence;
-use crate::rules::{rank_list, Evidence, EvidenceKind, Finding, Severity};
 use crate::story::ending::Ending;
 use crate::story::Story;
 use crate::terminal::Styles;
@@ -16,27 +17,7 @@ use std::collections::BTreeSet;
 /// processes are objects (were lines and `host pid N` strings).
 pub const FORMAT_VERSION: u32 = 2;
 
-/// `1 rank`, `3 ranks`.
-pub fn count(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
-/// `rank 3`, `ranks 0-2,5`.
-/// `12.0 MiB`, `512 B`.
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+pub use crate::finding::words::{count, human_bytes};
 
 fn ranks_named(ranks: &[u32]) -> String {
     format!(
@@ -216,9 +197,41 @@ pub const SHOWN_BESIDE_PRIMARY: usize = 3;
 /// The gaps in the evidence, one item per process and kind (records lost on threads are summed
 /// per process; the thread with the most losses is named); the same gap on many processes
 /// (every rank of a job killed at once) is one item with their ranks.
-fn evidence_gaps(job: &JobModel, story: &Story, findings: &[Finding]) -> Vec<Evidence> {
+fn evidence_gaps(
+    job: &JobModel,
+    story: &Story,
+    findings: &[Finding],
+    stand_ins: Option<&BTreeSet<usize>>,
+) -> Vec<Evidence> {
     let mut out = Vec::new();
     let gap = |what: &str, fact: String| Evidence::new(EvidenceKind::Gap, fact).value("gap", what);
+    let vanished: Vec<usize> = (0..job.processes.len())
+        .filter(|&i| matches!(story.ends[i], Ending::Vanished { .. }))
+        .collect();
+    // Ranks known from their Flight Recorder dump only have no end mark because the Flight
+    // Recorder records none, not because they were killed: when every process without a mark
+    // is one, say that instead of "SIGKILL, the OOM killer".
+    let mut flight_recorder_only = stand_ins
+        .filter(|s| !vanished.is_empty() && vanished.iter().all(|p| s.contains(p)))
+        .map(|_| {
+            let mut ranks: Vec<u32> = vanished
+                .iter()
+                .filter_map(|&p| job.processes[p].world_rank())
+                .collect();
+            ranks.sort_unstable();
+            ranks.dedup();
+            let shown: Vec<String> = ranks.iter().map(u32::to_string).collect();
+            Evidence::new(
+                EvidenceKind::Gap,
+                format!(
+                    "ranks {}: known from their PyTorch Flight Recorder dumps only: alive when the watchdog wrote them, how they ended is not recorded",
+                    shown.join(", ")
+                ),
+            )
+            .value("gap", "flight_recorder_only")
+            .value("ranks", &ranks)
+        });
+    let stand_ins_only = flight_recorder_only.is_some();
     // Gathered first and joined in one pass: most of these facts hold for every rank of a
     // large job alike (see `evidence::add_all`).
     let mut per_process = Vec::new();
@@ -327,13 +340,18 @@ fn evidence_gaps(job: &JobModel, story: &Story, findings: &[Finding]) -> Vec<Evi
             );
         }
         if matches!(story.ends[i], Ending::Vanished { .. }) {
-            per_process.push(
-                gap(
-                    "no_end_mark",
-                    "ended without a clean exit and without a recorded signal (SIGKILL, the OOM killer, or a node loss); its end is known only as after its last sign of life".to_owned(),
-                )
-                .of(job, i),
-            );
+            if stand_ins_only {
+                // Said once, where the first unmarked process's gap would stand.
+                per_process.extend(flight_recorder_only.take());
+            } else {
+                per_process.push(
+                    gap(
+                        "no_end_mark",
+                        "ended without a clean exit and without a recorded signal (SIGKILL, the OOM killer, or a node loss); its end is known only as after its last sign of life".to_owned(),
+                    )
+                    .of(job, i),
+                );
+            }
         }
     }
     // NCCL the shim could not see (linked statically or renamed): the rest of the report on
@@ -442,13 +460,37 @@ fn launcher_ranks_without_dump(job: &JobModel) -> Option<Evidence> {
 /// accuracy within a data centre; PTP does better).
 pub const CROSS_HOST_MARGIN_NS: u64 = 1_000_000;
 
+/// What the report says besides the job's model, story and findings, all made before it is
+/// built: nothing edits a report after [`Report::build`].
+#[derive(Debug, Default)]
+pub struct Context {
+    /// The files that could not be read.
+    pub problems: Vec<Problem>,
+    /// What the PyTorch Flight Recorder dumps add ([`crate::flight_recorder::quote`]).
+    pub flight_recorder: Option<crate::flight_recorder::Quotes>,
+    pub pytorch_backend: Vec<crate::backend::PytorchBackend>,
+    /// The story in words (`report --story`).
+    pub story: Vec<String>,
+    /// The directory's runs, when the report lists them, and the note that says which one.
+    pub runs: Vec<crate::runs::RunSummary>,
+    pub run_note: Option<String>,
+}
+
 impl Report {
     pub fn build(
         job: &JobModel,
         story: &Story,
         mut findings: Vec<Finding>,
-        mut problems: Vec<Problem>,
+        context: Context,
     ) -> Self {
+        let Context {
+            mut problems,
+            flight_recorder,
+            pytorch_backend,
+            story: story_lines,
+            runs,
+            run_note,
+        } = context;
         problems.extend(job.identity_clashes.iter().map(|c| Problem {
             file: c.file.clone(),
             error: format!(
@@ -460,7 +502,7 @@ impl Report {
         }));
         let firsts = job.first_failure_per_process();
         for f in &mut findings {
-            let cover = crate::rules::FailureCover::of(f);
+            let cover = crate::finding::FailureCover::of(f);
             let explained: Vec<usize> = firsts
                 .iter()
                 .enumerate()
@@ -510,11 +552,31 @@ impl Report {
                     Vec::new()
                 },
                 traffic: traffic(job, c.comm_hash),
-                process_group: None,
+                process_group: flight_recorder
+                    .as_ref()
+                    .and_then(|q| q.groups_of_comm.get(&c.comm_hash).cloned()),
             })
             .collect();
         let dumps = job.processes.iter().map(|p| p.files.len()).sum();
-        let evidence_gaps = evidence_gaps(job, story, &findings);
+        let evidence_gaps = evidence_gaps(
+            job,
+            story,
+            &findings,
+            flight_recorder.as_ref().map(|q| &q.stand_ins),
+        );
+        let flight_recorder = flight_recorder.map(|q| {
+            // The Flight Recorder's lines are quotes, not new facts about the first problem's
+            // processes: appended after its own evidence.
+            if let Some(f) = findings
+                .iter_mut()
+                .find(|f| f.severity != Severity::Advisory)
+            {
+                f.evidence.extend(q.quoted);
+            }
+            problems.extend(q.problems);
+            problems.sort_by(|a, b| a.file.cmp(&b.file));
+            q.summary
+        });
         let ordering_note = match firsts.as_slice() {
             [a, b, ..] => {
                 let (pa, pb) = (&job.processes[a.process], &job.processes[b.process]);
@@ -547,11 +609,11 @@ impl Report {
             findings,
             problems,
             evidence_gaps,
-            runs: Vec::new(),
-            run_note: None,
-            pytorch_backend: Vec::new(),
-            flight_recorder: None,
-            story: Vec::new(),
+            runs,
+            run_note,
+            pytorch_backend,
+            flight_recorder,
+            story: story_lines,
             show_all: false,
         }
     }
@@ -871,7 +933,7 @@ mod tests {
             &job,
             &crate::story::Story::build(&job),
             findings,
-            Vec::new(),
+            super::Context::default(),
         );
         let gap = r
             .evidence_gaps
@@ -900,7 +962,7 @@ mod tests {
                 &job,
                 &crate::story::Story::build(&job),
                 findings,
-                Vec::new(),
+                super::Context::default(),
             )
             .evidence_gaps
         };
@@ -926,7 +988,7 @@ mod tests {
             &job,
             &crate::story::Story::build(&job),
             findings,
-            Vec::new(),
+            super::Context::default(),
         )
     }
 

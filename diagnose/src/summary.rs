@@ -35,7 +35,7 @@ const JSON_MAJOR: u32 = 1;
 /// zstd's level for summaries: its default, a summary a node is made in well under a second.
 const ZSTD_LEVEL: i32 = 3;
 /// How a summary's file name ends (`<node>.ncclshim-summary`): found beside dumps by name.
-pub const FILE_SUFFIX: &str = ".ncclshim-summary";
+pub use crate::job_dir::{is_summary_name, SUMMARY_FILE_SUFFIX as FILE_SUFFIX};
 
 /// One summary file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -62,13 +62,6 @@ pub struct Summary {
     /// summary does not carry yet: `report --flight-recorder` joins them from where they lie.
     #[serde(default)]
     pub flight_recorder_not_carried: Vec<String>,
-}
-
-/// Whether a file is named like a summary.
-pub fn is_summary_name(p: &Path) -> bool {
-    p.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.ends_with(FILE_SUFFIX) && n.len() > FILE_SUFFIX.len())
 }
 
 impl Summary {
@@ -330,7 +323,7 @@ pub fn load_summaries(
 /// Summarizes `inputs` (job directories, with dumps and summaries, or summary files): every
 /// process read and compacted as the report reads it. A process both in a dump and in a summary
 /// is taken from the dump. Fails only when an input cannot be listed or holds nothing to read.
-pub fn summarize(inputs: &[PathBuf]) -> Result<Summary, crate::ToolError> {
+pub fn summarize(inputs: &[PathBuf]) -> Result<Summary, crate::error::ToolError> {
     let mut processes = Vec::new();
     let mut problems = Vec::new();
     let mut dumps_read = 0u64;
@@ -340,7 +333,7 @@ pub fn summarize(inputs: &[PathBuf]) -> Result<Summary, crate::ToolError> {
             let dir = input.parent().unwrap_or(Path::new(".")).to_path_buf();
             (dir, Vec::new(), vec![input.clone()], Vec::new())
         } else {
-            let listing = crate::list_job_dir(input)?;
+            let listing = crate::job_dir::list_job_dir(input)?;
             flight_recorder.extend(
                 crate::flight_recorder::find_in_dir(&listing)
                     .into_iter()

@@ -1,4 +1,4 @@
-//! Finding ids are declared once (`diagnose/src/rules/registry.rs`) and used as typed handles
+//! Finding ids are declared once (`diagnose/src/finding/registry.rs`) and used as typed handles
 //! (`Finding::new(&registry::DUPLICATE_GPU, ...)`): no file of `diagnose/src` other than the
 //! registry spells a declared id as a string literal, and no code outside the tests builds a
 //! family member's id (`known-...`, `invariant-...`, `nccl-message-...`) by hand.
@@ -7,7 +7,7 @@
 //! message knowledge (an entry or a cause of `knowledge/messages.toml`, a namespace of its own
 //! that names some causes as the findings they lead to) is that knowledge's id, not a finding's.
 
-use ncclshim_diagnose::rules::registry;
+use ncclshim_diagnose::finding::registry;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -48,7 +48,7 @@ fn knowledge_ids() -> BTreeSet<String> {
 #[test]
 fn no_finding_id_is_spelt_outside_the_registry() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let registry_file = src.join("rules/registry.rs");
+    let registry_file = src.join("finding/registry.rs");
     let declared: BTreeSet<&str> = registry::DECLARED.iter().map(|d| d.id()).collect();
     assert!(
         declared.len() > 40,
@@ -83,7 +83,7 @@ fn no_finding_id_is_spelt_outside_the_registry() {
     }
     assert!(
         found.is_empty(),
-        "finding ids spelt outside diagnose/src/rules/registry.rs:\n{}",
+        "finding ids spelt outside diagnose/src/finding/registry.rs:\n{}",
         found.join("\n")
     );
 }

@@ -11,40 +11,15 @@
 //! - In every case the evidence quotes each rank's last collective per group with the user's
 //!   Python line, and the first sequence number where ranks disagree (type, sizes, dtypes).
 
+use super::dumps::{FlightRecorder, ProcessGroup, RankDump};
 use super::format::FrEntry;
 use super::lazy::Cover;
-use super::{FlightRecorder, ProcessGroup, RankDump};
+use crate::finding::{Evidence, EvidenceKind};
 use crate::model::{CallEvent, CommProgress, Membership, OpCall, ProcessModel};
-use crate::rules::{Evidence, EvidenceKind};
 use ncclshim_format::{args, ArgView, CallId};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-
-/// NCCL's function for a PyTorch collective name (`fr_trace`'s `COLLECTIVES` and `P2P`
-/// names; `barrier` is an all-reduce of one element in ProcessGroupNCCL).
-pub fn call_id(op: &str) -> Option<CallId> {
-    Some(match op {
-        "all_reduce" | "allreduce" | "allreduce_coalesced" | "barrier" => CallId::NcclAllReduce,
-        "broadcast" | "_broadcast_oop" => CallId::NcclBroadcast,
-        "reduce" | "_reduce_oop" => CallId::NcclReduce,
-        "all_gather"
-        | "_allgather_base"
-        | "allgather_into_tensor_coalesced"
-        | "all_gather_into_tensor_coalesced"
-        | "_all_gather_base"
-        | "allgather" => CallId::NcclAllGather,
-        "reduce_scatter" | "_reduce_scatter_base" | "reduce_scatter_tensor_coalesced" => {
-            CallId::NcclReduceScatter
-        }
-        "all_to_all" | "alltoall" | "alltoall_base" | "all_to_all_single" => CallId::NcclAlltoAll,
-        "gather" => CallId::NcclGather,
-        "scatter" => CallId::NcclScatter,
-        "send" => CallId::NcclSend,
-        "recv" => CallId::NcclRecv,
-        _ => return None,
-    })
-}
 
 /// `ncclDataType_t` for a PyTorch dtype name as the Flight Recorder writes it (`c10::ScalarType`
 /// names, NCCL's `nccl.h` numbering). Unknown names get a stable number of their own, so two
@@ -110,7 +85,7 @@ pub fn comms_of_groups(parts: &[ProcessModel], fr: &FlightRecorder) -> BTreeMap<
     let mut votes: BTreeMap<String, BTreeMap<u64, usize>> = BTreeMap::new();
     // By rank (a scan of the dumps per part was ranks x ranks when every dump is read).
     let dump_of: HashMap<u32, &RankDump> = fr.dumps.iter().rev().map(|d| (d.rank, d)).collect();
-    for p in parts.iter().filter(|p| super::has_shim_records(p)) {
+    for p in parts.iter().filter(|p| super::dumps::has_shim_records(p)) {
         let Some(rank) = p.world_rank() else { continue };
         let Some(d) = dump_of.get(&rank) else {
             continue;
@@ -479,7 +454,7 @@ fn ranks_text(ranks: &[u32]) -> String {
     match ranks {
         [r] => format!("rank {r}"),
         // In runs (`0-8191,8193-16383`): a group of every rank of a large job is one line.
-        _ => format!("ranks {}", crate::rules::rank_list(ranks)),
+        _ => format!("ranks {}", crate::finding::words::rank_list(ranks)),
     }
 }
 
@@ -840,8 +815,11 @@ mod tests {
     #[test]
     fn versions_and_types() {
         assert_eq!(nccl_version_code("2.28.9"), Some(22809));
-        assert_eq!(call_id("all_reduce"), Some(CallId::NcclAllReduce));
-        assert_eq!(call_id("coalesced"), None);
+        assert_eq!(
+            crate::flight_recorder::writers::call_id("all_reduce"),
+            Some(CallId::NcclAllReduce)
+        );
+        assert_eq!(crate::flight_recorder::writers::call_id("coalesced"), None);
         assert_ne!(nccl_datatype("Float"), nccl_datatype("Half"));
         assert_ne!(nccl_datatype("Foo"), nccl_datatype("Bar"));
     }

@@ -101,7 +101,7 @@ pub fn plan(parts: &[ProcessModel], files: Vec<(PathBuf, u32)>) -> Plan {
     // process, written by the same synthetic writer, holds none); two processes for one rank
     // are left to the full read.
     let mut process_of: BTreeMap<u32, Vec<&ProcessModel>> = BTreeMap::new();
-    for p in parts.iter().filter(|p| super::has_shim_records(p)) {
+    for p in parts.iter().filter(|p| super::dumps::has_shim_records(p)) {
         if let Some(rank) = p.world_rank() {
             process_of.entry(rank).or_default().push(p);
         }

@@ -11,6 +11,7 @@
 //! `nccl_trace_rank_3`); the rank comes from the name only, the dump does not hold it.
 
 pub mod decode;
+pub mod dumps;
 pub mod format;
 pub mod join;
 pub mod lazy;
@@ -18,10 +19,11 @@ pub mod pickle;
 pub mod run_window;
 pub mod writers;
 
+use crate::finding::{Evidence, EvidenceKind, Finding, Severity};
 use crate::load::{display_path, Listing, Problem};
-use crate::model::ProcessModel;
-use crate::rules::Evidence;
-use format::{FrEntry, FrFile};
+use crate::model::{JobModel, ProcessModel};
+pub use dumps::{has_shim_records, FlightRecorder, ProcessGroup, RankDump};
+use format::FrFile;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,94 +43,6 @@ pub enum Source {
     InJobDir,
     Prefix(PathBuf),
     Off,
-}
-
-/// One process group as a rank's dump describes it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ProcessGroup {
-    /// `pg_config`'s key ("0").
-    pub id: String,
-    pub name: String,
-    pub desc: String,
-    /// Global ranks, in group-rank order.
-    pub ranks: Vec<u32>,
-}
-
-impl ProcessGroup {
-    /// `0:default_pg`, as PyTorch's analyzer names groups.
-    pub fn label(&self) -> String {
-        if self.desc.is_empty() || self.desc == "undefined" {
-            self.name.clone()
-        } else {
-            format!("{}:{}", self.name, self.desc)
-        }
-    }
-}
-
-/// One rank's dump, read.
-#[derive(Debug, Clone, Default)]
-pub struct RankDump {
-    /// The file as the report shows it.
-    pub file: String,
-    /// The global rank (from the file name).
-    pub rank: u32,
-    pub version: String,
-    pub nccl_version: String,
-    pub groups: Vec<ProcessGroup>,
-    pub entries: Vec<FrEntry>,
-    /// The dump's writer when its entries' prefix does not tell it (torchcomms); otherwise
-    /// each entry's prefix does ([`writers::of_entry`]).
-    pub writer: Option<&'static crate::knowledge::fr_writers::Writer>,
-}
-
-impl RankDump {
-    /// The process group an entry belongs to (by `pg_id`, else its (name, desc) pair).
-    pub fn group_of(&self, e: &FrEntry) -> Option<&ProcessGroup> {
-        let by_name = e.process_group.first();
-        self.groups
-            .iter()
-            .find(|g| by_name.is_some_and(|n| **n == *g.name))
-            .or_else(|| self.groups.iter().find(|g| g.id == e.pg_id.to_string()))
-    }
-}
-
-/// Every dump found, and one line per file that could not be read.
-#[derive(Debug, Clone, Default)]
-pub struct FlightRecorder {
-    pub dumps: Vec<RankDump>,
-    pub problems: Vec<Problem>,
-    /// Dumps of another run found beside this run's ([`run_window`]): listed, never joined.
-    pub other_runs: Vec<Problem>,
-    /// One line per dump of a version not checked here (read best effort).
-    pub notes: Vec<String>,
-}
-
-impl FlightRecorder {
-    pub fn is_empty(&self) -> bool {
-        self.dumps.is_empty() && self.problems.is_empty() && self.other_runs.is_empty()
-    }
-
-    /// Ranks with a readable dump, sorted.
-    pub fn ranks(&self) -> Vec<u32> {
-        let mut r: Vec<u32> = self.dumps.iter().map(|d| d.rank).collect();
-        r.sort_unstable();
-        r.dedup();
-        r
-    }
-
-    /// Ranks of the process groups' members with no readable dump.
-    pub fn ranks_without_dump(&self) -> Vec<u32> {
-        let have = self.ranks();
-        let mut all: Vec<u32> = self
-            .dumps
-            .iter()
-            .flat_map(|d| d.groups.iter().flat_map(|g| g.ranks.iter().copied()))
-            .collect();
-        all.sort_unstable();
-        all.dedup();
-        all.retain(|r| have.binary_search(r).is_err());
-        all
-    }
 }
 
 /// Finds and reads the dumps `source` names (nothing for [`Source::Off`]); `listing` is the job
@@ -391,13 +305,6 @@ pub struct Joined {
     window: Option<run_window::RunWindow>,
 }
 
-/// Whether a process model holds the shim's records: a shim dump, or one the scenario lab and
-/// the benchmarks write with the same records (`WriterKind::Synthetic`), which must join the
-/// Flight Recorder dumps as a shim's would (not be doubled by stand-ins).
-pub fn has_shim_records(p: &ProcessModel) -> bool {
-    p.has_shim || p.synthetic
-}
-
 /// Lists the dumps `source` names, reads those the report needs before its model is built
 /// ([`lazy::plan`]: every rank without a shim dump, one per class of agreeing shim records) and
 /// adds a stand-in process to `parts` for each rank that has a Flight Recorder dump but no shim
@@ -462,13 +369,12 @@ pub fn prepare(
 /// crash): the ranks read for their classes quote its lines, its ranks are not read one by one.
 const NAMED_RANKS_READ_PER_FINDING: usize = 64;
 
-/// Reads the listed-only dumps the report turned out to need ([`lazy`]): the ranks its findings
-/// name, and in each group the ranks no read dump stands for, until none is left.
-fn read_what_the_report_needs(report: &crate::report::Report, joined: &mut Joined) {
-    let mut wanted: BTreeSet<u32> = report
-        .findings
+/// Reads the listed-only dumps the findings turned out to need ([`lazy`]): the ranks they name,
+/// and in each group the ranks no read dump stands for, until none is left.
+fn read_what_the_findings_need(findings: &[Finding], joined: &mut Joined) {
+    let mut wanted: BTreeSet<u32> = findings
         .iter()
-        .filter(|f| f.severity != crate::rules::Severity::Advisory)
+        .filter(|f| f.severity != Severity::Advisory)
         .filter(|f| f.ranks.len() <= NAMED_RANKS_READ_PER_FINDING)
         .flat_map(|f| f.ranks.iter().copied())
         .collect();
@@ -495,10 +401,28 @@ fn read_what_the_report_needs(report: &crate::report::Report, joined: &mut Joine
     }
 }
 
-/// Adds what the dumps say to the report: the summary, the problem lines, process-group names
-/// next to communicator hashes, and the per-group evidence quoted in the primary finding.
-pub fn annotate(report: &mut crate::report::Report, mut joined: Joined) {
-    read_what_the_report_needs(report, &mut joined);
+/// What the Flight Recorder dumps add to the report, made once the findings are known: the
+/// report is built from it (`report::Context`), never edited after.
+#[derive(Debug, Clone)]
+pub struct Quotes {
+    /// The report's `flight_recorder` section.
+    pub summary: Summary,
+    /// Communicator hash → the labels of the process groups joined with it (`0:default_pg`).
+    pub groups_of_comm: BTreeMap<u64, String>,
+    /// Where each group's ranks were, quoted after the first finding about a problem.
+    pub quoted: Vec<Evidence>,
+    /// The processes known from their Flight Recorder dump only: they have no end mark
+    /// because the Flight Recorder records none, not because they were killed.
+    pub stand_ins: BTreeSet<usize>,
+    /// The dumps that could not be read, and other runs' dumps.
+    pub problems: Vec<Problem>,
+}
+
+/// What the dumps say once the findings are known: the summary, the problem lines,
+/// process-group names for the communicators, the per-group evidence quoted in the first
+/// finding about a problem, and which processes stand in for ranks without the shim.
+pub fn quote(job: &JobModel, findings: &[Finding], mut joined: Joined) -> Quotes {
+    read_what_the_findings_need(findings, &mut joined);
     let Joined {
         fr,
         comm_of,
@@ -514,59 +438,37 @@ pub fn annotate(report: &mut crate::report::Report, mut joined: Joined) {
             groups.entry(g.name.clone()).or_insert_with(|| g.clone());
         }
     }
-    for c in &mut report.job.communicators {
-        let named: Vec<String> = groups
-            .values()
-            .filter(|g| {
-                let h = comm_of
-                    .get(&g.name)
-                    .copied()
-                    .unwrap_or_else(|| join::group_hash(g));
-                format!("{h:#018x}") == c.comm_hash
-            })
-            .map(ProcessGroup::label)
-            .collect();
-        if !named.is_empty() {
-            c.process_group = Some(named.join(", "));
-        }
-    }
-    if let Some(f) = report
-        .findings
-        .iter_mut()
-        .find(|f| f.severity != crate::rules::Severity::Advisory)
-    {
-        // Quotes, not new facts about the finding's processes: appended after its own.
-        f.evidence.extend(
-            evidence
-                .iter()
-                .filter(|e| e.kind != crate::rules::EvidenceKind::Gap)
-                .cloned(),
-        );
-    }
-    // A stand-in rank has no end mark because the Flight Recorder records none, not because it
-    // was killed: say that instead of the shim's "SIGKILL, the OOM killer" gap.
+    let groups_of_comm: BTreeMap<u64, String> = job
+        .comms
+        .keys()
+        .filter_map(|&comm| {
+            let named: Vec<String> = groups
+                .values()
+                .filter(|g| {
+                    comm_of
+                        .get(&g.name)
+                        .copied()
+                        .unwrap_or_else(|| join::group_hash(g))
+                        == comm
+                })
+                .map(ProcessGroup::label)
+                .collect();
+            (!named.is_empty()).then(|| (comm, named.join(", ")))
+        })
+        .collect();
+    // Quotes, not new facts about the finding's processes.
+    let quoted = evidence
+        .iter()
+        .filter(|e| e.kind != EvidenceKind::Gap)
+        .cloned()
+        .collect();
+    // A stand-in process is named by its dump's file.
     let files: BTreeSet<&str> = fr.dumps.iter().map(|d| d.file.as_str()).collect();
-    for g in &mut report.evidence_gaps {
-        let no_end_mark = g.values.get("gap").and_then(|v| v.as_str()) == Some("no_end_mark");
-        if no_end_mark
-            && !g.processes.is_empty()
-            && g.processes.iter().all(|p| files.contains(p.host.as_str()))
-        {
-            let ranks: Vec<String> = g.ranks.iter().map(u32::to_string).collect();
-            *g = Evidence::new(
-                crate::rules::EvidenceKind::Gap,
-                format!(
-                    "ranks {}: known from their PyTorch Flight Recorder dumps only: alive when the watchdog wrote them, how they ended is not recorded",
-                    ranks.join(", ")
-                ),
-            )
-            .value("gap", "flight_recorder_only")
-            .value("ranks", &g.ranks);
-        }
-    }
-    report.problems.extend(fr.problems.iter().cloned());
-    report.problems.extend(fr.other_runs.iter().cloned());
-    report.problems.sort_by(|a, b| a.file.cmp(&b.file));
+    let stand_ins = (0..job.processes.len())
+        .filter(|&p| files.contains(job.processes[p].host.as_str()))
+        .collect();
+    let mut problems = fr.problems.clone();
+    problems.extend(fr.other_runs.iter().cloned());
     let mut ranks_listed_only: Vec<u32> = listed_only.iter().map(|(_, r)| *r).collect();
     ranks_listed_only.sort_unstable();
     ranks_listed_only.dedup();
@@ -574,7 +476,7 @@ pub fn annotate(report: &mut crate::report::Report, mut joined: Joined) {
     ranks_with_dump.extend(&ranks_listed_only);
     ranks_with_dump.sort_unstable();
     ranks_with_dump.dedup();
-    report.flight_recorder = Some(Summary {
+    let summary = Summary {
         ranks_without_dump: fr
             .ranks_without_dump()
             .into_iter()
@@ -597,14 +499,21 @@ pub fn annotate(report: &mut crate::report::Report, mut joined: Joined) {
             .collect(),
         evidence,
         notes: fr.notes.clone(),
-    });
+    };
+    Quotes {
+        summary,
+        groups_of_comm,
+        quoted,
+        stand_ins,
+        problems,
+    }
 }
 
 /// The report's "Flight Recorder" section.
 pub fn render_text(s: &Summary, bold: &dyn Fn(&str) -> String) -> String {
     let safe = crate::terminal::escape_controls;
     // In runs (`0-8191,8193-16383`): every rank of a large job stays one short line.
-    let list = |r: &[u32]| crate::rules::rank_list(r);
+    let list = |r: &[u32]| crate::finding::words::rank_list(r);
     let mut o = bold("PyTorch Flight Recorder");
     o.push('\n');
     let mut line = format!("  dumps from ranks {}", list(&s.ranks_with_dump));

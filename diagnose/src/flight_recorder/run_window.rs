@@ -7,7 +7,7 @@
 //! directory began; any other is listed as another run's and not joined. Only dumps found in the
 //! job directory are judged so: those named with `--flight-recorder` are the user's choice.
 
-use super::RankDump;
+use super::dumps::RankDump;
 use crate::runs::RunSummary;
 use std::path::Path;
 

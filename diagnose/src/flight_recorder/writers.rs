@@ -10,8 +10,8 @@
 //! differed. torchcomms writes the legacy prefix with its own numbering and rank lists;
 //! [`normalize`] reads it into the shape the rest of the reader expects.
 
+use super::dumps::{ProcessGroup, RankDump};
 use super::format::{FrEntry, FrFile, Ranks};
-use super::{ProcessGroup, RankDump};
 use crate::knowledge::fr_writers::{self, Count, Repeat, Writer};
 use ncclshim_format::CallId;
 use std::collections::{BTreeMap, HashMap};
@@ -88,7 +88,7 @@ pub fn lower(w: Option<&Writer>, e: &FrEntry, size: usize, me: u32) -> Vec<Call>
         }
     };
     let Some(rule) = rule else {
-        return super::join::call_id(op)
+        return call_id(op)
             .map(|id| vec![one(id, e.input_count())])
             .unwrap_or_default();
     };
@@ -100,7 +100,7 @@ pub fn lower(w: Option<&Writer>, e: &FrEntry, size: usize, me: u32) -> Vec<Call>
     };
     // One tensor on the repeated side: the one-call form (all_gather_into_tensor).
     if tensors.is_some_and(|t| t.len() <= 1) {
-        return super::join::call_id(op)
+        return call_id(op)
             .map(|id| vec![one(id, e.input_count())])
             .unwrap_or_default();
     }
@@ -227,7 +227,7 @@ pub struct Unpaired {
 
 /// Every [`Unpaired`] pair of the dumps read. Such entries are missing records, not a desync:
 /// the k-th send no longer faces the k-th receive, so none of the pair's entries is compared.
-pub fn unpaired_p2p(fr: &super::FlightRecorder) -> Vec<Unpaired> {
+pub fn unpaired_p2p(fr: &super::dumps::FlightRecorder) -> Vec<Unpaired> {
     type Key = (String, u32, u32);
     let mut counts: BTreeMap<Key, (usize, usize, &ProcessGroup, &'static str)> = BTreeMap::new();
     let dumped: std::collections::BTreeSet<u32> = fr.dumps.iter().map(|d| d.rank).collect();
@@ -273,6 +273,31 @@ pub fn unpaired_p2p(fr: &super::FlightRecorder) -> Vec<Unpaired> {
             recvs,
         })
         .collect()
+}
+
+/// NCCL's function for a PyTorch collective name (`fr_trace`'s `COLLECTIVES` and `P2P`
+/// names; `barrier` is an all-reduce of one element in ProcessGroupNCCL).
+pub fn call_id(op: &str) -> Option<CallId> {
+    Some(match op {
+        "all_reduce" | "allreduce" | "allreduce_coalesced" | "barrier" => CallId::NcclAllReduce,
+        "broadcast" | "_broadcast_oop" => CallId::NcclBroadcast,
+        "reduce" | "_reduce_oop" => CallId::NcclReduce,
+        "all_gather"
+        | "_allgather_base"
+        | "allgather_into_tensor_coalesced"
+        | "all_gather_into_tensor_coalesced"
+        | "_all_gather_base"
+        | "allgather" => CallId::NcclAllGather,
+        "reduce_scatter" | "_reduce_scatter_base" | "reduce_scatter_tensor_coalesced" => {
+            CallId::NcclReduceScatter
+        }
+        "all_to_all" | "alltoall" | "alltoall_base" | "all_to_all_single" => CallId::NcclAlltoAll,
+        "gather" => CallId::NcclGather,
+        "scatter" => CallId::NcclScatter,
+        "send" => CallId::NcclSend,
+        "recv" => CallId::NcclRecv,
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

@@ -4,10 +4,11 @@
 //! NCCL version, the settings that must agree and the call sequences are judged by the rules
 //! that compare them (C03, C26, the story's mismatches).
 
-use super::{Family, Invariant, Scope, Violation};
+use super::contract::{Family, Invariant, Scope, Violation};
+use crate::finding::words::name_processes;
+use crate::finding::{Evidence, EvidenceKind};
 use crate::knowledge::driver_paths;
 use crate::model::JobModel;
-use crate::rules::{name_processes, Evidence, EvidenceKind};
 use crate::story::{comms_of, Story};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -3,9 +3,10 @@
 //! NCCL releases without MIG support key their duplicate check on the PCI bus id and have no
 //! peer-to-peer path between instances. (Ranks on the very same device are catalog case C06.)
 
-use super::{Family, Invariant, Scope, Violation};
+use super::contract::{Family, Invariant, Scope, Violation};
+use crate::finding::words::name_processes;
+use crate::finding::{Evidence, EvidenceKind};
 use crate::model::JobModel;
-use crate::rules::{name_processes, Evidence, EvidenceKind};
 use crate::story::{comms_of, Story};
 use std::collections::BTreeMap;
 

@@ -3,13 +3,14 @@
 //! NCCL uses unambiguous. Addresses are read and resolved by `model::endpoints`, as every rule
 //! reads them.
 
-use super::{Family, Invariant, Scope, Violation};
+use super::contract::{Family, Invariant, Scope, Violation};
+use crate::finding::words::name_processes;
+use crate::finding::{Evidence, EvidenceKind};
 use crate::knowledge::{bugs, messages};
 use crate::model::endpoints::{
     address_kind, call_uid_root, endpoints_in, host_addresses, same_subnet, AddressKind,
 };
 use crate::model::JobModel;
-use crate::rules::{name_processes, Evidence, EvidenceKind};
 use crate::story::{comms_of, Story};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -274,7 +275,7 @@ fn route_unambiguous(job: &JobModel, _: &Story) -> Vec<Violation> {
     let failing: BTreeSet<usize> = named.iter().map(|n| n.0).collect();
     let mut v = Violation::new(&ROUTE_UNAMBIGUOUS, title, on_them.clone())
         .reaching(Scope::Host, on_them.iter().copied().chain(failing))
-        .confidence(crate::rules::Confidence::Medium);
+        .confidence(crate::finding::Confidence::Medium);
     for o in &ov {
         v = v.fact(
             Evidence::new(

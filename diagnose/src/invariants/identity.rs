@@ -6,10 +6,11 @@
 //! communicator", each communicator from its own id (the id names the root's bootstrap listener,
 //! which closes once the communicator is built: NVIDIA/nccl#1038, #206).
 
-use super::{launcher_facts, launcher_number, Family, Invariant, Scope, Violation};
+use super::contract::{launcher_facts, launcher_number, Family, Invariant, Scope, Violation};
+use crate::finding::words::{name_processes, rank_list};
+use crate::finding::{Evidence, EvidenceKind};
 use crate::knowledge::launchers::Role;
 use crate::model::{CallEvent, JobModel};
-use crate::rules::{name_processes, rank_list, Evidence, EvidenceKind};
 use crate::story::Story;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -112,7 +113,7 @@ fn rank_within_nranks(job: &JobModel, _: &Story) -> Vec<Violation> {
                 };
                 title.push_str(&format!(
                     "; {var}={w} is too small: {m} processes on {} joined it, so {var} looks like the per-node count",
-                    crate::report::count(hosts.len(), "host", "hosts")
+                    crate::finding::words::count(hosts.len(), "host", "hosts")
                 ));
                 remedy = format!(
                     "Set {var} to the total number of ranks of the job ({m} = {} nodes x {per_node} ranks per node), not the per-node count (let the launcher set it: torchrun --nnodes/--nproc-per-node, Slurm --ntasks, Lightning num_nodes x devices); nranks is global.",

@@ -4,9 +4,10 @@
 //! the ranks of a communicator make the same collective calls together is the story's
 //! comparison, judged by the mismatch rules.)
 
-use super::{Family, Invariant, Violation};
+use super::contract::{Family, Invariant, Violation};
+use crate::finding::words::name_processes;
+use crate::finding::Evidence;
 use crate::model::JobModel;
-use crate::rules::{name_processes, Evidence};
 use crate::story::Story;
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -11,11 +11,12 @@
 //! Both explain only the network failures of the processes on the hosts involved: a failed
 //! call whose text NCCL's message knowledge does not know, or places in a network subsystem.
 
-use super::{Family, Invariant, Scope, Violation};
+use super::contract::{Family, Invariant, Scope, Violation};
+use crate::finding::words::name_processes;
+use crate::finding::{Confidence, Evidence, EvidenceKind};
+use crate::message_facts::is_roce;
 use crate::model::endpoints::{host_addresses, masked, same_subnet};
 use crate::model::JobModel;
-use crate::rules::message_facts::is_roce;
-use crate::rules::{name_processes, Confidence, Evidence, EvidenceKind};
 use crate::story::Story;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv6Addr};

@@ -26,6 +26,7 @@
 //!   is what NCCL was told.
 
 pub mod consistency;
+pub mod contract;
 pub mod devices;
 pub mod endpoints;
 pub mod identity;
@@ -34,133 +35,11 @@ pub mod links;
 pub mod plugins;
 pub mod resources;
 
+use crate::finding::{Evidence, Finding};
 use crate::model::JobModel;
-use crate::rules::{Confidence, Evidence, Finding};
 use crate::story::{NodeClass, Story};
-use serde::Serialize;
 
-/// The families of invariants (the list; `docs/internals.md`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Family {
-    Identity,
-    Lifecycle,
-    Consistency,
-    Endpoints,
-    Devices,
-    Resources,
-    Plugins,
-}
-
-/// How far a violation reaches: which failures it may explain. Nearer scopes win when several
-/// invariants are broken around one failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Scope {
-    /// The violating processes themselves.
-    Process,
-    /// Every member of the communicator it concerns.
-    Communicator,
-    /// Every process on the host it concerns.
-    Host,
-    /// Every process of the job.
-    Job,
-}
-
-/// One declared invariant.
-pub struct Invariant {
-    /// Stable id; the finding is `invariant-<id>`.
-    pub id: &'static str,
-    pub family: Family,
-    /// What a well-formed job satisfies, in one sentence.
-    pub statement: &'static str,
-    /// The recorded facts it reads.
-    pub reads: &'static [&'static str],
-    /// What to change when it is broken (a violation may word it for its facts).
-    pub remedy: &'static str,
-    /// Where the rule comes from.
-    pub source: &'static str,
-    /// A failure in its own right even when nothing else failed (a silent fallback); otherwise
-    /// a violation matters only for the failures it explains.
-    pub standalone: bool,
-    pub check: fn(&JobModel, &Story) -> Vec<Violation>,
-}
-
-/// One broken invariant, with the facts that show it.
-pub struct Violation {
-    pub invariant: &'static Invariant,
-    /// What is wrong, in the diagnosis' own words (never NCCL's text alone).
-    pub title: String,
-    /// The processes that broke it (the finding's ranks).
-    pub processes: Vec<usize>,
-    pub scope: Scope,
-    /// The processes whose failures it may explain (by `scope`; the violating ones included).
-    pub reach: Vec<usize>,
-    pub facts: Vec<Evidence>,
-    /// The remedy worded for these facts; the declaration's when None.
-    pub remedy: Option<String>,
-    pub confidence: Confidence,
-    /// Failures before this instant are not its doing (a misuse after a failure explains what
-    /// followed it, not the failure itself).
-    pub since: u64,
-    /// The failed calls (process, call index) it explains, when not every failure of the
-    /// processes it reaches (a latent limit explains only the failures it can cause).
-    pub calls: Option<Vec<(usize, usize)>>,
-}
-
-impl Violation {
-    pub fn new(invariant: &'static Invariant, title: String, processes: Vec<usize>) -> Self {
-        Self {
-            invariant,
-            title,
-            reach: processes.clone(),
-            processes,
-            scope: Scope::Process,
-            facts: Vec::new(),
-            remedy: None,
-            confidence: Confidence::High,
-            since: 0,
-            calls: None,
-        }
-    }
-
-    /// Explains exactly these failed calls (process, call index).
-    pub fn explaining(mut self, calls: Vec<(usize, usize)>) -> Self {
-        self.calls = Some(calls);
-        self
-    }
-
-    /// Explains only failures from `t` on.
-    pub fn since(mut self, t: u64) -> Self {
-        self.since = t;
-        self
-    }
-
-    /// Widens what it may explain to `reach` (a communicator's members, a host's processes).
-    pub fn reaching(mut self, scope: Scope, reach: impl IntoIterator<Item = usize>) -> Self {
-        self.scope = scope;
-        let mut all = self.processes.clone();
-        all.extend(reach);
-        all.sort_unstable();
-        all.dedup();
-        self.reach = all;
-        self
-    }
-
-    pub fn fact(mut self, e: Evidence) -> Self {
-        self.facts.push(e);
-        self
-    }
-
-    pub fn remedy(mut self, r: impl Into<String>) -> Self {
-        self.remedy = Some(r.into());
-        self
-    }
-
-    pub fn confidence(mut self, c: Confidence) -> Self {
-        self.confidence = c;
-        self
-    }
-}
+pub use contract::{launcher_facts, launcher_number, Family, Invariant, Scope, Violation};
 
 /// Every invariant, by family.
 pub const INVARIANTS: &[&Invariant] = &[
@@ -207,7 +86,7 @@ fn to_finding(job: &JobModel, v: Violation) -> Finding {
     let inv = v.invariant;
     // A violation that names the calls it explains (a latent limit) claims no hang, departure
     // or signal besides them.
-    let member = crate::rules::registry::INVARIANT
+    let member = crate::finding::registry::INVARIANT
         .member(inv.id)
         .standalone(inv.standalone)
         .covering(if v.calls.is_some() {
@@ -224,7 +103,7 @@ fn to_finding(job: &JobModel, v: Violation) -> Finding {
     f.facts(v.facts);
     f.fact(
         Evidence::new(
-            crate::rules::EvidenceKind::Inference,
+            crate::finding::EvidenceKind::Inference,
             format!("NCCL's contract: {} ({})", inv.statement, inv.source),
         )
         .value("invariant", inv.id)
@@ -258,39 +137,6 @@ const REACHED_NODES: &[NodeClass] = &[
     NodeClass::Behind,
     NodeClass::StuckInside,
 ];
-
-/// The launcher's variables a process carries (`knowledge/launchers.toml`: torchrun, Open MPI,
-/// Slurm, PMI...), as (variable, value), for the evidence of identity and layout violations.
-pub fn launcher_facts(job: &JobModel, p: usize) -> Vec<(String, String)> {
-    use crate::knowledge::launchers::{lookup, Role};
-    let Some(env) = job.processes[p].env.as_ref() else {
-        return Vec::new();
-    };
-    [
-        Role::WorldSize,
-        Role::GlobalRank,
-        Role::NodeRank,
-        Role::LocalRank,
-        Role::LocalWorldSize,
-        Role::NodeCount,
-        Role::MasterAddr,
-    ]
-    .into_iter()
-    .filter_map(|r| lookup(env, r))
-    .map(|v| (v.var.to_owned(), v.value.to_owned()))
-    .collect()
-}
-
-/// A launcher role's numeric value as a process sees it, with the variable that says it.
-pub fn launcher_number(
-    job: &JobModel,
-    p: usize,
-    role: crate::knowledge::launchers::Role,
-) -> Option<(String, u64)> {
-    let env = job.processes[p].env.as_ref()?;
-    let v = crate::knowledge::launchers::lookup(env, role)?;
-    Some((v.var.to_owned(), v.number()?))
-}
 
 #[cfg(test)]
 mod tests {

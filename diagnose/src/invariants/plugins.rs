@@ -3,10 +3,11 @@
 //! not load is a silent fallback (NCCL uses its internal transports) or a failed init; two
 //! processes of one host with one local rank pick the same GPU.
 
-use super::{launcher_facts, launcher_number, Family, Invariant, Scope, Violation};
+use super::contract::{launcher_facts, launcher_number, Family, Invariant, Scope, Violation};
+use crate::finding::words::name_processes;
+use crate::finding::{Confidence, Evidence, EvidenceKind};
 use crate::knowledge::launchers::{lookup, Role};
 use crate::model::JobModel;
-use crate::rules::{name_processes, Confidence, Evidence, EvidenceKind};
 use crate::story::{comms_of, Story};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -3,11 +3,12 @@
 //! shared-memory transport between ranks of one host. Judged on processes that failed, whatever
 //! NCCL's text said (catalog rules C07 and C11 read the texts).
 
-use super::{Family, Invariant, Violation};
+use super::contract::{Family, Invariant, Violation};
+use crate::finding::words::human_bytes;
+use crate::finding::words::name_processes;
+use crate::finding::{Confidence, Evidence, EvidenceKind};
 use crate::knowledge::thresholds::thresholds;
 use crate::model::JobModel;
-use crate::report::human_bytes;
-use crate::rules::{name_processes, Confidence, Evidence, EvidenceKind};
 use crate::story::{comms_of, Story};
 
 pub static MEMLOCK_FOR_RDMA: Invariant = Invariant {
@@ -50,7 +51,7 @@ pub static DEV_SHM_ROOM: Invariant = Invariant {
 fn failures_it_may_cause(job: &JobModel, p: usize, causes: &[&str]) -> Vec<(usize, usize)> {
     use crate::knowledge::messages::{self, Fit};
     let pm = &job.processes[p];
-    let facts = crate::rules::message_facts::ProcessFacts(pm);
+    let facts = crate::message_facts::ProcessFacts(pm);
     pm.error_calls()
         .filter(|(_, c)| !c.is_cuda)
         .filter(|(_, c)| {

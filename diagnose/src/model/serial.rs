@@ -10,12 +10,12 @@
 //! human-readable deserializer is that JSON.
 
 use ncclshim_format::CallId;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::borrow::Cow;
 
 /// A call id as its number in the dump format.
 pub mod call_id {
-    use super::*;
+    use ncclshim_format::CallId;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     pub fn serialize<S: Serializer>(c: &CallId, s: S) -> Result<S::Ok, S::Error> {
         (*c as u16).serialize(s)
@@ -31,7 +31,8 @@ pub mod call_id {
 /// An optional call id; an id this reader does not know reads as `None` (a newer writer), as
 /// an unknown id in a dump does.
 pub mod optional_call_id {
-    use super::*;
+    use ncclshim_format::CallId;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     pub fn serialize<S: Serializer>(c: &Option<CallId>, s: S) -> Result<S::Ok, S::Error> {
         c.map(|c| c as u16).serialize(s)
@@ -46,7 +47,8 @@ pub mod optional_call_id {
 /// borrows every known call's name from the schema and owns only the others. Written as an
 /// option (`None`: borrowed, given back by [`restore_name`]); a version-1 summary left it out.
 pub mod call_name {
-    use super::*;
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::borrow::Cow;
 
     // serde hands `with` the field itself: whether it is borrowed is the question.
     #[allow(clippy::ptr_arg)]
@@ -75,7 +77,7 @@ pub type StaticName = &'static str;
 
 /// A communicator state by name, read back as the static string the dump reader gives it.
 pub mod comm_state {
-    use super::*;
+    use serde::{Deserialize, Deserializer, Serializer};
 
     const STATES: [&str; 5] = ["pending", "live", "destroyed", "aborted", "unknown"];
 
@@ -97,7 +99,7 @@ pub mod comm_state {
 /// Written as the two options; a version-1 summary (JSON) left the field out for `None` and
 /// wrote `null` for `Some(None)`, which plain serde would read back alike.
 pub mod maybe_absent {
-    use super::*;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     pub fn serialize<S, T>(v: &Option<Option<T>>, s: S) -> Result<S::Ok, S::Error>
     where

@@ -12,11 +12,11 @@
 //!   `reference`), what each identifier in that failure's text is; and a launcher or NCCL
 //!   variable of a failing process that names a device its host does not have.
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::references::{self as know, RefKind};
 use crate::model::references::{self, Resolution, Status};
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 
 /// More reference items than this on one finding are summarized in one line (a job of 1,000
 /// ranks each naming its own peer would otherwise list 1,000 peers).
@@ -155,7 +155,7 @@ pub fn annotate(job: &JobModel, f: &mut Finding) {
             continue;
         }
         for r in resolutions(job, p, i, c.fail_time()) {
-            crate::rules::evidence::add(&mut items, evidence_of(job, p, &r));
+            crate::finding::evidence::add(&mut items, evidence_of(job, p, &r));
         }
     }
     // Variables only for the processes whose failure the finding explains: a condition that
@@ -173,7 +173,7 @@ pub fn annotate(job: &JobModel, f: &mut Finding) {
             if quoted {
                 continue;
             }
-            crate::rules::evidence::add(&mut items, evidence_of(job, p, &r));
+            crate::finding::evidence::add(&mut items, evidence_of(job, p, &r));
         }
     }
     let extra = items.len().saturating_sub(MAX_ITEMS);
@@ -193,7 +193,7 @@ pub fn annotate(job: &JobModel, f: &mut Finding) {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
     use crate::rules::testutil::{analyze, find};
     use ncclshim_fixtures::synth::{host_facts_json, Scenario};
     use ncclshim_format::CallId;

@@ -4,10 +4,10 @@
 //! table only says which (message, cause) pairs are which catalog case, how the finding is
 //! titled, and which CUresults of the driver wrappers say the same without a text.
 
-use super::message_facts::ProcessFacts;
-use super::registry;
-use super::{Confidence, Evidence, EvidenceKind, Finding};
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::messages::{self, Fit};
+use crate::message_facts::ProcessFacts;
 use crate::model::JobModel;
 use std::collections::HashMap;
 

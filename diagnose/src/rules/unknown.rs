@@ -7,11 +7,11 @@
 //! as such, so it never outranks the failure that caused it. Identical failures on several
 //! ranks are one finding.
 
+use crate::finding::registry::{self, Role};
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::messages::{self, Fit, Match};
+use crate::message_facts::ProcessFacts;
 use crate::model::{FailureWhat, JobModel};
-use crate::rules::message_facts::ProcessFacts;
-use crate::rules::registry::{self, Role};
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// (call name, return code, error text): failures alike in all three are one finding.
@@ -28,7 +28,7 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
         .collect();
     let signalled: HashSet<usize> = found
         .iter()
-        .filter(|f| f.id == registry::FATAL_SIGNAL.id())
+        .filter(|f| f.id() == registry::FATAL_SIGNAL.id())
         .flat_map(|f| f.process_ids.iter().copied())
         .collect();
     // (call, rc, text) → (process, call index, description), in order of first occurrence.
@@ -250,7 +250,7 @@ fn catalog_id(id: &str) -> Option<&'static str> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
     /// Texts that differ only in numbers and identifiers are one failure; other words tell
     /// failures apart.
     #[test]
@@ -264,8 +264,8 @@ mod tests {
         assert_ne!(shape("Connection refused"), shape("Connection reset"));
     }
 
+    use crate::finding::Severity;
     use crate::rules::testutil::{analyze, find};
-    use crate::rules::Severity;
     use ncclshim_fixtures::synth::WORLD_UID;
 
     #[test]
@@ -320,7 +320,7 @@ mod tests {
             .evidence
             .iter()
             .any(|e| e.text.starts_with("cause roce-gid: likely")));
-        assert_eq!(f.catalog, Some("C12"));
+        assert_eq!(f.catalog(), Some("C12"));
         assert!(f.remedy.contains("NCCL_IB_GID_INDEX"));
         assert!(find(&fs, registry::UNEXPLAINED_ERROR.id()).is_none());
     }
@@ -357,10 +357,10 @@ mod tests {
             .filter(|f| f.severity == Severity::Primary)
             .collect();
         assert_eq!(primary.len(), 1, "{fs:#?}");
-        assert_eq!(primary[0].id, "nccl-message-cuda-error");
+        assert_eq!(primary[0].id(), "nccl-message-cuda-error");
         let closed = fs
             .iter()
-            .find(|f| f.id == "nccl-message-socket-peer-closed");
+            .find(|f| f.id() == "nccl-message-socket-peer-closed");
         assert!(closed.is_none_or(|f| f.consequence && f.severity == Severity::Contributing));
     }
 }

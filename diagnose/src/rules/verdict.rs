@@ -17,10 +17,10 @@
 //! 4. everything else is contributing (a consequence when it covers only explained nodes), and
 //!    advisories stay advisory.
 
-use super::registry::Role;
-use super::{Evidence, EvidenceKind, Finding, Severity};
+use crate::finding::registry;
+use crate::finding::registry::Role;
+use crate::finding::{Evidence, EvidenceKind, Finding, Severity};
 use crate::model::JobModel;
-use crate::rules::registry;
 use crate::story::{NodeKind, Story};
 use std::collections::{BTreeSet, HashSet};
 
@@ -70,7 +70,7 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
         .map(|f| covered_nodes(story, &parts, f))
         .collect();
     let mut order: Vec<usize> = (0..findings.len())
-        .filter(|&i| matches!(findings[i].role, Role::Cause | Role::Condition))
+        .filter(|&i| matches!(findings[i].role(), Role::Cause | Role::Condition))
         .filter(|&i| covered[i].iter().any(|n| roots.contains(n)))
         .collect();
     let first_root_t = |i: usize| {
@@ -154,7 +154,7 @@ pub fn decide(job: &JobModel, story: &Story, findings: &mut [Finding]) {
             if r != n {
                 let line = format!(
                     "a consequence of {}: {}{}",
-                    super::who(job, root.process),
+                    crate::finding::words::who(job, root.process),
                     story.describe_node(job, r),
                     why.map(|(_, w)| format!(" ({w})")).unwrap_or_default()
                 );
@@ -189,7 +189,7 @@ pub fn cause_not_recorded(job: &JobModel, story: &Story, findings: &[Finding]) -
     }
     let n = &story.nodes[r];
     let p = n.process;
-    let who = super::who(job, p);
+    let who = crate::finding::words::who(job, p);
     let pm = &job.processes[p];
     let decide = match n.kind {
         NodeKind::Error(c) | NodeKind::AsyncError(c) => {
@@ -202,7 +202,7 @@ pub fn cause_not_recorded(job: &JobModel, story: &Story, findings: &[Finding]) -
                         Some(o) => format!(
                             "the dump and log of {} ({}), which owns {}: whether it failed or left before this",
                             o.host,
-                            super::name_processes(job, &o.processes),
+                            crate::finding::words::name_processes(job, &o.processes),
                             e.addr
                         ),
                         None => format!(
@@ -244,7 +244,7 @@ pub fn cause_not_recorded(job: &JobModel, story: &Story, findings: &[Finding]) -
             "{who} failed first ({}); what caused it was not recorded",
             story.describe_node(job, r)
         ),
-        super::Confidence::Low,
+        crate::finding::Confidence::Low,
     )
     .remedy(&format!(
         "The dumps show where the job failed first but not why. What would decide it: {decide}."

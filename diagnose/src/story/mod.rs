@@ -76,20 +76,7 @@ impl NodeKind {
     }
 }
 
-/// Node kinds as findings declare what they explain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum NodeClass {
-    Call,
-    Signal,
-    Vanished,
-    LeftEarly,
-    Behind,
-    /// Different arguments (count, datatype, reduction, root, p2p size) for one operation.
-    Mismatch,
-    /// A different collective at the same point.
-    Desync,
-    StuckInside,
-}
+pub use crate::finding::reach::NodeClass;
 
 /// One failure (or located cause) of the job.
 #[derive(Debug, Clone)]

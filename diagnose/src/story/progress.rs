@@ -48,29 +48,9 @@ impl IssuedColl {
     /// What every rank must agree on for this collective (the reduction and root only where
     /// the function has them).
     fn key(&self) -> CollKey {
-        let (redop, root) = reduction_and_root(self.call, self.redop, self.root);
+        let (redop, root) = super::sequence::reduction_and_root(self.call, self.redop, self.root);
         (self.count, self.datatype, redop, root)
     }
-}
-
-/// The reduction and the root of a collective, where its function has them (None where it has
-/// not: another rank's value there is no disagreement). The one classification for the story's
-/// mismatches and C19's comparison of what ranks issued; `ncclBcast` is `ncclBroadcast` under
-/// its older name, rooted alike.
-pub fn reduction_and_root(call: CallId, redop: u64, root: u64) -> (Option<u64>, Option<u64>) {
-    let reduces = matches!(
-        call,
-        CallId::NcclAllReduce | CallId::NcclReduce | CallId::NcclReduceScatter
-    );
-    let rooted = matches!(
-        call,
-        CallId::NcclBroadcast
-            | CallId::NcclBcast
-            | CallId::NcclReduce
-            | CallId::NcclGather
-            | CallId::NcclScatter
-    );
-    (reduces.then_some(redop), rooted.then_some(root))
 }
 
 /// `ncclBcast` is numbered with `ncclBroadcast` (NCCL counts both as Broadcast).
@@ -611,5 +591,5 @@ fn different_collective(members: &[Member], s: &Stall) -> Option<Mismatch> {
 
 fn rank_words(rs: &[u32]) -> String {
     let noun = if rs.len() == 1 { "rank" } else { "ranks" };
-    format!("{noun} {}", crate::rules::rank_list(rs))
+    format!("{noun} {}", crate::finding::words::rank_list(rs))
 }

@@ -10,8 +10,8 @@
 use super::ending::Ending;
 use super::progress::{Behind, CommStory, Place};
 use super::Story;
+use crate::finding::words::rank_list;
 use crate::model::JobModel;
-use crate::rules::rank_list;
 use std::collections::BTreeMap;
 
 const MAX_NODES: usize = 40;

@@ -98,7 +98,7 @@ struct Key {
 }
 
 fn shim_key(c: CallId, count: u64, dt: u64, op: u64, root: u64) -> Key {
-    let (redop, root) = super::progress::reduction_and_root(c, op, root);
+    let (redop, root) = reduction_and_root(c, op, root);
     Key {
         op: c as u64,
         count,
@@ -109,7 +109,7 @@ fn shim_key(c: CallId, count: u64, dt: u64, op: u64, root: u64) -> Key {
 }
 
 fn shim_sig(c: CallId, count: u64, dt: u64, op: u64, root: u64) -> Sig {
-    let (redop, root) = super::progress::reduction_and_root(c, op, root);
+    let (redop, root) = reduction_and_root(c, op, root);
     Sig {
         op: c.name().to_owned(),
         count,
@@ -260,4 +260,23 @@ pub fn first(job: &JobModel, comm: u64, members: &[(u32, usize)]) -> Option<Dive
         groups,
         odd,
     })
+}
+/// The reduction and the root of a collective, where its function has them (None where it has
+/// not: another rank's value there is no disagreement). The one classification for the story's
+/// mismatches and C19's comparison of what ranks issued; `ncclBcast` is `ncclBroadcast` under
+/// its older name, rooted alike.
+pub fn reduction_and_root(call: CallId, redop: u64, root: u64) -> (Option<u64>, Option<u64>) {
+    let reduces = matches!(
+        call,
+        CallId::NcclAllReduce | CallId::NcclReduce | CallId::NcclReduceScatter
+    );
+    let rooted = matches!(
+        call,
+        CallId::NcclBroadcast
+            | CallId::NcclBcast
+            | CallId::NcclReduce
+            | CallId::NcclGather
+            | CallId::NcclScatter
+    );
+    (reduces.then_some(redop), rooted.then_some(root))
 }

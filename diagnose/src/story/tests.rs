@@ -3,9 +3,11 @@
 
 use super::ending::Ending;
 use super::{NodeKind, Story};
-use crate::rules::registry;
+use crate::finding::registry;
+use crate::finding::Severity;
+use crate::rules::diagnose_story;
+use crate::rules::options::Options;
 use crate::rules::testutil::analyze;
-use crate::rules::{diagnose_story, Options, Severity};
 use ncclshim_fixtures::synth::WORLD_UID;
 use ncclshim_format::CallId;
 

@@ -7,10 +7,11 @@
 //! named. This is how an expert reads a job they have never seen, so it runs when no rule
 //! explains the failure with high confidence, as a low-confidence lead, not a verdict.
 
+use crate::finding::registry;
+use crate::finding::registry::Role;
+use crate::finding::words::name_processes;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::{FailureWhat, JobFailure, JobModel, ProcessModel};
-use crate::rules::registry;
-use crate::rules::registry::Role;
-use crate::rules::{name_processes, Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -198,7 +199,7 @@ pub fn check(job: &JobModel, found: &[Finding]) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
     use crate::rules::testutil::{analyze, find};
     use ncclshim_fixtures::synth::WORLD_UID;
 

@@ -2,10 +2,10 @@
 //! ignoring variables that legitimately differ per node or per rank (interface and HCA names,
 //! debug file names, host ids).
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Finding};
 use crate::model::JobModel;
 use crate::rules::config::env_tuning::{differing, values_evidence, TUNING};
-use crate::rules::registry;
-use crate::rules::{Confidence, Finding};
 use std::collections::BTreeSet;
 
 /// NCCL variables whose value may differ per node or per rank without harm.
@@ -63,7 +63,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
     use crate::rules::testutil::{analyze, find};
 
     #[test]

@@ -2,9 +2,10 @@
 //! set differently across ranks — typically set on the launching node only — make peers
 //! disagree about message sizes: "message truncated" (Socket) or "collective mismatch error" (IB).
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, Finding};
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{text_is_case, Confidence, Evidence, Finding};
+use crate::rules::text::text_is_case;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Variables that must be identical on every rank.
@@ -100,9 +101,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
+    use crate::finding::Severity;
     use crate::rules::testutil::{analyze, find};
-    use crate::rules::Severity;
     use ncclshim_format::CallId;
 
     #[test]
@@ -127,7 +128,7 @@ mod tests {
                 Some("NET/Socket : peer 10.0.0.1<4312> message truncated : receiving 696320 bytes instead of 32768."));
         });
         let f = find(&fs, registry::NCCL_TUNING_ENV_DIFFERS.id()).expect("C26");
-        let ids: Vec<(&str, Severity)> = fs.iter().map(|f| (f.id.as_str(), f.severity)).collect();
+        let ids: Vec<(&str, Severity)> = fs.iter().map(|f| (f.id(), f.severity)).collect();
         assert_eq!(f.severity, Severity::Primary, "{ids:?}");
         // One item per value, each with the ranks that had it.
         let value_of = |rank: u32| {

@@ -3,9 +3,9 @@
 //! buffer, a bad count or root) that NCCL names in its own text. The calls failing after it in
 //! the same process (the group end, the async-error poll) are the same failure.
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::NcclResult;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
@@ -79,7 +79,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
     use crate::rules::testutil::{analyze, find};
     use ncclshim_format::CallId;
 

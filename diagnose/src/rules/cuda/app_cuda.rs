@@ -7,9 +7,9 @@
 //! [`crate::visibility`]): there every driver call is "outside any NCCL call" the shim saw, NCCL's
 //! own included, so who made it is unknown and the call is left to the rules that do not ask.
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out: Vec<Finding> = Vec::new();

@@ -2,10 +2,10 @@
 //! P2P peers and `cuMemImportFromShareableHandle` fails with CUDA 101 'invalid device ordinal'
 //! (a user-mode driver bug, R570), surfacing as ncclUnhandledCudaError.
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
-use crate::rules::registry;
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use ncclshim_format::{CallId, NcclResult};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {

@@ -1,9 +1,10 @@
 //! Catalog C07: `/dev/shm` too small (Docker's default 64 MiB) for NCCL's SHM transport buffers:
 //! ncclSystemError at init with a shared-memory WARN whose wording depends on the version.
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{text_is_case, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::text::text_is_case;
 use ncclshim_format::NcclResult;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {

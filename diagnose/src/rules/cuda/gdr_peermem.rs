@@ -2,10 +2,10 @@
 //! `/sys/kernel/mm/memory_peers/...`, which kernels ≥ 6.4 / new OFED no longer create; with
 //! `nvidia_peermem` loaded it still decides GDR is unsupported and stages through host memory.
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::nccl_version_string;
-use crate::rules::registry;
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 
 /// The known bug (knowledge/nccl-versions.toml) whose fixed-in release also checks
 /// `/sys/module/nvidia_peermem/version`.
@@ -69,9 +69,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
+    use crate::finding::Severity;
     use crate::rules::testutil::{analyze, find};
-    use crate::rules::Severity;
     use ncclshim_fixtures::synth::host_facts_json;
     use serde_json::json;
 

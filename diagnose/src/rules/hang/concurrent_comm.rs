@@ -7,9 +7,10 @@
 //! followed. Threads that take turns (one returns before the other enters) are legal and not
 //! reported.
 
+use crate::finding::registry;
+use crate::finding::words::who;
+use crate::finding::{Confidence, Finding};
 use crate::model::{CallEvent, JobModel};
-use crate::rules::registry;
-use crate::rules::{who, Confidence, Finding};
 use ncclshim_format::CallId;
 use std::collections::BTreeMap;
 

@@ -17,10 +17,11 @@
 //! Thresholds (`knowledge/thresholds.toml` `[late_rank]`) keep ordinary spread from counting.
 //! Advisory: a contributing finding that explains no failure, so never the primary one.
 
+use crate::finding::registry;
+use crate::finding::words::rank_list;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::thresholds::thresholds;
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding};
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
@@ -161,12 +162,12 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
     use crate::rules::testutil::{analyze, find};
     use ncclshim_fixtures::synth::WORLD_UID;
 
     /// Ranks whose mean GPU time per AllReduce is `gpu_us[rank]` µs, over `ops` operations.
-    fn job(hosts: &[&str], gpu_us: &[u64], ops: u64) -> Vec<crate::rules::Finding> {
+    fn job(hosts: &[&str], gpu_us: &[u64], ops: u64) -> Vec<crate::finding::Finding> {
         job_and_findings(hosts, gpu_us, ops).1
     }
 
@@ -174,7 +175,7 @@ mod tests {
         hosts: &[&str],
         gpu_us: &[u64],
         ops: u64,
-    ) -> (crate::model::JobModel, Vec<crate::rules::Finding>) {
+    ) -> (crate::model::JobModel, Vec<crate::finding::Finding>) {
         let n = gpu_us.len() as i32;
         analyze(hosts, |s| {
             s.snapshot_all(22803);
@@ -194,11 +195,15 @@ mod tests {
         let (jm, fs) = job_and_findings(&["n0", "n0", "n1", "n1"], &[900, 880, 120, 910], 1000);
         assert!(
             fs.iter()
-                .all(|f| f.severity == crate::rules::Severity::Advisory),
+                .all(|f| f.severity == crate::finding::Severity::Advisory),
             "{fs:?}"
         );
-        let report =
-            crate::report::Report::build(&jm, &crate::story::Story::build(&jm), fs, Vec::new());
+        let report = crate::report::Report::build(
+            &jm,
+            &crate::story::Story::build(&jm),
+            fs,
+            Default::default(),
+        );
         assert_eq!(report.exit_code(), 0);
         let text = report.to_text(false);
         assert!(text.contains("No problem found"), "{text}");
@@ -209,7 +214,7 @@ mod tests {
     fn the_rank_with_the_shortest_time_in_collectives_is_the_late_one() {
         let fs = job(&["n0", "n0", "n1", "n1"], &[900, 880, 120, 910], 1000);
         let f = find(&fs, registry::LATE_RANK.id()).expect("late rank");
-        assert_eq!(f.severity, crate::rules::Severity::Advisory);
+        assert_eq!(f.severity, crate::finding::Severity::Advisory);
         assert!(f.title.starts_with("Rank 2 is late"), "{}", f.title);
         assert_eq!(f.ranks, vec![2], "the late rank is the subject");
         let late = f
@@ -240,9 +245,13 @@ mod tests {
                 r.clean_exit();
             }
         });
-        let text =
-            crate::report::Report::build(&job, &crate::story::Story::build(&job), fs, Vec::new())
-                .to_text(false);
+        let text = crate::report::Report::build(
+            &job,
+            &crate::story::Story::build(&job),
+            fs,
+            Default::default(),
+        )
+        .to_text(false);
         let line = text
             .lines()
             .find(|l| l.contains("operations"))

@@ -13,9 +13,10 @@
 //! a GPU end, so its missing end is no hang; and a collective whose kernel ended on a peer did
 //! not hang on this rank either (the peer could not have finished it alone).
 
+use crate::finding::registry;
+use crate::finding::words::rank_list;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::ending::Ending;
 use crate::story::position::Inside;
 use crate::story::progress::{Behind, Place};
@@ -316,7 +317,7 @@ pub fn check(job: &JobModel, story: &Story, now_ns: u64, stall_ns: u64) -> Vec<F
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
     use crate::rules::testutil::{analyze, find};
 
     #[test]
@@ -603,7 +604,7 @@ mod tests {
     /// Two ranks that ran AllReduces and an all-to-all (whose send/recv to the rank itself
     /// never reports a GPU end on a real NCCL) and then died: the self pair is no hang.
     /// `other_peer_ends`: whether the send/recv pair with the other rank got its GPU end.
-    fn all_to_all_then_death(other_peer_ends: bool) -> Vec<crate::rules::Finding> {
+    fn all_to_all_then_death(other_peer_ends: bool) -> Vec<crate::finding::Finding> {
         let (_, fs) = analyze(&["n0", "n0"], |s| {
             for r in s.ranks.iter_mut() {
                 let me = u64::from(r.rank);

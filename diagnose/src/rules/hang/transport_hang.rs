@@ -9,9 +9,9 @@
 //! user starts with the bisection step the evidence points to. Knowledge from
 //! `knowledge/hardware.toml`.
 
+use crate::finding::Finding;
 use crate::knowledge::hardware;
 use crate::model::JobModel;
-use crate::rules::Finding;
 use std::collections::BTreeSet;
 
 /// One suspect with the facts for it and the first thing to try.
@@ -139,13 +139,13 @@ pub fn annotate(job: &JobModel, f: &mut Finding) {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
     use crate::rules::testutil::{analyze, find};
     use ncclshim_fixtures::synth::host_facts_json;
     use serde_json::json;
 
     /// Two ranks on one host, both inside the same collective, with `facts` added to the host.
-    fn hang_on_one_host(facts: serde_json::Value) -> crate::rules::Finding {
+    fn hang_on_one_host(facts: serde_json::Value) -> crate::finding::Finding {
         let (_, fs) = analyze(&["n0", "n0"], |s| {
             s.snapshot_all(22203);
             let mut h = host_facts_json("n0");

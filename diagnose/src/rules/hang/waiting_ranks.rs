@@ -4,10 +4,10 @@
 //! reading the report must see what each was doing and how it ended, so "which died how and
 //! when, and which were alive and waiting until killed" is answered for every rank.
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::{JobModel, ProcessModel};
 use crate::names::signal_name;
-use crate::rules::registry;
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::ending::Ending;
 use crate::story::Story;
 use ncclshim_format::CallId;

@@ -5,11 +5,12 @@
 //! ncclInvalidUsage. The wordings and the remedy are knowledge (`messages.toml`,
 //! `init-duplicate-gpu`); this rule adds what the recorded GPUs and launcher variables show.
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::launchers::{lookup, Role};
 use crate::knowledge::visible_devices::VisibleDevices;
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{text_is_case, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::text::text_is_case;
 use ncclshim_format::NcclResult;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
@@ -126,7 +127,7 @@ fn remedy() -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
 
     use crate::rules::testutil::{analyze, find};
     use ncclshim_fixtures::synth::WORLD_UID;

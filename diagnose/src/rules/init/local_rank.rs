@@ -5,11 +5,12 @@
 //! leaves from its parser (knowledge/visible_devices.rs: `-1`, `NoDevFiles` or a repeated index
 //! end the list).
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::launchers::{lookup, Role};
 use crate::knowledge::visible_devices::VisibleDevices;
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::text::text_is_entry;
 
 /// Number of devices `CUDA_VISIBLE_DEVICES` leaves visible (None when unset: all of them).
 pub fn visible_count(cvd: Option<&str>) -> Option<usize> {

@@ -8,9 +8,10 @@
 //! dump; the others saw it fail"), explaining the survivors' errors, instead of an echo being
 //! taken for the cause. The verdict decides its severity like any other.
 
+use crate::finding::registry;
+use crate::finding::words::{name_processes, rank_list};
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{name_processes, rank_list, Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::progress::Place;
 use crate::story::{NodeKind, Story};
 use std::collections::BTreeSet;
@@ -135,7 +136,7 @@ fn one_absence(mut found: Vec<(Finding, u32, BTreeSet<usize>, usize)>) -> Vec<Fi
     let mut kept: Vec<(Finding, u32, BTreeSet<usize>, usize)> = Vec::new();
     for (f, n, present, missing) in found {
         let host = kept.iter_mut().find(|(k, kn, kp, km)| {
-            k.id == f.id && *kn >= n && *km >= missing && present.is_subset(kp)
+            k.id() == f.id() && *kn >= n && *km >= missing && present.is_subset(kp)
         });
         match host {
             Some((k, ..)) => {
@@ -263,9 +264,9 @@ fn missing_remedy(job: &JobModel, present: &[(u32, usize)], waiting: &[u32]) -> 
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
+    use crate::finding::Severity;
     use crate::rules::testutil::{analyze, find};
-    use crate::rules::Severity;
     use ncclshim_fixtures::synth::WORLD_UID;
 
     #[test]
@@ -299,7 +300,7 @@ mod tests {
         });
         let never: Vec<_> = fs
             .iter()
-            .filter(|f| f.id == registry::RANKS_NEVER_ARRIVED.id())
+            .filter(|f| f.id() == registry::RANKS_NEVER_ARRIVED.id())
             .collect();
         assert_eq!(never.len(), 1, "{never:#?}");
         assert_eq!(never[0].ranks, vec![3], "the world's numbering");

@@ -1,9 +1,10 @@
 //! Catalog C27: processes disagree on the number of ranks of one communicator (same uniqueId, different
 //! `nranks`): "Bootstrap Root : mismatch in rank count" / "mismatch in info from procs".
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::text::text_is_entry;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -69,7 +70,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
 
     use crate::rules::testutil::{analyze, find};
     use ncclshim_fixtures::synth::WORLD_UID;

@@ -1,9 +1,9 @@
 //! Ranks that meant to form one communicator but were handed different uniqueIds (two roots,
 //! a stale id from a previous run): each group waits in init for ranks that joined the other.
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use std::collections::BTreeMap;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
@@ -54,7 +54,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
     use crate::rules::testutil::{analyze, find};
 
     #[test]

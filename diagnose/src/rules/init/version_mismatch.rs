@@ -3,10 +3,11 @@
 //! AF_INET6(10)", ncclInternalError) or hangs. NCCL's own version check runs only after a
 //! successful bootstrap, so it never gets to say so.
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::{cuda_version_string, nccl_version_string};
-use crate::rules::registry;
-use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::text::text_is_entry;
 use ncclshim_format::NcclResult;
 use std::collections::BTreeMap;
 
@@ -98,9 +99,9 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
+    use crate::finding::Severity;
     use crate::rules::testutil::{analyze, find};
-    use crate::rules::Severity;
     use ncclshim_fixtures::synth::{libraries_json, WORLD_UID};
 
     #[test]

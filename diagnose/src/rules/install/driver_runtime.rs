@@ -3,10 +3,11 @@
 //! CUDA says exactly the same when there is no driver at all (a container started without GPUs,
 //! a login node): the host facts tell the two apart, and the finding says which.
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
-use crate::rules::registry;
-use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::text::text_is_entry;
 
 /// What one process shows: the calls that failed with CUDA's "insufficient driver" text, the
 /// driver and runtime versions when the driver is older, and whether the host has no driver.
@@ -121,8 +122,8 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::finding::Severity;
     use crate::rules::testutil::{analyze, find};
-    use crate::rules::Severity;
     use ncclshim_fixtures::synth::{host_facts_json, libraries_json, WHEEL_NCCL, WORLD_UID};
 
     fn insufficient_driver(host: serde_json::Value) -> Vec<Finding> {
@@ -151,7 +152,7 @@ mod tests {
         h["nvidia_devices"] = serde_json::json!([]);
         let fs = insufficient_driver(h);
         let f = find(&fs, registry::CUDA_DRIVER_MISSING.id()).expect("no-driver variant");
-        assert_eq!(f.catalog, Some("C18"));
+        assert_eq!(f.catalog(), Some("C18"));
         assert!(f
             .evidence
             .iter()

@@ -15,13 +15,14 @@
 //! Informational entries (a reworded message, another return code) are version facts other rules
 //! read; they are never findings here.
 
+use crate::finding::registry::{self, Role};
+use crate::finding::words::name_processes;
+use crate::finding::{Confidence, Finding};
 use crate::knowledge::bugs::{self, Change, EnvCondition, Feature, Impact, Kind, NcclVersion};
 use crate::knowledge::codes::cuda_error_in_text;
 use crate::knowledge::thresholds::thresholds;
 use crate::model::{JobModel, ProcessModel};
-use crate::rules::registry::{self, Role};
-use crate::rules::Options;
-use crate::rules::{name_processes, Confidence, Finding};
+use crate::rules::options::Options;
 use crate::story::{NodeClass, Story};
 use ncclshim_format::NcclResult;
 use rayon::prelude::*;
@@ -518,7 +519,10 @@ fn entry_finding(
     for h in hs {
         f.involve(job, h.process);
         for w in &h.why {
-            f.evidence(format!("{}: {w}", crate::rules::who(job, h.process)));
+            f.evidence(format!(
+                "{}: {w}",
+                crate::finding::words::who(job, h.process)
+            ));
         }
     }
     for line in env_lines(job, c, hs) {
@@ -588,7 +592,10 @@ fn weak_finding(job: &JobModel, impact: Impact, entries: &[(&Change, Vec<Hit>)])
     for h in &all {
         f.involve(job, h.process);
         for w in &h.why {
-            f.evidence(format!("{}: {w}", crate::rules::who(job, h.process)));
+            f.evidence(format!(
+                "{}: {w}",
+                crate::finding::words::who(job, h.process)
+            ));
         }
     }
     for (c, _) in entries {

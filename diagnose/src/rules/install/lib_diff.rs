@@ -2,10 +2,10 @@
 //! present on some ranks only (a net plugin on some hosts makes them pick another transport and
 //! hang), different libnccl paths with the same version, different CUDA driver or runtime.
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::cuda_version_string;
-use crate::rules::registry;
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use std::collections::BTreeMap;
 
 fn groups<F: Fn(usize) -> Option<String>>(job: &JobModel, key: F) -> BTreeMap<String, Vec<usize>> {
@@ -99,7 +99,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
     use crate::rules::testutil::{analyze, find};
     use serde_json::json;
 
@@ -131,6 +131,6 @@ mod tests {
             "{:?}",
             f.evidence
         );
-        assert_eq!(f.confidence, crate::rules::Confidence::Medium);
+        assert_eq!(f.confidence, crate::finding::Confidence::Medium);
     }
 }

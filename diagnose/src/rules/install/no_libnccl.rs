@@ -1,9 +1,10 @@
 //! Catalog C35: the framework cannot load libnccl at all (JAX/XLA "Unable to load NCCL library"): no
 //! libnccl is mapped, although the process tried to use NCCL.
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::text::text_is_entry;
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(
@@ -62,7 +63,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
 
     use crate::rules::testutil::{analyze, find};
     use serde_json::json;

@@ -1,9 +1,9 @@
 //! Catalog C23: two different libnccl builds mapped in one process (import order decides which one the
 //! framework binds to; missing symbols or an unexpected version follow).
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut f = Finding::new(
@@ -60,7 +60,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
 
     use crate::rules::testutil::{analyze, find};
     use serde_json::json;

@@ -5,9 +5,9 @@
 //! stalled collective its behind ranks answered with another): this rule says it, one finding
 //! per communicator naming the ranks that deviate, every side in the evidence.
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::sequence::{Divergence, Numbering};
 use crate::story::Story;
 
@@ -113,7 +113,7 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
     use crate::rules::testutil::{analyze, find};
     use ncclshim_format::CallId;
 

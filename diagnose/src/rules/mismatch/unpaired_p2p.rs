@@ -2,10 +2,11 @@
 //! data, than B receives from A) deadlock; the proxy-thread WARNs seen at abort ("Could not
 //! receive type from localRank", "Connection closed by localRank") are teardown noise.
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::messages::Role;
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{text_has_role, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::text::text_has_role;
 use ncclshim_format::CallId;
 use std::collections::BTreeMap;
 

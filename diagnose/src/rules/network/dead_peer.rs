@@ -3,10 +3,11 @@
 //! rank that died or failed first, which this rule names (its own finding comes from the rule
 //! that explains it, or from `abrupt_end`).
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::messages::Role;
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{text_has_role, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::text::text_has_role;
 use crate::story::{NodeKind, Story};
 use ncclshim_format::NcclResult;
 use rustc_hash::FxHashSet;
@@ -107,10 +108,10 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
 
+    use crate::finding::Severity;
     use crate::rules::testutil::{analyze, find};
-    use crate::rules::Severity;
     use ncclshim_format::CallId;
 
     #[test]

@@ -2,9 +2,10 @@
 //! so communicator init fails with ncclInvalidUsage. NCCL's WARN changed in 2.27: "network IB
 //! not found" (2.15–2.26) became "Failed to initialize any NET plugin".
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{text_has, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::text::text_has;
 use ncclshim_format::NcclResult;
 
 const OLD_TEXT: &str = "network IB not found";

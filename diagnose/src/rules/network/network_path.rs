@@ -19,13 +19,14 @@
 //! peer's own failure and left to the dead-peer rule. What each strerror text means comes from
 //! `knowledge/sockets.toml`.
 
+use crate::finding::registry;
+use crate::finding::words::who;
+use crate::finding::{Confidence, Finding, Severity};
 use crate::knowledge::sockets::{self, PathOutcome};
 use crate::model::endpoints::{
     self, address_kind, local_route, owners, shared_routable_interface, AddressKind, Endpoint,
 };
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{who, Confidence, Finding, Severity};
 use crate::story::Story;
 
 /// What the peer's address turned out to be.
@@ -354,9 +355,9 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
+    use crate::finding::Severity;
     use crate::rules::testutil::{analyze, find};
-    use crate::rules::Severity;
     use ncclshim_fixtures::synth::{host_facts_json, Scenario};
     use serde_json::json;
 
@@ -380,7 +381,7 @@ mod tests {
         a_ifs: &[(&str, &str, u8, bool)],
         b_ifs: &[(&str, &str, u8, bool)],
         text: &str,
-    ) -> Vec<crate::rules::Finding> {
+    ) -> Vec<crate::finding::Finding> {
         let (_, fs) = analyze(&["a", "a", "b", "b"], |s: &mut Scenario| {
             s.snapshot_all(22105);
             for r in 0..4 {
@@ -404,7 +405,7 @@ mod tests {
             "socketStartConnect: Connect to 10.0.0.2<45763> failed : Connection refused",
         );
         let f = find(&fs, registry::CONNECTION_BLOCKED_BETWEEN_HOSTS.id()).expect("C10");
-        assert_eq!(f.catalog, Some("C10"));
+        assert_eq!(f.catalog(), Some("C10"));
         assert_eq!(f.severity, Severity::Primary);
         assert!(
             f.evidence.iter().any(|e| e.contains("b's `eth0`")),

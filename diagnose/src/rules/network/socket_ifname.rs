@@ -3,10 +3,11 @@
 //! later with a garbage address family — the same text as a version mismatch (C03), which is why
 //! this rule compares the value with the recorded interfaces instead of trusting the message.
 
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::facts::NetIf;
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{text_is_entry, Confidence, Evidence, EvidenceKind, Finding};
+use crate::rules::text::text_is_entry;
 
 /// Whether NCCL's interface filter (`^` excludes, `=` exact, comma list, else prefix) selects
 /// at least one of `ifs` that is up.

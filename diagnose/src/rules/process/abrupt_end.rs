@@ -4,10 +4,11 @@
 //! Every such rank is one finding ("ranks 8-15 on node1"): a lost node or an OOM sweep kills
 //! many ranks at once, and one finding per rank would repeat one cause.
 
+use crate::finding::evidence::{name_refs, ProcessRef};
+use crate::finding::registry;
+use crate::finding::words::who;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
-use crate::rules::evidence::{name_refs, ProcessRef};
-use crate::rules::registry;
-use crate::rules::{who, Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::{NodeKind, Story};
 
 pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {

@@ -3,11 +3,11 @@
 //! went on without the rank (the model decides, as for a rank that vanished); the launcher's
 //! timeout stopping ranks that waited is not one.
 
+use crate::finding::evidence::{name_refs, ProcessRef};
+use crate::finding::registry;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
 use crate::names::signal_name;
-use crate::rules::evidence::{name_refs, ProcessRef};
-use crate::rules::registry;
-use crate::rules::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::ending::Ending;
 use crate::story::{NodeKind, Story};
 use std::collections::{BTreeMap, HashSet};
@@ -79,7 +79,7 @@ pub fn check(job: &JobModel, story: &Story) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::rules::registry;
+    use crate::finding::registry;
     use crate::rules::testutil::{analyze, find};
 
     #[test]
@@ -104,7 +104,7 @@ mod tests {
         });
         let crashes: Vec<_> = fs
             .iter()
-            .filter(|f| f.id == registry::FATAL_SIGNAL.id())
+            .filter(|f| f.id() == registry::FATAL_SIGNAL.id())
             .collect();
         assert_eq!(crashes.len(), 1, "{crashes:?}");
         assert_eq!(crashes[0].ranks, vec![1, 2, 3]);

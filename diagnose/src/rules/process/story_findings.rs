@@ -2,9 +2,10 @@
 //! while its peers still waited for it, and one operation issued with different arguments
 //! (catalog C19: collective and point-to-point size mismatches).
 
+use crate::finding::registry;
+use crate::finding::words::rank_list;
+use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::model::JobModel;
-use crate::rules::registry;
-use crate::rules::{rank_list, Confidence, Evidence, EvidenceKind, Finding};
 use crate::story::{NodeKind, Story};
 
 /// Ranks that exited while their peers waited in an operation they never issued.

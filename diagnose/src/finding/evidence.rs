@@ -7,8 +7,8 @@
 //! kind, same values, same wording) joins the existing item's subjects instead of repeating the
 //! line 63 times; its text then names the ranks compactly (`ranks 8-15 on node1: ...`).
 
+use crate::finding::words::rank_list;
 use crate::model::{CallEvent, JobModel};
-use crate::rules::rank_list;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -44,7 +44,7 @@ pub enum EvidenceKind {
     /// HCA, interface) resolved against the recorded facts (`reference_kind`, `written`,
     /// `status`: `resolved`/`absent`/`out_of_range`, and what it resolved to).
     Reference,
-    /// Free text without structured values (the compatibility path [`crate::rules::Finding::evidence`]).
+    /// Free text without structured values (the compatibility path [`crate::finding::Finding::evidence`]).
     Note,
 }
 

@@ -15,7 +15,7 @@
 //! libraries, an environment that differs) only when no cause explains that root; a
 //! `Consequence` never is; an `Advisory` never makes the report fail.
 
-use crate::story::NodeClass;
+use crate::finding::reach::NodeClass;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -132,7 +132,7 @@ declare_findings! {
     NAMED_DEVICE_NOT_VISIBLE = "named-device-not-visible", None, Cause, [], standalone true, specific false, "the error names a CUDA device ordinal beyond the GPUs the process can see (CUDA_VISIBLE_DEVICES, the driver's GPU list)";
     UNEXPLAINED_ERROR = "unexplained-error", None, Cause, [], standalone false, specific false, "a failure no rule explains: the recorded call and NCCL's text, no invented cause";
     CAUSE_NOT_RECORDED = "cause-not-recorded", None, Cause, [Signal, Vanished, LeftEarly, Behind, Mismatch, Desync, StuckInside], standalone false, specific false, "the earliest failure of a failed job that no finding explains: what failed first, that its cause was not recorded, and which fact would decide it (never a report of a failed job without a primary)";
-    // Recognised by NCCL's or CUDA's own words alone (`super::signatures`: which message
+    // Recognised by NCCL's or CUDA's own words alone (`crate::rules::signatures`: which message
     // causes and CUresults make each).
     FABRIC_MANAGER_NOT_RUNNING = "fabric-manager-not-running", Some("C15"), Cause, [], standalone true, specific true, "CUDA not initialised: Fabric Manager not running";
     NVLS_MULTICAST_BIND_FAILED = "nvls-multicast-bind-failed", Some("C17"), Cause, [], standalone true, specific true, "NVLS multicast setup refused";
@@ -334,7 +334,7 @@ mod tests {
     /// `docs/report-json.md`'s id table is this registry's (`UPDATE_DOCS=1` rewrites it).
     #[test]
     fn the_docs_id_table_is_generated_from_the_registry() {
-        const BEGIN: &str = "<!-- finding-ids:begin (generated from diagnose/src/rules/registry.rs: UPDATE_DOCS=1 cargo test -p ncclshim-diagnose --lib registry) -->\n";
+        const BEGIN: &str = "<!-- finding-ids:begin (generated from diagnose/src/finding/registry.rs: UPDATE_DOCS=1 cargo test -p ncclshim-diagnose --lib registry) -->\n";
         const END: &str = "<!-- finding-ids:end -->";
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/report-json.md");
         let doc = std::fs::read_to_string(&path).expect("docs/report-json.md");
