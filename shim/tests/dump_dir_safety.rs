@@ -229,7 +229,11 @@ fn a_dump_truncated_under_the_live_process_does_not_kill_it() {
         let lines = shim_lines(&out);
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(lines[0].contains("truncated"), "{lines:?}");
-        // Recording stopped: the file was not grown back.
+        assert!(stdout.contains("child status=0"), "{stdout}");
+        // Recording stopped for good: the file was not grown back, and the guard's callback
+        // switched the recorder off, so the forked child (which inherits that state) did not
+        // start a dump of its own. Without the callback the recorder stays "ready" over
+        // anonymous memory, and the child would write a second file.
         let files = dump_files(&dir);
         assert_eq!(files.len(), 1);
         assert_eq!(std::fs::metadata(&files[0]).unwrap().len(), 0);

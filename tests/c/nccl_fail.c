@@ -26,7 +26,9 @@
  *                            ends (a live rank the reader must not call dead)
  *   nccl_fail truncate       ncclGetVersion (creates the dump), then truncates every file in
  *                            $NCCLSHIM_DIR to 0 bytes (a cleanup script under a live job), then
- *                            more calls: the process must go on and exit 0 as without the shim
+ *                            more calls: the process must go on and exit 0 as without the shim;
+ *                            then a forked child calls ncclGetVersion (a recorder switched off
+ *                            for good stays off in the child, which inherits the process image)
  *   nccl_fail chdir:DIR      chdir(DIR) after the shim loaded, then as version (a daemon that changes
  *                            directory before its first NCCL call)
  *   nccl_fail flood          2,000 ncclGetVersion, ncclGetUniqueId (fails under a bad NCCL_SOCKET_IFNAME),
@@ -118,6 +120,12 @@ int nccl_fail_run(const char* what) {
         ncclUniqueId tid;
         ncclResult_t urc = ncclGetUniqueId(&tid);
         printf("after truncation ncclGetVersion rc=%d ncclGetUniqueId rc=%d\n", (int)rc, (int)urc);
+        fflush(stdout);
+        pid_t child = fork();
+        if (child == 0) _exit(ncclGetVersion(&v) == ncclSuccess ? 0 : 3);
+        int st = 0;
+        if (child < 0 || waitpid(child, &st, 0) < 0) return 4;
+        printf("child status=%d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
         fflush(stdout);
         return 0;
     }
