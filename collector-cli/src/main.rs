@@ -8,6 +8,12 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// mimalloc instead of glibc's malloc for this executable only (never the recorders, which live
+/// in the host's process): reading a large job's summaries, glibc kept about twice the live heap
+/// resident; mimalloc returns what the loading phase frees (BENCHMARKS.md, "Summaries").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "ncclshim",
