@@ -10,7 +10,7 @@
 //! not exist), into findings (`rules/cross_reference.rs`). Addresses and the uniqueId's
 //! root are resolved by [`super::endpoints`].
 
-use super::{FailureWhat, JobModel, Membership};
+use super::{FailureWhat, JobModel, Membership, ProcessModel};
 use crate::knowledge::references::{self as know, ListForm, RefKind, ValueForm};
 use crate::knowledge::visible_devices::{Device, VisibleDevices};
 use std::collections::BTreeMap;
@@ -204,6 +204,13 @@ fn names_list(names: &[String]) -> String {
     }
 }
 
+impl Resolution {
+    /// A structured value for evidence.
+    fn set(&mut self, k: &str, v: serde_json::Value) {
+        self.values.insert(k.to_owned(), v);
+    }
+}
+
 /// Resolves `r`, named by process `p` in a call on communicator pointer `comm` that failed at
 /// time `t`. None when the facts needed were not recorded (nothing can be said either way).
 pub fn resolve(job: &JobModel, p: usize, comm: u64, t: u64, r: &Reference) -> Option<Resolution> {
@@ -216,321 +223,400 @@ pub fn resolve(job: &JobModel, p: usize, comm: u64, t: u64, r: &Reference) -> Op
         values: BTreeMap::new(),
     };
     let me = &job.processes[p];
-    let set = |out: &mut Resolution, k: &str, v: serde_json::Value| {
-        out.values.insert(k.to_owned(), v);
-    };
-    set(&mut out, "reference_kind", r.kind.id().into());
-    set(&mut out, "written", r.written.clone().into());
+    out.set("reference_kind", r.kind.id().into());
+    out.set("written", r.written.clone().into());
     match (&r.kind, &r.value) {
-        (RefKind::PciDevice, RefValue::Pci(addr)) => {
-            set(&mut out, "pci_bus_id", addr.clone().into());
-            let users: Vec<usize> = (0..job.processes.len())
-                .filter(|&q| {
-                    job.processes[q].gpus.iter().any(|g| {
-                        g.pci_bus_id.as_deref().and_then(pci_canonical).as_deref()
-                            == Some(addr.as_str())
-                    })
-                })
-                .collect();
-            let listed_on: Vec<String> = {
-                let mut hosts: Vec<String> = job
-                    .processes
-                    .iter()
-                    .filter(|q| {
-                        q.host_facts.as_ref().is_some_and(|h| {
-                            h.driver_gpus
-                                .iter()
-                                .any(|g| pci_canonical(&g.bus_id).as_deref() == Some(addr.as_str()))
-                        })
-                    })
-                    .map(|q| q.host.clone())
-                    .collect();
-                hosts.sort();
-                hosts.dedup();
-                hosts
-            };
-            let anything_recorded = job.processes.iter().any(|q| {
-                q.gpus.iter().any(|g| g.pci_bus_id.is_some())
-                    || q.host_facts
-                        .as_ref()
-                        .is_some_and(|h| !h.driver_gpus.is_empty())
-            });
-            // A bus id is only unique within one machine: prefer the naming process's.
-            let mine: Vec<usize> = users
-                .iter()
-                .copied()
-                .filter(|&q| job.processes[q].machine() == me.machine())
-                .collect();
-            let owners = if mine.is_empty() { users } else { mine };
-            if let Some(&first) = owners.first() {
-                let o = &job.processes[first];
-                let ordinal = o
-                    .gpus
-                    .iter()
-                    .find(|g| {
-                        g.pci_bus_id.as_deref().and_then(pci_canonical).as_deref()
-                            == Some(addr.as_str())
-                    })
-                    .and_then(|g| g.ordinal);
-                let who: Vec<String> = owners.iter().map(|&q| job.processes[q].label()).collect();
-                out.fact = format!(
-                    "{} ({addr}) is {} on {}, used by {}",
-                    r.written,
-                    ordinal.map_or("a GPU".to_owned(), |o| format!("CUDA device {o}")),
-                    o.host,
-                    who.join(", ")
-                );
-                set(&mut out, "host", o.host.clone().into());
-                out.processes = owners;
-            } else if !listed_on.is_empty() {
-                out.fact = format!(
-                    "{} ({addr}) is a GPU of {} (driver list), used by no recorded process",
-                    r.written,
-                    listed_on.join(", ")
-                );
-                set(&mut out, "host", listed_on.join(",").into());
-            } else if anything_recorded {
-                out.status = Status::Absent;
-                out.fact = format!("no recorded host has PCI device {addr} ({})", r.written);
-            } else {
-                return None;
-            }
-        }
-        (RefKind::CudaDevice, RefValue::Number(n)) => {
-            set(&mut out, "cuda_device", (*n).into());
-            let cvd = VisibleDevices::parse(me.env_var("CUDA_VISIBLE_DEVICES"));
-            let installed = me
-                .host_facts
-                .as_ref()
-                .map(|h| h.driver_gpus.len())
-                .filter(|&k| k > 0);
-            let visible = cvd.count(installed).or(installed);
-            if let Some(v) = visible.filter(|&v| *n as usize >= v) {
-                out.status = Status::OutOfRange;
-                set(&mut out, "visible_gpus", v.into());
-                out.fact = format!(
-                    "CUDA device {n} named by the error is beyond the {v} GPU(s) {} can see ({})",
-                    me.label(),
-                    cvd.describe()
-                );
-            } else {
-                let physical = match cvd.device(*n as usize) {
-                    Some(Device::Index(i)) => format!("physical GPU {i}"),
-                    Some(d) => d.to_string(),
-                    None if cvd.is_set() => return None,
-                    None => format!("physical GPU {n}"),
-                };
-                let sharing: Vec<usize> = same_machine(job, p)
-                    .into_iter()
-                    .filter(|&q| {
-                        let qm = &job.processes[q];
-                        qm.gpu().and_then(|g| g.ordinal) == Some(*n as i64)
-                            && qm.env_var("CUDA_VISIBLE_DEVICES")
-                                == me.env_var("CUDA_VISIBLE_DEVICES")
-                    })
-                    .collect();
-                let who: Vec<String> = sharing.iter().map(|&q| job.processes[q].label()).collect();
-                out.fact = format!(
-                    "CUDA device {n} of {} is {physical}{}",
-                    me.label(),
-                    if who.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", used by {}", who.join(", "))
-                    }
-                );
-                out.processes = sharing;
-            }
-        }
+        (RefKind::PciDevice, RefValue::Pci(addr)) => resolve_pci_device(job, p, r, addr, &mut out)?,
+        (RefKind::CudaDevice, RefValue::Number(n)) => resolve_cuda_device(job, p, *n, &mut out)?,
         (RefKind::Rank | RefKind::PeerRank, RefValue::Number(n)) => {
-            let m = membership_of(job, p, comm)?;
-            let view = job.comms.get(&m.comm_hash);
-            let nranks = view.map_or(m.nranks, |v| v.nranks().max(m.nranks));
-            let noun = if r.kind == RefKind::PeerRank {
-                "peer"
-            } else {
-                "rank"
-            };
-            set(&mut out, "rank", (*n).into());
-            set(&mut out, "nranks", nranks.into());
-            set(&mut out, "comm", format!("{:#018x}", m.comm_hash).into());
-            if *n >= u64::from(nranks) {
-                out.status = Status::OutOfRange;
-                out.fact = format!(
-                    "{noun} {n} named by the error is >= nranks {nranks} of communicator {:#x}",
-                    m.comm_hash
-                );
-            } else {
-                let holders: Vec<usize> = view
-                    .and_then(|v| v.members.get(&(*n as u32)))
-                    .cloned()
-                    .unwrap_or_default();
-                match holders.first() {
-                    // The naming process itself: nothing to add.
-                    Some(&q) if q == p => return None,
-                    Some(&q) => {
-                        let qm = &job.processes[q];
-                        // A peer that failed with the very text of this failure reports the
-                        // same event: which of the two wrote first says nothing.
-                        let same_text = |x: usize| {
-                            job.failures.iter().find(|f| f.process == x).and_then(|f| {
-                                match f.what {
-                                    FailureWhat::Call(i) | FailureWhat::AsyncError(i) => {
-                                        job.processes[x].calls[i].error_text.clone()
-                                    }
-                                    _ => None,
-                                }
-                            })
-                        };
-                        out.peer_failed_first = ended_badly_at(job, q).is_some_and(|e| e < t)
-                            && (same_text(q).is_none() || same_text(q) != same_text(p));
-                        set(&mut out, "host", qm.host.clone().into());
-                        set(&mut out, "pid", qm.pid.into());
-                        let first = out.peer_failed_first;
-                        set(&mut out, "failed_first", first.into());
-                        out.fact = format!(
-                            "{noun} {n} is on host {} (pid {}) and {}{}",
-                            qm.host,
-                            qm.pid,
-                            fate(job, q),
-                            if out.peer_failed_first {
-                                ", before this error"
-                            } else {
-                                ""
-                            }
-                        );
-                        out.processes = vec![q];
-                    }
-                    None => {
-                        out.fact =
-                            format!("{noun} {n} of communicator {:#x} left no dump", m.comm_hash);
-                    }
-                }
-            }
+            resolve_rank(job, p, comm, t, r, *n, &mut out)?
         }
         (RefKind::LocalRank, RefValue::Number(n)) => {
-            let m = membership_of(job, p, comm)?;
-            let mut local: Vec<(u32, usize)> = same_machine(job, p)
-                .into_iter()
-                .filter_map(|q| {
-                    job.processes[q]
-                        .memberships
-                        .iter()
-                        .find(|x| x.comm_hash == m.comm_hash)
-                        .map(|x| (x.rank, q))
-                })
-                .collect();
-            local.sort_unstable();
-            local.dedup_by_key(|(r, _)| *r);
-            set(&mut out, "local_rank", (*n).into());
-            set(&mut out, "local_ranks", local.len().into());
-            match local.get(*n as usize) {
-                Some(&(rank, q)) => {
-                    out.fact = format!(
-                        "local rank {n} on {} is rank {rank} (pid {}) and {}",
-                        me.host,
-                        job.processes[q].pid,
-                        fate(job, q)
-                    );
-                    out.peer_failed_first = q != p && ended_badly_at(job, q).is_some_and(|e| e < t);
-                    out.processes = vec![q];
-                }
-                None => return None,
-            }
+            resolve_local_rank(job, p, comm, t, *n, &mut out)?
         }
-        (RefKind::Nranks, RefValue::Number(n)) => {
-            let m = membership_of(job, p, comm)?;
-            let seen = job.comms.get(&m.comm_hash).map_or(0, |v| v.members.len());
-            // The count NCCL prints is the communicator's own: only a different one says something.
-            if u64::from(m.nranks) == *n {
-                return None;
-            }
-            set(&mut out, "nranks_named", (*n).into());
-            set(&mut out, "nranks", m.nranks.into());
-            set(&mut out, "ranks_with_dumps", seen.into());
-            out.fact = format!(
-                "nranks {n} named by the error differs from communicator {:#x}'s {} ({seen} rank(s) recorded)",
-                m.comm_hash, m.nranks
-            );
-        }
+        (RefKind::Nranks, RefValue::Number(n)) => resolve_nranks(job, p, comm, *n, &mut out)?,
         (RefKind::IbDevice, RefValue::Name { name, port }) => {
-            let h = me.host_facts.as_ref()?;
-            let mut present: Vec<String> = h.infiniband.clone();
-            present.extend(h.ib_ports.iter().map(|x| x.device.clone()));
-            present.sort();
-            present.dedup();
-            if present.is_empty() && h.dev_infiniband != Some(true) {
-                // No HCA recorded at all: a device absent everywhere is still a fact, but only
-                // when the recorder looked (host facts with an empty list).
-            }
-            set(&mut out, "device", name.clone().into());
-            set(&mut out, "host", me.host.clone().into());
-            if present.iter().any(|d| d == name) {
-                let p_state = port.and_then(|pt| {
-                    h.ib_ports
-                        .iter()
-                        .find(|x| &x.device == name && x.port == pt)
-                        .map(|x| {
-                            format!(
-                                "port {pt}: {}{}",
-                                x.state.as_deref().unwrap_or("state not recorded"),
-                                x.link_layer
-                                    .as_deref()
-                                    .map(|l| format!(", {l}"))
-                                    .unwrap_or_default()
-                            )
-                        })
-                });
-                out.fact = format!(
-                    "{name} is an HCA of {}{}",
-                    me.host,
-                    p_state.map(|s| format!(" ({s})")).unwrap_or_default()
-                );
-            } else {
-                out.status = Status::Absent;
-                set(&mut out, "present", present.clone().into());
-                out.fact = format!(
-                    "{name} is not present on {} (present: {})",
-                    me.host,
-                    names_list(&present)
-                );
-            }
+            resolve_ib_device(me, name, *port, &mut out)?
         }
         (RefKind::NetInterface, RefValue::Name { name, .. }) => {
-            let ifs = me.host_facts.as_ref()?.netifs.as_ref()?;
-            set(&mut out, "interface", name.clone().into());
-            set(&mut out, "host", me.host.clone().into());
-            match ifs.iter().find(|i| &i.name == name) {
-                Some(i) => {
-                    out.fact = format!(
-                        "{name} is an interface of {} ({}{}{})",
-                        me.host,
-                        if i.up { "up" } else { "down" },
-                        if i.virtual_if { ", virtual" } else { "" },
-                        if i.addrs.is_empty() {
-                            String::new()
-                        } else {
-                            format!(", {}", i.addrs.join(" "))
-                        }
-                    );
-                }
-                None => {
-                    let present: Vec<String> = ifs.iter().map(|i| i.name.clone()).collect();
-                    out.status = Status::Absent;
-                    set(&mut out, "present", present.clone().into());
-                    out.fact = format!(
-                        "interface {name} is not present on {} (present: {})",
-                        me.host,
-                        names_list(&present)
-                    );
-                }
-            }
+            resolve_net_interface(me, name, &mut out)?
         }
         _ => return None,
     }
     let status = out.status.id();
-    set(&mut out, "status", status.into());
+    out.set("status", status.into());
     Some(out)
+}
+
+/// Whether a recorded bus id (any text form) is the canonical `addr`.
+fn is_bus(bus_id: Option<&str>, addr: &str) -> bool {
+    bus_id.and_then(pci_canonical).as_deref() == Some(addr)
+}
+
+/// The processes whose GPU has PCI address `addr`.
+fn gpu_users(job: &JobModel, addr: &str) -> Vec<usize> {
+    (0..job.processes.len())
+        .filter(|&q| {
+            job.processes[q]
+                .gpus
+                .iter()
+                .any(|g| is_bus(g.pci_bus_id.as_deref(), addr))
+        })
+        .collect()
+}
+
+/// The hosts whose driver lists a GPU at PCI address `addr`, sorted.
+fn hosts_listing_gpu(job: &JobModel, addr: &str) -> Vec<String> {
+    let mut hosts: Vec<String> = job
+        .processes
+        .iter()
+        .filter(|q| {
+            q.host_facts.as_ref().is_some_and(|h| {
+                h.driver_gpus
+                    .iter()
+                    .any(|g| is_bus(Some(g.bus_id.as_str()), addr))
+            })
+        })
+        .map(|q| q.host.clone())
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+/// A PCI address: the GPU of the processes that used it (on the naming process's machine
+/// when it has one), else a GPU some host's driver lists, else absent when any GPU was
+/// recorded.
+fn resolve_pci_device(
+    job: &JobModel,
+    p: usize,
+    r: &Reference,
+    addr: &str,
+    out: &mut Resolution,
+) -> Option<()> {
+    let me = &job.processes[p];
+    out.set("pci_bus_id", addr.to_owned().into());
+    let users = gpu_users(job, addr);
+    let listed_on = hosts_listing_gpu(job, addr);
+    let anything_recorded = job.processes.iter().any(|q| {
+        q.gpus.iter().any(|g| g.pci_bus_id.is_some())
+            || q.host_facts
+                .as_ref()
+                .is_some_and(|h| !h.driver_gpus.is_empty())
+    });
+    // A bus id is only unique within one machine: prefer the naming process's.
+    let mine: Vec<usize> = users
+        .iter()
+        .copied()
+        .filter(|&q| job.processes[q].machine() == me.machine())
+        .collect();
+    let owners = if mine.is_empty() { users } else { mine };
+    if let Some(&first) = owners.first() {
+        let o = &job.processes[first];
+        let ordinal = o
+            .gpus
+            .iter()
+            .find(|g| is_bus(g.pci_bus_id.as_deref(), addr))
+            .and_then(|g| g.ordinal);
+        let who: Vec<String> = owners.iter().map(|&q| job.processes[q].label()).collect();
+        out.fact = format!(
+            "{} ({addr}) is {} on {}, used by {}",
+            r.written,
+            ordinal.map_or("a GPU".to_owned(), |o| format!("CUDA device {o}")),
+            o.host,
+            who.join(", ")
+        );
+        out.set("host", o.host.clone().into());
+        out.processes = owners;
+    } else if !listed_on.is_empty() {
+        out.fact = format!(
+            "{} ({addr}) is a GPU of {} (driver list), used by no recorded process",
+            r.written,
+            listed_on.join(", ")
+        );
+        out.set("host", listed_on.join(",").into());
+    } else if anything_recorded {
+        out.status = Status::Absent;
+        out.fact = format!("no recorded host has PCI device {addr} ({})", r.written);
+    } else {
+        return None;
+    }
+    Some(())
+}
+
+/// A CUDA device ordinal of the naming process: beyond the GPUs it can see, or the physical
+/// GPU it is (through `CUDA_VISIBLE_DEVICES`) and who else on the machine used it.
+fn resolve_cuda_device(job: &JobModel, p: usize, n: u64, out: &mut Resolution) -> Option<()> {
+    let me = &job.processes[p];
+    out.set("cuda_device", n.into());
+    let cvd = VisibleDevices::parse(me.env_var("CUDA_VISIBLE_DEVICES"));
+    let installed = me
+        .host_facts
+        .as_ref()
+        .map(|h| h.driver_gpus.len())
+        .filter(|&k| k > 0);
+    let visible = cvd.count(installed).or(installed);
+    if let Some(v) = visible.filter(|&v| n as usize >= v) {
+        out.status = Status::OutOfRange;
+        out.set("visible_gpus", v.into());
+        out.fact = format!(
+            "CUDA device {n} named by the error is beyond the {v} GPU(s) {} can see ({})",
+            me.label(),
+            cvd.describe()
+        );
+        return Some(());
+    }
+    let physical = match cvd.device(n as usize) {
+        Some(Device::Index(i)) => format!("physical GPU {i}"),
+        Some(d) => d.to_string(),
+        None if cvd.is_set() => return None,
+        None => format!("physical GPU {n}"),
+    };
+    let sharing: Vec<usize> = same_machine(job, p)
+        .into_iter()
+        .filter(|&q| {
+            let qm = &job.processes[q];
+            qm.gpu().and_then(|g| g.ordinal) == Some(n as i64)
+                && qm.env_var("CUDA_VISIBLE_DEVICES") == me.env_var("CUDA_VISIBLE_DEVICES")
+        })
+        .collect();
+    let who: Vec<String> = sharing.iter().map(|&q| job.processes[q].label()).collect();
+    out.fact = format!(
+        "CUDA device {n} of {} is {physical}{}",
+        me.label(),
+        if who.is_empty() {
+            String::new()
+        } else {
+            format!(", used by {}", who.join(", "))
+        }
+    );
+    out.processes = sharing;
+    Some(())
+}
+
+/// Whether process `q`, named by process `p`'s failure at `t`, had failed or died before it.
+/// A peer that failed with the very text of this failure reports the same event: which of the
+/// two wrote first says nothing.
+fn peer_failed_first(job: &JobModel, p: usize, q: usize, t: u64) -> bool {
+    let same_text = |x: usize| {
+        job.failures
+            .iter()
+            .find(|f| f.process == x)
+            .and_then(|f| match f.what {
+                FailureWhat::Call(i) | FailureWhat::AsyncError(i) => {
+                    job.processes[x].calls[i].error_text.clone()
+                }
+                _ => None,
+            })
+    };
+    ended_badly_at(job, q).is_some_and(|e| e < t)
+        && (same_text(q).is_none() || same_text(q) != same_text(p))
+}
+
+/// A rank (or peer) of the failing call's communicator: beyond its nranks, or the process
+/// that holds it and how that one ended.
+fn resolve_rank(
+    job: &JobModel,
+    p: usize,
+    comm: u64,
+    t: u64,
+    r: &Reference,
+    n: u64,
+    out: &mut Resolution,
+) -> Option<()> {
+    let m = membership_of(job, p, comm)?;
+    let view = job.comms.get(&m.comm_hash);
+    let nranks = view.map_or(m.nranks, |v| v.nranks().max(m.nranks));
+    let noun = if r.kind == RefKind::PeerRank {
+        "peer"
+    } else {
+        "rank"
+    };
+    out.set("rank", n.into());
+    out.set("nranks", nranks.into());
+    out.set("comm", format!("{:#018x}", m.comm_hash).into());
+    if n >= u64::from(nranks) {
+        out.status = Status::OutOfRange;
+        out.fact = format!(
+            "{noun} {n} named by the error is >= nranks {nranks} of communicator {:#x}",
+            m.comm_hash
+        );
+        return Some(());
+    }
+    let holders: Vec<usize> = view
+        .and_then(|v| v.members.get(&(n as u32)))
+        .cloned()
+        .unwrap_or_default();
+    match holders.first() {
+        // The naming process itself: nothing to add.
+        Some(&q) if q == p => return None,
+        Some(&q) => {
+            let qm = &job.processes[q];
+            out.peer_failed_first = peer_failed_first(job, p, q, t);
+            out.set("host", qm.host.clone().into());
+            out.set("pid", qm.pid.into());
+            let first = out.peer_failed_first;
+            out.set("failed_first", first.into());
+            out.fact = format!(
+                "{noun} {n} is on host {} (pid {}) and {}{}",
+                qm.host,
+                qm.pid,
+                fate(job, q),
+                if out.peer_failed_first {
+                    ", before this error"
+                } else {
+                    ""
+                }
+            );
+            out.processes = vec![q];
+        }
+        None => {
+            out.fact = format!("{noun} {n} of communicator {:#x} left no dump", m.comm_hash);
+        }
+    }
+    Some(())
+}
+
+/// A local rank: the process of the naming process's machine that holds it in the failing
+/// call's communicator, and how it ended.
+fn resolve_local_rank(
+    job: &JobModel,
+    p: usize,
+    comm: u64,
+    t: u64,
+    n: u64,
+    out: &mut Resolution,
+) -> Option<()> {
+    let me = &job.processes[p];
+    let m = membership_of(job, p, comm)?;
+    let mut local: Vec<(u32, usize)> = same_machine(job, p)
+        .into_iter()
+        .filter_map(|q| {
+            job.processes[q]
+                .memberships
+                .iter()
+                .find(|x| x.comm_hash == m.comm_hash)
+                .map(|x| (x.rank, q))
+        })
+        .collect();
+    local.sort_unstable();
+    local.dedup_by_key(|(r, _)| *r);
+    out.set("local_rank", n.into());
+    out.set("local_ranks", local.len().into());
+    let &(rank, q) = local.get(n as usize)?;
+    out.fact = format!(
+        "local rank {n} on {} is rank {rank} (pid {}) and {}",
+        me.host,
+        job.processes[q].pid,
+        fate(job, q)
+    );
+    out.peer_failed_first = q != p && ended_badly_at(job, q).is_some_and(|e| e < t);
+    out.processes = vec![q];
+    Some(())
+}
+
+/// A rank count other than the failing call's communicator's own.
+fn resolve_nranks(job: &JobModel, p: usize, comm: u64, n: u64, out: &mut Resolution) -> Option<()> {
+    let m = membership_of(job, p, comm)?;
+    let seen = job.comms.get(&m.comm_hash).map_or(0, |v| v.members.len());
+    // The count NCCL prints is the communicator's own: only a different one says something.
+    if u64::from(m.nranks) == n {
+        return None;
+    }
+    out.set("nranks_named", n.into());
+    out.set("nranks", m.nranks.into());
+    out.set("ranks_with_dumps", seen.into());
+    out.fact = format!(
+        "nranks {n} named by the error differs from communicator {:#x}'s {} ({seen} rank(s) recorded)",
+        m.comm_hash, m.nranks
+    );
+    Some(())
+}
+
+/// An HCA (and port) named on process `me`'s host: present there (with its port's state), or
+/// absent.
+fn resolve_ib_device(
+    me: &ProcessModel,
+    name: &str,
+    port: Option<u32>,
+    out: &mut Resolution,
+) -> Option<()> {
+    let h = me.host_facts.as_ref()?;
+    let mut present: Vec<String> = h.infiniband.clone();
+    present.extend(h.ib_ports.iter().map(|x| x.device.clone()));
+    present.sort();
+    present.dedup();
+    if present.is_empty() && h.dev_infiniband != Some(true) {
+        // No HCA recorded at all: a device absent everywhere is still a fact, but only
+        // when the recorder looked (host facts with an empty list).
+    }
+    out.set("device", name.to_owned().into());
+    out.set("host", me.host.clone().into());
+    if present.iter().any(|d| d == name) {
+        let p_state = port.and_then(|pt| {
+            h.ib_ports
+                .iter()
+                .find(|x| x.device == name && x.port == pt)
+                .map(|x| {
+                    format!(
+                        "port {pt}: {}{}",
+                        x.state.as_deref().unwrap_or("state not recorded"),
+                        x.link_layer
+                            .as_deref()
+                            .map(|l| format!(", {l}"))
+                            .unwrap_or_default()
+                    )
+                })
+        });
+        out.fact = format!(
+            "{name} is an HCA of {}{}",
+            me.host,
+            p_state.map(|s| format!(" ({s})")).unwrap_or_default()
+        );
+    } else {
+        out.status = Status::Absent;
+        out.set("present", present.clone().into());
+        out.fact = format!(
+            "{name} is not present on {} (present: {})",
+            me.host,
+            names_list(&present)
+        );
+    }
+    Some(())
+}
+
+/// A network interface named on process `me`'s host: present there (up or down, its
+/// addresses), or absent.
+fn resolve_net_interface(me: &ProcessModel, name: &str, out: &mut Resolution) -> Option<()> {
+    let ifs = me.host_facts.as_ref()?.netifs.as_ref()?;
+    out.set("interface", name.to_owned().into());
+    out.set("host", me.host.clone().into());
+    match ifs.iter().find(|i| i.name == name) {
+        Some(i) => {
+            out.fact = format!(
+                "{name} is an interface of {} ({}{}{})",
+                me.host,
+                if i.up { "up" } else { "down" },
+                if i.virtual_if { ", virtual" } else { "" },
+                if i.addrs.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {}", i.addrs.join(" "))
+                }
+            );
+        }
+        None => {
+            let present: Vec<String> = ifs.iter().map(|i| i.name.clone()).collect();
+            out.status = Status::Absent;
+            out.set("present", present.clone().into());
+            out.fact = format!(
+                "interface {name} is not present on {} (present: {})",
+                me.host,
+                names_list(&present)
+            );
+        }
+    }
+    Some(())
 }
 
 /// A variable (`NCCL_IB_HCA=mlx5_2:1`) that names devices process `p`'s host does not have:
