@@ -611,126 +611,192 @@ pub fn execute(plan: &RunPlan, cmd: &[OsString]) -> Result<RunEnd> {
 fn supervise(
     pid: libc::pid_t,
     blocked: &BlockedSignals,
-    mut terminal: Option<&mut Terminal>,
+    terminal: Option<&mut Terminal>,
 ) -> Outcome {
-    use std::os::unix::process::ExitStatusExt;
-    let started = Instant::now();
-    let mut out = Outcome {
-        status: None,
-        forwarded: Vec::new(),
-        killed: false,
-        elapsed: Duration::ZERO,
-        stopped_after: None,
-        held_terminal: terminal.is_some(),
-    };
+    let mut job = Supervision::new(pid, blocked, terminal);
+    loop {
+        job.follow();
+        let now = Instant::now();
+        if job.out.status.is_some() && job.main_process_ended(now) {
+            break;
+        }
+        if job.killed_at.is_some_and(|t| now >= t + AFTER_KILL_WAIT) {
+            eprintln!("ncclshim: processes of the job outlived SIGKILL; reporting without them");
+            break;
+        }
+        job.take(blocked.wait(Duration::from_millis(200)));
+    }
+    job.out.elapsed = job.started.elapsed();
+    job.out
+}
+
+/// What the wrapper knows of the job while it waits for it ([`supervise`]): the outcome so far
+/// and what it has done about the job's end.
+struct Supervision<'a> {
+    /// The job's main process and process group.
+    pid: libc::pid_t,
+    blocked: &'a BlockedSignals,
+    terminal: Option<&'a mut Terminal>,
+    started: Instant,
+    out: Outcome,
     // Set once the main process has ended after a passed-on signal: when the rest of the group
     // gets SIGKILL (before `killed`), or when waiting stops (after).
-    let mut deadline: Option<Instant> = None;
-    let mut killed_at: Option<Instant> = None;
-    // The main process, holding the terminal, died of its Ctrl-C or Ctrl-\: the user's stop,
-    // which the wrapper did not see, handled as a passed-on signal.
-    let mut stopped_at_terminal = false;
-    // The main process is stopped now (its continuing is followed with the terminal only).
-    let mut job_stopped = false;
-    let mut end_seen = false;
-    loop {
-        let change = reap(pid, &mut out.status, terminal.is_some());
-        if let Some(t) = terminal.as_deref_mut() {
+    deadline: Option<Instant>,
+    killed_at: Option<Instant>,
+    /// The main process, holding the terminal, died of its Ctrl-C or Ctrl-\: the user's stop,
+    /// which the wrapper did not see, handled as a passed-on signal.
+    stopped_at_terminal: bool,
+    /// The main process is stopped now (its continuing is followed with the terminal only).
+    job_stopped: bool,
+    /// The main process's end was seen (and the terminal taken back once).
+    end_seen: bool,
+}
+
+impl<'a> Supervision<'a> {
+    fn new(
+        pid: libc::pid_t,
+        blocked: &'a BlockedSignals,
+        terminal: Option<&'a mut Terminal>,
+    ) -> Self {
+        Supervision {
+            pid,
+            blocked,
+            started: Instant::now(),
+            out: Outcome {
+                status: None,
+                forwarded: Vec::new(),
+                killed: false,
+                elapsed: Duration::ZERO,
+                stopped_after: None,
+                held_terminal: terminal.is_some(),
+            },
+            terminal,
+            deadline: None,
+            killed_at: None,
+            stopped_at_terminal: false,
+            job_stopped: false,
+            end_seen: false,
+        }
+    }
+
+    /// Collects the ended children; when the job holds the terminal, follows its main
+    /// process's stops and continues, and takes the terminal back when it ends.
+    fn follow(&mut self) {
+        use std::os::unix::process::ExitStatusExt;
+        let pid = self.pid;
+        let change = reap(pid, &mut self.out.status, self.terminal.is_some());
+        if let Some(t) = self.terminal.as_deref_mut() {
             match change {
-                Some(JobChange::Stopped(sig)) if out.status.is_none() => {
-                    job_stopped = true;
+                Some(JobChange::Stopped(sig)) if self.out.status.is_none() => {
+                    self.job_stopped = true;
                     t.take_back(pid, true, true);
                     // Stopped from the terminal (Ctrl-Z, a read or write in the background):
                     // the wrapper stops too, and goes on when the shell continues it. A SIGSTOP
                     // is someone's deliberate stop: the job stays stopped until they continue it.
                     if sig != libc::SIGSTOP {
-                        jobcontrol::stop_self(blocked.has(libc::SIGTSTP));
+                        jobcontrol::stop_self(self.blocked.has(libc::SIGTSTP));
                         t.give_to(pid);
                         signal_group(pid, libc::SIGCONT);
                     }
                 }
                 Some(JobChange::Continued) => {
-                    job_stopped = false;
+                    self.job_stopped = false;
                     t.give_to(pid);
                 }
                 _ => {}
             }
-            if out.status.is_some() && !end_seen {
-                let by_signal = out.status.and_then(|s| s.signal());
+            if self.out.status.is_some() && !self.end_seen {
+                let by_signal = self.out.status.and_then(|s| s.signal());
                 t.take_back(pid, false, by_signal.is_some());
-                stopped_at_terminal = matches!(by_signal, Some(libc::SIGINT | libc::SIGQUIT));
+                self.stopped_at_terminal = matches!(by_signal, Some(libc::SIGINT | libc::SIGQUIT));
             }
         }
-        end_seen |= out.status.is_some();
-        let now = Instant::now();
-        if out.status.is_some() {
-            if (out.forwarded.is_empty() && !stopped_at_terminal) || !group_alive(pid) {
-                break;
-            }
-            match deadline {
-                None if !out.killed => {
-                    eprintln!(
-                        "ncclshim: the job's main process ended; its other processes get SIGTERM \
-                         (SIGKILL in {} s)",
-                        LEFTOVER_GRACE.as_secs()
-                    );
-                    signal_group(pid, libc::SIGTERM);
-                    if out.held_terminal {
-                        // A process stopped from the terminal would keep SIGTERM pending:
-                        // continue it, as a shell's `kill` does.
-                        signal_group(pid, libc::SIGCONT);
-                    }
-                    deadline = Some(now + LEFTOVER_GRACE);
+        self.end_seen |= self.out.status.is_some();
+    }
+
+    /// The main process has ended: whether waiting is over (no signal was passed on, or
+    /// nothing of its group is left); else what is left of the group gets SIGTERM, then
+    /// SIGKILL after [`LEFTOVER_GRACE`].
+    fn main_process_ended(&mut self, now: Instant) -> bool {
+        let pid = self.pid;
+        if (self.out.forwarded.is_empty() && !self.stopped_at_terminal) || !group_alive(pid) {
+            return true;
+        }
+        match self.deadline {
+            None if !self.out.killed => {
+                eprintln!(
+                    "ncclshim: the job's main process ended; its other processes get SIGTERM \
+                     (SIGKILL in {} s)",
+                    LEFTOVER_GRACE.as_secs()
+                );
+                signal_group(pid, libc::SIGTERM);
+                if self.out.held_terminal {
+                    // A process stopped from the terminal would keep SIGTERM pending:
+                    // continue it, as a shell's `kill` does.
+                    signal_group(pid, libc::SIGCONT);
                 }
-                Some(t) if now >= t && !out.killed => {
-                    signal_group(pid, libc::SIGKILL);
-                    out.killed = true;
-                    killed_at = Some(now);
-                }
-                _ => {}
+                self.deadline = Some(now + LEFTOVER_GRACE);
             }
+            Some(t) if now >= t && !self.out.killed => {
+                signal_group(pid, libc::SIGKILL);
+                self.out.killed = true;
+                self.killed_at = Some(now);
+            }
+            _ => {}
         }
-        if killed_at.is_some_and(|t| now >= t + AFTER_KILL_WAIT) {
-            eprintln!("ncclshim: processes of the job outlived SIGKILL; reporting without them");
-            break;
-        }
-        match blocked.wait(Duration::from_millis(200)) {
+        false
+    }
+
+    /// Acts on a signal the wrapper took (`None`: none came while it waited): job control is
+    /// passed on, and the others are passed on the first time, SIGKILL the second.
+    fn take(&mut self, sig: Option<libc::c_int>) {
+        let pid = self.pid;
+        match sig {
             None | Some(libc::SIGCHLD) => {}
-            // Passed on: the job stops, and its stop is followed above.
+            // Passed on: the job stops, and its stop is followed ([`Self::follow`]).
             Some(libc::SIGTSTP) => signal_group(pid, libc::SIGTSTP),
             Some(libc::SIGCONT) => {
-                if let Some(t) = terminal.as_deref_mut().filter(|_| out.status.is_none()) {
+                if let Some(t) = self
+                    .terminal
+                    .as_deref_mut()
+                    .filter(|_| self.out.status.is_none())
+                {
                     t.give_to(pid);
                 }
                 signal_group(pid, libc::SIGCONT);
             }
-            Some(sig) => {
-                if out.forwarded.is_empty() && !stopped_at_terminal {
-                    eprintln!(
-                        "ncclshim: passed {} on to the job (process group {pid}); waiting for it \
-                         to end; send it again (Ctrl-C) to kill the job",
-                        signal_name(sig)
-                    );
-                    signal_group(pid, sig);
-                    if job_stopped {
-                        signal_group(pid, libc::SIGCONT);
-                    }
-                } else if !out.killed {
-                    eprintln!(
-                        "ncclshim: {} again: killing the job (SIGKILL to process group {pid})",
-                        signal_name(sig)
-                    );
-                    signal_group(pid, libc::SIGKILL);
-                    out.killed = true;
-                    killed_at = Some(Instant::now());
-                }
-                out.forwarded.push(sig);
-                out.stopped_after.get_or_insert_with(|| started.elapsed());
-            }
+            Some(sig) => self.pass_on(sig),
         }
     }
-    out.elapsed = started.elapsed();
-    out
+
+    /// A signal to stop the job: passed on to its group the first time (the user's stop at the
+    /// terminal counts as one), SIGKILL to it the second.
+    fn pass_on(&mut self, sig: libc::c_int) {
+        let pid = self.pid;
+        if self.out.forwarded.is_empty() && !self.stopped_at_terminal {
+            eprintln!(
+                "ncclshim: passed {} on to the job (process group {pid}); waiting for it \
+                 to end; send it again (Ctrl-C) to kill the job",
+                signal_name(sig)
+            );
+            signal_group(pid, sig);
+            if self.job_stopped {
+                signal_group(pid, libc::SIGCONT);
+            }
+        } else if !self.out.killed {
+            eprintln!(
+                "ncclshim: {} again: killing the job (SIGKILL to process group {pid})",
+                signal_name(sig)
+            );
+            signal_group(pid, libc::SIGKILL);
+            self.out.killed = true;
+            self.killed_at = Some(Instant::now());
+        }
+        self.out.forwarded.push(sig);
+        self.out
+            .stopped_after
+            .get_or_insert_with(|| self.started.elapsed());
+    }
 }
 
 /// A change of the job's main process other than its end, seen by `waitpid` when the job holds

@@ -18,7 +18,7 @@
 
 use crate::model::{ProcessKey, ProcessModel};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// One run found in the directory.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -78,7 +78,7 @@ struct Sets(
     /// Parent of each part.
     Vec<usize>,
     /// Per root: the (launcher rank, process) pairs its set holds.
-    Vec<std::collections::BTreeSet<(u64, ProcessKey)>>,
+    Vec<BTreeSet<(u64, ProcessKey)>>,
     /// Per root: the launcher run id of its set, if any part has one.
     Vec<Option<String>>,
 );
@@ -219,11 +219,16 @@ fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
 
 /// Splits per-dump parts into runs, oldest first.
 pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
-    let n = parts.len();
     let mut sets = Sets::new(&parts);
-    // Parts of one process (shim and profiler dumps), and one launcher id, are one run. Keyed
-    // lookups, not pairs: a 16k-rank job is 16k parts.
     let attempt = attempts(&parts);
+    join_by_process_and_launcher(&parts, &attempt, &mut sets);
+    join_unnamed(&parts, &attempt, &mut sets);
+    runs_of(parts, &attempt, &mut sets)
+}
+
+/// Parts of one process (shim and profiler dumps), and one launcher id, are one run. Keyed
+/// lookups, not pairs: a 16k-rank job is 16k parts.
+fn join_by_process_and_launcher(parts: &[ProcessModel], attempt: &[Option<u64>], sets: &mut Sets) {
     let mut by_process: HashMap<ProcessKey, usize> = HashMap::new();
     let mut by_run: HashMap<(String, String, Option<u64>), usize> = HashMap::new();
     for (i, p) in parts.iter().enumerate() {
@@ -242,16 +247,17 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
             }
         }
     }
-    // Unnamed parts join, in start order, the closest earlier part of the same communicator (or,
-    // without any communicator, the part started just before) while their lifetimes overlap; never
-    // across two launcher ids, and never when the join would give one launcher rank to two
-    // processes (the same job launched twice in a row).
-    let group_id = |sets: &mut Sets, i: usize| sets.named(i);
+}
+
+/// Unnamed parts join, in start order, the closest earlier part of the same communicator (or,
+/// without any communicator, the part started just before) while their lifetimes overlap; never
+/// across two launcher ids, and never when the join would give one launcher rank to two
+/// processes (the same job launched twice in a row).
+fn join_unnamed(parts: &[ProcessModel], attempt: &[Option<u64>], sets: &mut Sets) {
     // The communicators of each part: those it joined, and the uniqueIds it called init with
     // (an init that never completed names its communicator only by its uniqueId).
-    let comms: Vec<std::collections::BTreeSet<u64>> =
-        parts.iter().map(ProcessModel::communicator_ids).collect();
-    let mut order: Vec<usize> = (0..n).collect();
+    let comms: Vec<BTreeSet<u64>> = parts.iter().map(ProcessModel::communicator_ids).collect();
+    let mut order: Vec<usize> = (0..parts.len()).collect();
     order.sort_by_key(|&i| (parts[i].first_t, i));
     let mut last_of_comm: HashMap<u64, usize> = HashMap::new();
     let mut last_without_comm: Option<usize> = None;
@@ -270,32 +276,9 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
                 .collect()
         };
         for j in candidates {
-            if !overlaps(span(&parts[i]), span(&parts[j])) {
-                continue;
-            }
-            // Two attempts of a restarted job are two runs, however close in time.
-            if attempt[i].is_some() && attempt[j].is_some() && attempt[i] != attempt[j] {
-                continue;
-            }
-            // Two processes in one communicator at the same time are one job even when their
-            // launcher ranks repeat (ranks computed per node: the identity invariant's case),
-            // and even when each was named by its own wrapper: `ncclshim run` around each rank
-            // (a hand-written launcher, `srun ncclshim run` without a Slurm job id) names each
-            // wrapper's process, not the job.
-            let one_comm = !comms[i].is_disjoint(&comms[j]);
-            if one_comm && wrapper_named(&parts[i]) && wrapper_named(&parts[j]) {
+            if joins(parts, attempt, &comms, sets, i, j) {
                 sets.union(i, j);
-                continue;
             }
-            let unnamed = parts[i].run_id.is_empty() || parts[j].run_id.is_empty();
-            if !unnamed {
-                continue;
-            }
-            let (a, b) = (group_id(&mut sets, i), group_id(&mut sets, j));
-            if a.is_some() && b.is_some() && a != b || (!one_comm && sets.rank_clash(i, j)) {
-                continue;
-            }
-            sets.union(i, j);
         }
         if comms[i].is_empty() {
             last_without_comm = Some(i);
@@ -305,8 +288,45 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
         }
         previous = Some(i);
     }
-    let mut groups: std::collections::BTreeMap<usize, (Option<u64>, Vec<ProcessModel>)> =
-        Default::default();
+}
+
+/// Whether part `i` joins the run of `j`, an earlier part it may belong with ([`join_unnamed`]);
+/// `comms`: each part's communicators.
+fn joins(
+    parts: &[ProcessModel],
+    attempt: &[Option<u64>],
+    comms: &[BTreeSet<u64>],
+    sets: &mut Sets,
+    i: usize,
+    j: usize,
+) -> bool {
+    if !overlaps(span(&parts[i]), span(&parts[j])) {
+        return false;
+    }
+    // Two attempts of a restarted job are two runs, however close in time.
+    if attempt[i].is_some() && attempt[j].is_some() && attempt[i] != attempt[j] {
+        return false;
+    }
+    // Two processes in one communicator at the same time are one job even when their
+    // launcher ranks repeat (ranks computed per node: the identity invariant's case),
+    // and even when each was named by its own wrapper: `ncclshim run` around each rank
+    // (a hand-written launcher, `srun ncclshim run` without a Slurm job id) names each
+    // wrapper's process, not the job.
+    let one_comm = !comms[i].is_disjoint(&comms[j]);
+    if one_comm && wrapper_named(&parts[i]) && wrapper_named(&parts[j]) {
+        return true;
+    }
+    let unnamed = parts[i].run_id.is_empty() || parts[j].run_id.is_empty();
+    if !unnamed {
+        return false;
+    }
+    let (a, b) = (sets.named(i), sets.named(j));
+    !(a.is_some() && b.is_some() && a != b || (!one_comm && sets.rank_clash(i, j)))
+}
+
+/// The runs `sets` makes of `parts`, oldest first; the unnamed ones are numbered in that order.
+fn runs_of(parts: Vec<ProcessModel>, attempt: &[Option<u64>], sets: &mut Sets) -> Vec<RunParts> {
+    let mut groups: BTreeMap<usize, (Option<u64>, Vec<ProcessModel>)> = Default::default();
     for (i, p) in parts.into_iter().enumerate() {
         let root = sets.find(i);
         let group = groups.entry(root).or_default();
@@ -315,34 +335,9 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
     }
     let mut runs: Vec<RunParts> = groups
         .into_values()
-        .map(|(attempt, parts)| {
-            let named = parts.iter().find(|p| !p.run_id.is_empty());
-            let mut keys: Vec<_> = parts.iter().map(ProcessModel::key).collect();
-            keys.sort();
-            keys.dedup();
-            let mut hosts: Vec<&str> = parts.iter().map(|p| p.host.as_str()).collect();
-            hosts.sort();
-            hosts.dedup();
-            let first = parts
-                .iter()
-                .map(|p| p.first_t)
-                .filter(|&t| t != 0)
-                .min()
-                .unwrap_or(0);
-            let last = parts.iter().map(|p| span(p).1).max().unwrap_or(0);
-            RunParts {
-                summary: RunSummary {
-                    id: named.map(|p| p.run_id.clone()).unwrap_or_default(),
-                    source: named.map(|p| p.run_source.clone()).unwrap_or_default(),
-                    processes: keys.len(),
-                    hosts: hosts.len(),
-                    first_t_unix_ns: first,
-                    last_t_unix_ns: last,
-                    reported: false,
-                    attempt,
-                },
-                parts,
-            }
+        .map(|(attempt, parts)| RunParts {
+            summary: summary(attempt, &parts),
+            parts,
         })
         .collect();
     runs.sort_by_key(|r| (r.summary.first_t_unix_ns, r.summary.id.clone()));
@@ -354,6 +349,35 @@ pub fn split(parts: Vec<ProcessModel>) -> Vec<RunParts> {
         }
     }
     runs
+}
+
+/// The summary of the run of `parts` (attempt `attempt`), not yet reported on; an unnamed run's
+/// id is empty until [`runs_of`] numbers it.
+fn summary(attempt: Option<u64>, parts: &[ProcessModel]) -> RunSummary {
+    let named = parts.iter().find(|p| !p.run_id.is_empty());
+    let mut keys: Vec<_> = parts.iter().map(ProcessModel::key).collect();
+    keys.sort();
+    keys.dedup();
+    let mut hosts: Vec<&str> = parts.iter().map(|p| p.host.as_str()).collect();
+    hosts.sort();
+    hosts.dedup();
+    let first = parts
+        .iter()
+        .map(|p| p.first_t)
+        .filter(|&t| t != 0)
+        .min()
+        .unwrap_or(0);
+    let last = parts.iter().map(|p| span(p).1).max().unwrap_or(0);
+    RunSummary {
+        id: named.map(|p| p.run_id.clone()).unwrap_or_default(),
+        source: named.map(|p| p.run_source.clone()).unwrap_or_default(),
+        processes: keys.len(),
+        hosts: hosts.len(),
+        first_t_unix_ns: first,
+        last_t_unix_ns: last,
+        reported: false,
+        attempt,
+    }
 }
 
 /// Of the runs `candidates`, the one that started last.

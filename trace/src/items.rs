@@ -125,192 +125,319 @@ pub(super) fn dump_items(
     names: &mut HashMap<Group, String>,
     emit: &mut dyn FnMut(Item),
 ) {
-    let writer = d.header.writer_kind.map_or(0, |k| k as u8);
-    let tag = d.header.writer_kind.map(|k| k.file_tag()).unwrap_or("dump");
-    let thread = |tid: u32| Group::Thread { writer, tid };
-    for ring in &d.rings {
-        let name = if ring.thread_name.is_empty() {
-            format!("{tag} tid {}", ring.tid)
-        } else {
-            format!("{} ({tag} tid {})", ring.thread_name, ring.tid)
-        };
-        names.entry(thread(ring.tid)).or_insert(name);
-    }
-    let item = |group: Group, ts: i128, dur: Option<i128>, what: What| Item {
+    let scan = DumpScan {
+        d,
         dump,
-        group,
-        ts,
-        dur,
-        what,
-        process_scope: false,
-        open_end: false,
+        writer: d.header.writer_kind.map_or(0, |k| k as u8),
+        at,
     };
-    let slice = |group: Group, ts: i128, end: i128, what: What| {
-        item(group, ts, Some((end - ts).max(0)), what)
-    };
-    let open = |group: Group, ts: i128, what: What| Item {
-        open_end: true,
-        ..item(group, ts, Some(0), what)
-    };
-    let by_ref: HashMap<SlotRef, usize> = d
-        .records
+    scan.name_threads(names);
+    let starts = profiler_starts(d);
+    let (stops, instants) = scan.record_items(emit);
+    let gpu_ends = scan.gpu_op_items(&starts, names, emit);
+    scan.profiler_items(&starts, &stops, &gpu_ends, names, emit);
+    for i in instants {
+        emit(i);
+    }
+}
+
+/// The profiler's start records of dump `d` by their slot.
+fn profiler_starts(d: &Dump) -> HashMap<SlotRef, usize> {
+    d.records
         .iter()
         .enumerate()
         .filter(|(_, r)| r.kind() == Some(RecordKind::ProfStart))
         .map(|(i, r)| (r.slot_ref(), i))
-        .collect();
-    let mut stopped: HashMap<SlotRef, i128> = HashMap::new();
-    // Kernel stop times: filled into the start record in place (the plugin's usual form), or in
-    // a state record of their own (its fallback form).
-    let mut kernel_stops: HashMap<SlotRef, u64> = d
-        .records
+        .collect()
+}
+
+/// When the dump's profiler operations stopped, by the slot of their start record.
+struct Stops {
+    /// By a stop record of their own, on the trace's clock.
+    stopped: HashMap<SlotRef, i128>,
+    /// Kernel stop times: filled into the start record in place (the plugin's usual form), or in
+    /// a state record of their own (its fallback form).
+    kernel: HashMap<SlotRef, u64>,
+}
+
+/// The kernel stop times filled into their start records in place (see [`Stops::kernel`]).
+fn in_place_kernel_stops(d: &Dump) -> HashMap<SlotRef, u64> {
+    d.records
         .iter()
         .filter(|r| r.kind() == Some(RecordKind::ProfStart) && in_place(r))
         .filter_map(|r| Some((r.slot_ref(), r.arg("gpu_stop_ns").filter(|&g| g != 0)?)))
-        .collect();
-    let mut instants: Vec<Item> = Vec::new();
-    for (rec, r) in d.records.iter().enumerate() {
-        let t = at(r.t_enter_ns);
-        match r.kind() {
-            Some(RecordKind::Call) => {
-                let is_cuda = call_is_cuda(r);
-                match r.t_exit_ns {
-                    Some(x) => {
-                        let exit = at(x).max(t);
-                        if failure_of(r, is_cuda).is_some() {
-                            instants.push(item(thread(r.tid), exit, None, What::Failure { rec }));
-                        }
-                        emit(slice(thread(r.tid), t, exit, What::Call { rec }));
-                    }
-                    None => emit(open(thread(r.tid), t, What::Call { rec })),
-                }
-            }
-            Some(RecordKind::ProfStop) => {
-                let stop = args::ProfStop::from_args(&r.args);
-                if let Some(start) = SlotRef::decode(stop.handle) {
-                    stopped.insert(start, t);
-                }
-            }
-            Some(RecordKind::ProfState) => {
-                let s = args::ProfState::from_args(&r.args);
-                if s.state != KERNEL_CH_STOP && s.state != KERNEL_PHASE_STOP {
-                    continue;
-                }
-                if let Some(start) = SlotRef::decode(s.handle) {
-                    kernel_stops.insert(start, s.value);
-                }
-            }
-            Some(RecordKind::Event) if r.call() == Some(CallId::FatalSignal) => {
-                instants.push(Item {
-                    process_scope: true,
-                    ..item(thread(r.tid), t, None, What::FatalSignal { rec })
-                });
-            }
-            Some(RecordKind::Event | RecordKind::CommInfo | RecordKind::Snapshot) => {
-                instants.push(item(thread(r.tid), t, None, What::Event { rec }));
-            }
-            _ => {}
+        .collect()
+}
+
+/// One dump as its items are made: the dump, its number among its process's dumps, the writer
+/// whose threads its records are on, and the trace's clock.
+struct DumpScan<'a> {
+    d: &'a Dump,
+    dump: usize,
+    writer: u8,
+    at: &'a dyn Fn(u64) -> i128,
+}
+
+impl DumpScan<'_> {
+    fn thread(&self, tid: u32) -> Group {
+        Group::Thread {
+            writer: self.writer,
+            tid,
         }
     }
-    // Operations whose channels were summarized: one GPU slice each, placed on the record clock
-    // through the dump's GPU clock offset (else where its GPU-done record says). In operation
-    // order, so the trace does not depend on a hash map's order.
-    let (gpu_done, gpu_offset) = gpu_done_records(d);
-    let mut gpu_done: Vec<(SlotRef, (GpuDone, usize))> = gpu_done.into_iter().collect();
-    gpu_done.sort_by_key(|(s, _)| (s.ring, s.seq));
-    let mut gpu_ends: HashMap<SlotRef, i128> = HashMap::new();
-    for (sref, (g, done)) in &gpu_done {
-        let Some(&start) = by_ref.get(sref) else {
-            continue;
-        };
-        let t_record = d.records[*done].t_enter_ns;
-        let end_mono = match (g.clocked, gpu_offset) {
-            (true, _) => Some(t_record),
-            (false, Some(o)) => Some((i128::from(g.gpu_stop) + o).max(0) as u64),
-            // No record read the clock: the span is drawn ending where its operation started.
-            (false, None) => None,
-        };
-        let dur = i128::from(g.gpu_stop - g.gpu_start);
-        let gpu_end = at(end_mono.unwrap_or(d.records[start].t_enter_ns));
-        gpu_ends.insert(*sref, gpu_end);
-        names
-            .entry(Group::GpuOps)
-            .or_insert_with(|| "GPU (operations)".to_owned());
-        emit(slice(
-            Group::GpuOps,
-            gpu_end - dur,
-            gpu_end,
-            What::GpuOp { start, done: *done },
-        ));
+
+    fn item(&self, group: Group, ts: i128, dur: Option<i128>, what: What) -> Item {
+        Item {
+            dump: self.dump,
+            group,
+            ts,
+            dur,
+            what,
+            process_scope: false,
+            open_end: false,
+        }
     }
-    let mut starts: Vec<(&SlotRef, &usize)> = by_ref.iter().collect();
-    starts.sort_by_key(|(s, _)| (s.ring, s.seq));
-    for (sref, &rec) in starts {
-        let start = &d.records[rec];
-        let t = at(start.t_enter_ns);
-        // Stopped in place (the start record's exit time) or by a separate stop record.
-        let stop = stopped
-            .get(sref)
-            .copied()
-            .or(start.t_exit_ns.filter(|_| in_place(start)).map(at));
-        if matches!(
-            start.call(),
-            Some(CallId::ProfKernelCh | CallId::ProfKernelPhase)
-        ) {
-            // GPU work: on its channel's track, timed by the GPU when it reported its stop.
-            let channel = start.arg("channel").unwrap_or(0);
-            let group = Group::GpuChannel(channel);
+
+    fn slice(&self, group: Group, ts: i128, end: i128, what: What) -> Item {
+        self.item(group, ts, Some((end - ts).max(0)), what)
+    }
+
+    fn open(&self, group: Group, ts: i128, what: What) -> Item {
+        Item {
+            open_end: true,
+            ..self.item(group, ts, Some(0), what)
+        }
+    }
+
+    /// Names each thread's group after the thread (its name when it has one) and the writer.
+    fn name_threads(&self, names: &mut HashMap<Group, String>) {
+        let tag = self
+            .d
+            .header
+            .writer_kind
+            .map(|k| k.file_tag())
+            .unwrap_or("dump");
+        for ring in &self.d.rings {
+            let name = if ring.thread_name.is_empty() {
+                format!("{tag} tid {}", ring.tid)
+            } else {
+                format!("{} ({tag} tid {})", ring.thread_name, ring.tid)
+            };
+            names.entry(self.thread(ring.tid)).or_insert(name);
+        }
+    }
+
+    /// Walks the records in order: each call's slice is emitted; its failure, fatal signals and
+    /// events are returned as instants (drawn after every slice); profiler and kernel stops are
+    /// returned for the profiler's slices ([`Self::profiler_items`]).
+    fn record_items(&self, emit: &mut dyn FnMut(Item)) -> (Stops, Vec<Item>) {
+        let mut stops = Stops {
+            stopped: HashMap::new(),
+            kernel: in_place_kernel_stops(self.d),
+        };
+        let mut instants: Vec<Item> = Vec::new();
+        for (rec, r) in self.d.records.iter().enumerate() {
+            let t = (self.at)(r.t_enter_ns);
+            match r.kind() {
+                Some(RecordKind::Call) => {
+                    let is_cuda = call_is_cuda(r);
+                    match r.t_exit_ns {
+                        Some(x) => {
+                            let exit = (self.at)(x).max(t);
+                            if failure_of(r, is_cuda).is_some() {
+                                instants.push(self.item(
+                                    self.thread(r.tid),
+                                    exit,
+                                    None,
+                                    What::Failure { rec },
+                                ));
+                            }
+                            emit(self.slice(self.thread(r.tid), t, exit, What::Call { rec }));
+                        }
+                        None => emit(self.open(self.thread(r.tid), t, What::Call { rec })),
+                    }
+                }
+                Some(RecordKind::ProfStop) => {
+                    let stop = args::ProfStop::from_args(&r.args);
+                    if let Some(start) = SlotRef::decode(stop.handle) {
+                        stops.stopped.insert(start, t);
+                    }
+                }
+                Some(RecordKind::ProfState) => {
+                    let s = args::ProfState::from_args(&r.args);
+                    if s.state != KERNEL_CH_STOP && s.state != KERNEL_PHASE_STOP {
+                        continue;
+                    }
+                    if let Some(start) = SlotRef::decode(s.handle) {
+                        stops.kernel.insert(start, s.value);
+                    }
+                }
+                Some(RecordKind::Event) if r.call() == Some(CallId::FatalSignal) => {
+                    instants.push(Item {
+                        process_scope: true,
+                        ..self.item(self.thread(r.tid), t, None, What::FatalSignal { rec })
+                    });
+                }
+                Some(RecordKind::Event | RecordKind::CommInfo | RecordKind::Snapshot) => {
+                    instants.push(self.item(self.thread(r.tid), t, None, What::Event { rec }));
+                }
+                _ => {}
+            }
+        }
+        (stops, instants)
+    }
+
+    /// Operations whose channels were summarized: one GPU slice each, placed on the record clock
+    /// through the dump's GPU clock offset (else where its GPU-done record says). In operation
+    /// order, so the trace does not depend on a hash map's order. Returns where each one's GPU
+    /// span ended, by the slot of its start record.
+    fn gpu_op_items(
+        &self,
+        starts: &HashMap<SlotRef, usize>,
+        names: &mut HashMap<Group, String>,
+        emit: &mut dyn FnMut(Item),
+    ) -> HashMap<SlotRef, i128> {
+        let d = self.d;
+        let (gpu_done, gpu_offset) = gpu_done_records(d);
+        let mut gpu_done: Vec<(SlotRef, (GpuDone, usize))> = gpu_done.into_iter().collect();
+        gpu_done.sort_by_key(|(s, _)| (s.ring, s.seq));
+        let mut gpu_ends: HashMap<SlotRef, i128> = HashMap::new();
+        for (sref, (g, done)) in &gpu_done {
+            let Some(&start) = starts.get(sref) else {
+                continue;
+            };
+            let t_record = d.records[*done].t_enter_ns;
+            let end_mono = match (g.clocked, gpu_offset) {
+                (true, _) => Some(t_record),
+                (false, Some(o)) => Some((i128::from(g.gpu_stop) + o).max(0) as u64),
+                // No record read the clock: the span is drawn ending where its operation started.
+                (false, None) => None,
+            };
+            let dur = i128::from(g.gpu_stop - g.gpu_start);
+            let gpu_end = (self.at)(end_mono.unwrap_or(d.records[start].t_enter_ns));
+            gpu_ends.insert(*sref, gpu_end);
             names
-                .entry(group.clone())
-                .or_insert_with(|| format!("GPU channel {channel}"));
-            let gpu_start = start.arg("gpu_start_ns").filter(|&g| g != 0);
-            let gpu_stop = kernel_stops.get(sref).copied();
-            emit(match (gpu_start, gpu_stop) {
-                // GPU %globaltimer is its own time base: the slice sits where the proxy thread
-                // saw the kernel channel start, with the GPU-measured duration.
-                (Some(a), Some(b)) if b >= a => slice(
+                .entry(Group::GpuOps)
+                .or_insert_with(|| "GPU (operations)".to_owned());
+            emit(self.slice(
+                Group::GpuOps,
+                gpu_end - dur,
+                gpu_end,
+                What::GpuOp { start, done: *done },
+            ));
+        }
+        gpu_ends
+    }
+
+    /// One slice per profiler start record, in slot order: kernel channels (and phases) on
+    /// their channel's track ([`Self::kernel_item`]), other operations on their thread's or the
+    /// operations' track ([`Self::operation_item`]).
+    fn profiler_items(
+        &self,
+        starts: &HashMap<SlotRef, usize>,
+        stops: &Stops,
+        gpu_ends: &HashMap<SlotRef, i128>,
+        names: &mut HashMap<Group, String>,
+        emit: &mut dyn FnMut(Item),
+    ) {
+        let mut starts: Vec<(&SlotRef, &usize)> = starts.iter().collect();
+        starts.sort_by_key(|(s, _)| (s.ring, s.seq));
+        for (sref, &rec) in starts {
+            let start = &self.d.records[rec];
+            let t = (self.at)(start.t_enter_ns);
+            // Stopped in place (the start record's exit time) or by a separate stop record.
+            let stop = stops
+                .stopped
+                .get(sref)
+                .copied()
+                .or(start.t_exit_ns.filter(|_| in_place(start)).map(self.at));
+            emit(
+                if matches!(
+                    start.call(),
+                    Some(CallId::ProfKernelCh | CallId::ProfKernelPhase)
+                ) {
+                    self.kernel_item(rec, t, stop, stops.kernel.get(sref).copied(), names)
+                } else {
+                    self.operation_item(rec, t, stop, gpu_ends.get(sref).copied(), names)
+                },
+            );
+        }
+    }
+
+    /// GPU work: on its channel's track, timed by the GPU when it reported its stop
+    /// (`gpu_stop`), else by the CPU's `stop`, else unfinished.
+    fn kernel_item(
+        &self,
+        rec: usize,
+        t: i128,
+        stop: Option<i128>,
+        gpu_stop: Option<u64>,
+        names: &mut HashMap<Group, String>,
+    ) -> Item {
+        let start = &self.d.records[rec];
+        let channel = start.arg("channel").unwrap_or(0);
+        let group = Group::GpuChannel(channel);
+        names
+            .entry(group.clone())
+            .or_insert_with(|| format!("GPU channel {channel}"));
+        let gpu_start = start.arg("gpu_start_ns").filter(|&g| g != 0);
+        match (gpu_start, gpu_stop) {
+            // GPU %globaltimer is its own time base: the slice sits where the proxy thread
+            // saw the kernel channel start, with the GPU-measured duration.
+            (Some(a), Some(b)) if b >= a => self.slice(
+                group,
+                t,
+                t + i128::from(b - a),
+                What::Kernel {
+                    rec,
+                    timing: KernelTiming::Gpu(a, b),
+                },
+            ),
+            _ => match stop {
+                Some(s) => self.slice(
                     group,
                     t,
-                    t + i128::from(b - a),
+                    s.max(t),
                     What::Kernel {
                         rec,
-                        timing: KernelTiming::Gpu(a, b),
+                        timing: KernelTiming::Cpu,
                     },
                 ),
-                _ => match stop {
-                    Some(s) => slice(
-                        group,
-                        t,
-                        s.max(t),
-                        What::Kernel {
-                            rec,
-                            timing: KernelTiming::Cpu,
-                        },
-                    ),
-                    None => open(
-                        group,
-                        t,
-                        What::Kernel {
-                            rec,
-                            timing: KernelTiming::Unfinished,
-                        },
-                    ),
-                },
-            });
-            continue;
+                None => self.open(
+                    group,
+                    t,
+                    What::Kernel {
+                        rec,
+                        timing: KernelTiming::Unfinished,
+                    },
+                ),
+            },
         }
+    }
+
+    /// A profiler operation: on its thread's track until it stopped (`stop`), or, when its
+    /// channels were summarized, on the operations' track until its kernel ended (`gpu_end`).
+    fn operation_item(
+        &self,
+        rec: usize,
+        t: i128,
+        stop: Option<i128>,
+        gpu_end: Option<i128>,
+        names: &mut HashMap<Group, String>,
+    ) -> Item {
+        let start = &self.d.records[rec];
         // Channels summarized: the operation lasts until its kernel ended.
         let ends_at_gpu_done = start.flags & slot_flags::ENDS_AT_GPU_DONE != 0;
         let (group, stop) = if ends_at_gpu_done {
             names
                 .entry(Group::Operations)
                 .or_insert_with(|| "operations (until GPU done)".to_owned());
-            (Group::Operations, gpu_ends.get(sref).copied())
+            (Group::Operations, gpu_end)
         } else {
-            (thread(start.tid), stop)
+            (self.thread(start.tid), stop)
         };
-        emit(match stop {
-            Some(s) => slice(
+        match stop {
+            Some(s) => self.slice(
                 group,
                 t,
                 s.max(t),
@@ -319,7 +446,7 @@ pub(super) fn dump_items(
                     unfinished: false,
                 },
             ),
-            None => open(
+            None => self.open(
                 group,
                 t,
                 What::Profiler {
@@ -327,10 +454,7 @@ pub(super) fn dump_items(
                     unfinished: true,
                 },
             ),
-        });
-    }
-    for i in instants {
-        emit(i);
+        }
     }
 }
 

@@ -24,10 +24,11 @@ mod record;
 
 use flight_recorder::{NamedGroup, TraceFlightRecorder};
 use items::{Item, LifeSign, What};
+use ncclshim_diagnose::flight_recorder::format::FrEntry;
 use ncclshim_diagnose::model::{JobModel, ProcessKey};
 use ncclshim_format::reader::Dump;
 use record::Group;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -136,63 +137,21 @@ impl EventWriter<'_> {
         serde_json::to_writer(&mut *self.out, e).map_err(std::io::Error::from)
     }
 
+    /// Writes process `p` (`job.processes[i]`) from its `dumps`: its items laid out on tracks,
+    /// the metadata naming the process and its tracks first, then one event per item.
     fn process<D: Borrow<Dump>>(
         &mut self,
         i: usize,
         p: &TraceProcess,
         dumps: &[D],
     ) -> std::io::Result<()> {
-        let pid = p.pid;
         // This process's Flight Recorder collectives, by (group, collective_seq_id).
         let (fr, job) = (self.fr, self.job);
         let fr_collectives = fr.collectives_of(&job.processes[i]);
         let mut names: HashMap<Group, String> = HashMap::new();
-        let mut items: Vec<Item> = Vec::new();
-        let mut life_end: Option<(i128, LifeSign)> = None;
-        for (i, d) in dumps.iter().enumerate() {
-            let d = d.borrow();
-            let at = |mono: u64| i128::from(mono) + p.clock_offset;
-            items::dump_items(d, i, &at, &mut names, &mut |item| items.push(item));
-            if let Some(sign) = items::last_sign_of_life(d).map(|(t, s)| (at(t), s)) {
-                life_end = Some(life_end.map_or(sign, |e| e.max(sign)));
-            }
-        }
-        // A process that neither exited cleanly nor is still running ended at its last sign
-        // of life.
-        if let Some((t, _)) = life_end.filter(|_| p.died) {
-            items.push(Item {
-                dump: 0,
-                group: Group::Thread { writer: 0, tid: 0 },
-                ts: t,
-                dur: None,
-                what: What::ProcessEnded,
-                process_scope: true,
-                open_end: false,
-            });
-        }
-        // Unfinished work lasts at least until the last sign of life of its process (its
-        // liveness stamp, fatal signal or exit call, which come after its last record when it
-        // hung), and as long as anything else drawn for it (GPU spans are placed by their
-        // GPU-measured durations).
-        let drawn_end = items
-            .iter()
-            .filter(|i| !i.open_end)
-            .map(|i| {
-                (
-                    i.ts + i.dur.unwrap_or(0),
-                    "the end of the process's other work",
-                )
-            })
-            .chain(life_end.map(|(t, s)| (t, s.describe())))
-            .max_by_key(|(t, _)| *t);
-        for i in items.iter_mut().filter(|i| i.open_end) {
-            let end = drawn_end.map_or(i.ts, |(t, _)| t);
-            i.dur = Some(if end > i.ts {
-                end - i.ts
-            } else {
-                NO_LATER_SIGN_NS
-            });
-        }
+        let (mut items, life_end) = process_items(p, dumps, &mut names);
+        let drawn_end = draw_open_ends(&mut items, life_end);
+        let pid = p.pid;
         self.event(&json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": p.label}}))?;
         self.event(&json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}))?;
         let (tracks, tids) = layout(&mut items, &names);
@@ -200,70 +159,165 @@ impl EventWriter<'_> {
             self.event(&json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}))?;
             self.event(&json!({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}))?;
         }
-        let origin = self.origin;
-        let us = |t: i128| (t - origin) as f64 / 1000.0;
+        let events = ProcessEvents {
+            p,
+            life_end,
+            drawn_end,
+            fr_collectives: &fr_collectives,
+            origin: self.origin,
+        };
         for (item, tid) in items.iter().zip(tids) {
             let d = match item.what {
                 What::ProcessEnded => None,
                 _ => Some(dumps[item.dump].borrow()),
             };
-            let mut e = items::render(item.what, d, &p.signals);
-            if let Some(Value::Object(args)) = e.get_mut("args") {
-                if item.open_end {
-                    args.insert("state".into(), json!(IN_FLIGHT_STATE));
-                    let reaches = drawn_end.filter(|(t, _)| *t > item.ts);
-                    args.insert(
-                        "drawn_to".into(),
-                        json!(reaches.map_or("no later sign of life: drawn 1 µs long", |(_, w)| w)),
-                    );
-                }
-                if let What::ProcessEnded = item.what {
-                    if let Some((_, sign)) = life_end {
-                        args.insert("last_sign_of_life".into(), json!(sign.describe()));
-                    }
-                }
-                let record = item
-                    .what
-                    .record()
-                    .and_then(|rec| d.map(|d| &d.records[rec]));
-                if let Some((r, group)) =
-                    record.and_then(|r| Some((r, p.process_groups.get(&r.comm)?)))
-                {
-                    args.insert("process_group".into(), json!(group.label));
-                    // The Flight Recorder entry of the same collective: the shim's seq N is
-                    // PyTorch's collective_seq_id N + 1.
-                    let entry = match (item.what, r.call(), r.arg("seq")) {
-                        (What::Call { .. }, Some(call), Some(seq))
-                            if flight_recorder::is_numbered_collective(call) =>
-                        {
-                            fr_collectives.get(&(group.name(), seq as i64 + 1))
-                        }
-                        _ => None,
-                    };
-                    if let Some(e) = entry {
-                        args.insert("flight_recorder".into(), flight_recorder::entry_arg(e));
-                    }
-                }
-            }
-            match item.dur {
-                Some(dur) => {
-                    e.insert("ph".into(), json!("X"));
-                    e.insert("dur".into(), json!(dur as f64 / 1000.0));
-                }
-                None => {
-                    e.insert("ph".into(), json!("i"));
-                    e.insert(
-                        "s".into(),
-                        json!(if item.process_scope { "p" } else { "t" }),
-                    );
-                }
-            }
-            e.insert("ts".into(), json!(us(item.ts)));
-            e.insert("pid".into(), json!(pid));
-            e.insert("tid".into(), json!(tid));
-            self.event(&Value::Object(e))?;
+            self.event(&Value::Object(events.event(item, d, tid)))?;
         }
         Ok(())
+    }
+}
+
+/// The items of process `p` from its `dumps` (naming the groups they draw on in `names`), with
+/// a marker of its end when it died, and its last sign of life on the trace's clock.
+fn process_items<D: Borrow<Dump>>(
+    p: &TraceProcess,
+    dumps: &[D],
+    names: &mut HashMap<Group, String>,
+) -> (Vec<Item>, Option<(i128, LifeSign)>) {
+    let mut items: Vec<Item> = Vec::new();
+    let mut life_end: Option<(i128, LifeSign)> = None;
+    for (i, d) in dumps.iter().enumerate() {
+        let d = d.borrow();
+        let at = |mono: u64| i128::from(mono) + p.clock_offset;
+        items::dump_items(d, i, &at, names, &mut |item| items.push(item));
+        if let Some(sign) = items::last_sign_of_life(d).map(|(t, s)| (at(t), s)) {
+            life_end = Some(life_end.map_or(sign, |e| e.max(sign)));
+        }
+    }
+    // A process that neither exited cleanly nor is still running ended at its last sign
+    // of life.
+    if let Some((t, _)) = life_end.filter(|_| p.died) {
+        items.push(Item {
+            dump: 0,
+            group: Group::Thread { writer: 0, tid: 0 },
+            ts: t,
+            dur: None,
+            what: What::ProcessEnded,
+            process_scope: true,
+            open_end: false,
+        });
+    }
+    (items, life_end)
+}
+
+/// Sets the length of every unfinished item: unfinished work lasts at least until the last
+/// sign of life of its process (its liveness stamp, fatal signal or exit call, which come
+/// after its last record when it hung), and as long as anything else drawn for it (GPU spans
+/// are placed by their GPU-measured durations). Returns where they are drawn to and what that
+/// end is.
+fn draw_open_ends(
+    items: &mut [Item],
+    life_end: Option<(i128, LifeSign)>,
+) -> Option<(i128, &'static str)> {
+    let drawn_end = items
+        .iter()
+        .filter(|i| !i.open_end)
+        .map(|i| {
+            (
+                i.ts + i.dur.unwrap_or(0),
+                "the end of the process's other work",
+            )
+        })
+        .chain(life_end.map(|(t, s)| (t, s.describe())))
+        .max_by_key(|(t, _)| *t);
+    for i in items.iter_mut().filter(|i| i.open_end) {
+        let end = drawn_end.map_or(i.ts, |(t, _)| t);
+        i.dur = Some(if end > i.ts {
+            end - i.ts
+        } else {
+            NO_LATER_SIGN_NS
+        });
+    }
+    drawn_end
+}
+
+/// What the events of one process's items draw on besides the item: the process, how far its
+/// unfinished work is drawn and why ([`draw_open_ends`]), its last sign of life, its Flight
+/// Recorder collectives by (group, collective_seq_id), and the trace's origin.
+struct ProcessEvents<'a> {
+    p: &'a TraceProcess,
+    life_end: Option<(i128, LifeSign)>,
+    drawn_end: Option<(i128, &'static str)>,
+    fr_collectives: &'a HashMap<(&'a str, i64), &'a FrEntry>,
+    origin: i128,
+}
+
+impl ProcessEvents<'_> {
+    /// The trace event of `item` on track `tid`; `d` is its dump (none for the process's end).
+    fn event(&self, item: &Item, d: Option<&Dump>, tid: u64) -> Map<String, Value> {
+        let mut e = items::render(item.what, d, &self.p.signals);
+        if let Some(Value::Object(args)) = e.get_mut("args") {
+            self.annotate(item, d, args);
+        }
+        match item.dur {
+            Some(dur) => {
+                e.insert("ph".into(), json!("X"));
+                e.insert("dur".into(), json!(dur as f64 / 1000.0));
+            }
+            None => {
+                e.insert("ph".into(), json!("i"));
+                e.insert(
+                    "s".into(),
+                    json!(if item.process_scope { "p" } else { "t" }),
+                );
+            }
+        }
+        let us = |t: i128| (t - self.origin) as f64 / 1000.0;
+        e.insert("ts".into(), json!(us(item.ts)));
+        e.insert("pid".into(), json!(self.p.pid));
+        e.insert("tid".into(), json!(tid));
+        e
+    }
+
+    /// What the item's arguments say beyond its record: how far unfinished work is drawn, the
+    /// process's last sign of life on its end marker, and the framework's process group of the
+    /// record's communicator with the Flight Recorder entry of the same collective.
+    fn annotate(&self, item: &Item, d: Option<&Dump>, args: &mut Map<String, Value>) {
+        if item.open_end {
+            args.insert("state".into(), json!(IN_FLIGHT_STATE));
+            let reaches = self.drawn_end.filter(|(t, _)| *t > item.ts);
+            args.insert(
+                "drawn_to".into(),
+                json!(reaches.map_or("no later sign of life: drawn 1 µs long", |(_, w)| w)),
+            );
+        }
+        if let What::ProcessEnded = item.what {
+            if let Some((_, sign)) = self.life_end {
+                args.insert("last_sign_of_life".into(), json!(sign.describe()));
+            }
+        }
+        let record = item
+            .what
+            .record()
+            .and_then(|rec| d.map(|d| &d.records[rec]));
+        if let Some((r, group)) =
+            record.and_then(|r| Some((r, self.p.process_groups.get(&r.comm)?)))
+        {
+            args.insert("process_group".into(), json!(group.label));
+            // The Flight Recorder entry of the same collective: the shim's seq N is
+            // PyTorch's collective_seq_id N + 1.
+            let entry = match (item.what, r.call(), r.arg("seq")) {
+                (What::Call { .. }, Some(call), Some(seq))
+                    if flight_recorder::is_numbered_collective(call) =>
+                {
+                    self.fr_collectives.get(&(group.name(), seq as i64 + 1))
+                }
+                _ => None,
+            };
+            if let Some(e) = entry {
+                args.insert("flight_recorder".into(), flight_recorder::entry_arg(e));
+            }
+        }
     }
 }
 

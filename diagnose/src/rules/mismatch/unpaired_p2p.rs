@@ -5,24 +5,32 @@
 use crate::finding::registry;
 use crate::finding::{Confidence, Evidence, EvidenceKind, Finding};
 use crate::knowledge::messages::Role;
-use crate::model::JobModel;
+use crate::model::{CommView, JobModel};
 use crate::rules::text::text_has_role;
 use ncclshim_format::CallId;
 use std::collections::BTreeMap;
 
+/// Operations posted, and their elements in all.
 #[derive(Default, Clone, Copy)]
 struct Tally {
     ops: u64,
     elems: u64,
 }
 
+/// The point-to-point operations posted on one communicator, per (from, to) pair of its ranks.
+#[derive(Default)]
+struct Pairs {
+    /// (from, to) → sends posted by `from`.
+    sends: BTreeMap<(u32, u32), Tally>,
+    /// (from, to) → receives posted by `to`.
+    recvs: BTreeMap<(u32, u32), Tally>,
+    /// The process of each rank in the dumps.
+    procs: BTreeMap<u32, usize>,
+}
+
 pub fn check(job: &JobModel) -> Vec<Finding> {
     let mut out = Vec::new();
     for (&comm, view) in &job.comms {
-        // (from, to) → sends posted by `from`, receives posted by `to`.
-        let mut sends: BTreeMap<(u32, u32), Tally> = BTreeMap::new();
-        let mut recvs: BTreeMap<(u32, u32), Tally> = BTreeMap::new();
-        let mut procs: BTreeMap<u32, usize> = BTreeMap::new();
         // A ring that wrapped lost its oldest records: counts are then no evidence (a lost send
         // would look unpaired, and windows cut at different points on different ranks).
         if view
@@ -33,26 +41,7 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         {
             continue;
         }
-        for (&rank, ps) in &view.members {
-            for &p in ps {
-                procs.insert(rank, p);
-                let pm = &job.processes[p];
-                for op in pm.ops.iter().filter(|o| o.comm_hash == Some(comm)) {
-                    let peer = op.root_or_peer as u32;
-                    let (map, key) = match op.call {
-                        CallId::NcclSend => (&mut sends, (rank, peer)),
-                        CallId::NcclRecv => (&mut recvs, (peer, rank)),
-                        _ => continue,
-                    };
-                    let t = map.entry(key).or_default();
-                    t.ops += 1;
-                    t.elems += op.count;
-                }
-            }
-        }
-        let mut keys: Vec<(u32, u32)> = sends.keys().chain(recvs.keys()).copied().collect();
-        keys.sort_unstable();
-        keys.dedup();
+        let pairs = pairs(job, comm, view);
         let mut f = Finding::new(&registry::UNPAIRED_P2P,
             "Point-to-point sends and receives do not pair up between ranks",
             Confidence::Medium,
@@ -62,83 +51,126 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
              them inside one group (batch_isend_irecv / ncclGroupStart..ncclGroupEnd); set the CUDA \
              device from LOCAL_RANK before creating the communicator.",
         );
-        for (from, to) in keys {
-            let s = sends.get(&(from, to)).copied().unwrap_or_default();
-            let r = recvs.get(&(from, to)).copied().unwrap_or_default();
-            // Only pairs where both ends are in the dumps can be compared.
-            let (Some(&ps), Some(&pr)) = (procs.get(&from), procs.get(&to)) else {
-                continue;
-            };
-            if s.ops == r.ops && s.elems == r.elems {
-                continue;
-            }
-            f.involve(job, ps);
-            f.involve(job, pr);
-            // Named by their ranks in the job: on a subgroup's communicator its rank 0 may be
-            // global rank 2 (the communicator's own ranks are the map's keys).
-            let global = |r: u32, p: usize| job.processes[p].world_rank().unwrap_or(r);
-            let (from, to) = (global(from, ps), global(to, pr));
-            f.fact(
-                Evidence::new(
-                    EvidenceKind::Progress,
-                    format!(
-                        "comm {comm:#x}: rank {from} posted {} ncclSend to rank {to} ({} elements); rank {to} posted {} ncclRecv from rank {from} ({} elements)",
-                        s.ops, s.elems, r.ops, r.elems
-                    ),
-                )
-                .value("comm", format!("{comm:#x}"))
-                .value("from_rank", from)
-                .value("to_rank", to)
-                .value("sends", s.ops)
-                .value("send_elements", s.elems)
-                .value("recvs", r.ops)
-                .value("recv_elements", r.elems)
-                .of_all(job, &[ps, pr]),
-            );
-        }
+        unpaired_facts(job, comm, &pairs, &mut f);
         if f.process_ids.is_empty() {
             continue;
         }
-        for &p in &f.process_ids.clone() {
-            let pm = &job.processes[p];
-            let abort_t = pm
-                .calls
-                .iter()
-                .filter(|c| {
-                    matches!(
-                        c.call,
-                        Some(CallId::NcclCommAbort | CallId::NcclCommDestroy)
-                    )
-                })
-                .map(|c| c.t_enter)
-                .min();
-            for (i, c) in pm.calls.iter().enumerate() {
-                // The abort or destroy itself failing is teardown too, whether or not its text
-                // survived (a truncated dump keeps the return code without the WARN).
-                let teardown_call = matches!(
-                    c.call,
-                    Some(CallId::NcclCommAbort | CallId::NcclCommDestroy)
-                );
-                if c.failed()
-                    && (teardown_call || text_has_role(c, Role::Teardown))
-                    && abort_t.is_some_and(|t| t <= c.t_enter)
-                {
-                    f.explain(p, i);
-                    f.fact(
-                        Evidence::call_worded(
-                            c,
-                            "",
-                            " came after ncclCommAbort/Destroy: proxy teardown noise, not the cause",
-                        )
-                        .value("teardown_noise", true)
-                        .of(job, p),
-                    );
-                }
-            }
-        }
+        teardown_noise(job, &mut f);
         out.push(f);
     }
     out
+}
+
+/// The sends and receives each member of `comm` (`view`) posted.
+fn pairs(job: &JobModel, comm: u64, view: &CommView) -> Pairs {
+    let mut pairs = Pairs::default();
+    for (&rank, ps) in &view.members {
+        for &p in ps {
+            pairs.procs.insert(rank, p);
+            let pm = &job.processes[p];
+            for op in pm.ops.iter().filter(|o| o.comm_hash == Some(comm)) {
+                let peer = op.root_or_peer as u32;
+                let (map, key) = match op.call {
+                    CallId::NcclSend => (&mut pairs.sends, (rank, peer)),
+                    CallId::NcclRecv => (&mut pairs.recvs, (peer, rank)),
+                    _ => continue,
+                };
+                let t = map.entry(key).or_default();
+                t.ops += 1;
+                t.elems += op.count;
+            }
+        }
+    }
+    pairs
+}
+
+/// One fact per pair of ranks whose sends and receives differ in number or elements, with both
+/// ranks involved.
+fn unpaired_facts(job: &JobModel, comm: u64, pairs: &Pairs, f: &mut Finding) {
+    let Pairs {
+        sends,
+        recvs,
+        procs,
+    } = pairs;
+    let mut keys: Vec<(u32, u32)> = sends.keys().chain(recvs.keys()).copied().collect();
+    keys.sort_unstable();
+    keys.dedup();
+    for (from, to) in keys {
+        let s = sends.get(&(from, to)).copied().unwrap_or_default();
+        let r = recvs.get(&(from, to)).copied().unwrap_or_default();
+        // Only pairs where both ends are in the dumps can be compared.
+        let (Some(&ps), Some(&pr)) = (procs.get(&from), procs.get(&to)) else {
+            continue;
+        };
+        if s.ops == r.ops && s.elems == r.elems {
+            continue;
+        }
+        f.involve(job, ps);
+        f.involve(job, pr);
+        // Named by their ranks in the job: on a subgroup's communicator its rank 0 may be
+        // global rank 2 (the communicator's own ranks are the map's keys).
+        let global = |r: u32, p: usize| job.processes[p].world_rank().unwrap_or(r);
+        let (from, to) = (global(from, ps), global(to, pr));
+        f.fact(
+            Evidence::new(
+                EvidenceKind::Progress,
+                format!(
+                    "comm {comm:#x}: rank {from} posted {} ncclSend to rank {to} ({} elements); rank {to} posted {} ncclRecv from rank {from} ({} elements)",
+                    s.ops, s.elems, r.ops, r.elems
+                ),
+            )
+            .value("comm", format!("{comm:#x}"))
+            .value("from_rank", from)
+            .value("to_rank", to)
+            .value("sends", s.ops)
+            .value("send_elements", s.elems)
+            .value("recvs", r.ops)
+            .value("recv_elements", r.elems)
+            .of_all(job, &[ps, pr]),
+        );
+    }
+}
+
+/// The calls of the involved processes that failed after their first ncclCommAbort/Destroy
+/// with a teardown message (or the abort or destroy itself): explained as teardown noise.
+fn teardown_noise(job: &JobModel, f: &mut Finding) {
+    for &p in &f.process_ids.clone() {
+        let pm = &job.processes[p];
+        let abort_t = pm
+            .calls
+            .iter()
+            .filter(|c| {
+                matches!(
+                    c.call,
+                    Some(CallId::NcclCommAbort | CallId::NcclCommDestroy)
+                )
+            })
+            .map(|c| c.t_enter)
+            .min();
+        for (i, c) in pm.calls.iter().enumerate() {
+            // The abort or destroy itself failing is teardown too, whether or not its text
+            // survived (a truncated dump keeps the return code without the WARN).
+            let teardown_call = matches!(
+                c.call,
+                Some(CallId::NcclCommAbort | CallId::NcclCommDestroy)
+            );
+            if c.failed()
+                && (teardown_call || text_has_role(c, Role::Teardown))
+                && abort_t.is_some_and(|t| t <= c.t_enter)
+            {
+                f.explain(p, i);
+                f.fact(
+                    Evidence::call_worded(
+                        c,
+                        "",
+                        " came after ncclCommAbort/Destroy: proxy teardown noise, not the cause",
+                    )
+                    .value("teardown_noise", true)
+                    .of(job, p),
+                );
+            }
+        }
+    }
 }
 
 #[cfg(test)]

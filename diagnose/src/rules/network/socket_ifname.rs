@@ -62,112 +62,126 @@ pub fn check(job: &JobModel) -> Vec<Finding> {
         if filter_matches(value, ifs) {
             continue;
         }
-        f.involve(job, p);
-        let names: Vec<&str> = ifs.iter().map(|i| i.name.as_str()).collect();
-        f.fact(
-            Evidence::new(
-                EvidenceKind::Env,
-                format!(
-                    "NCCL_SOCKET_IFNAME={value}, interfaces on {}: {}",
-                    pm.host,
-                    names.join(", ")
-                ),
-            )
-            .value("name", "NCCL_SOCKET_IFNAME")
-            .value("value", value)
-            .value("interfaces", &names)
-            .of(job, p),
-        );
-        // A typo of an existing name (`eht0` for `eth0`): name the interface it most likely
-        // meant. NCCL's syntax: `^` excludes, `=` asks for exact names, commas separate.
-        let wanted = value.trim_start_matches('^').trim_start_matches('=');
-        if let Some(close) = wanted
-            .split(',')
-            .filter(|w| !w.is_empty())
-            .flat_map(|w| {
-                // NCCL matches names by prefix (`eth` selects `eth0`): compare with the
-                // whole name and with its prefix of the asked length.
-                names.iter().filter(move |n| **n != "lo").map(move |n| {
-                    let prefix: String = n.chars().take(w.chars().count()).collect();
-                    let d = strsim::damerau_levenshtein(w, n)
-                        .min(strsim::damerau_levenshtein(w, &prefix));
-                    (d, w, *n)
-                })
-            })
-            .filter(|(d, w, _)| *d > 0 && *d <= 2 && *d < w.len())
-            .min()
-        {
-            f.fact(
-                Evidence::new(
-                    EvidenceKind::Inference,
-                    format!(
-                        "`{}` is {} edit(s) from the interface `{}`: a typo?",
-                        close.1, close.0, close.2
-                    ),
-                )
-                .value("asked", close.1)
-                .value("closest_interface", close.2)
-                .of(job, p),
-            );
-        }
-        if let Some(v) = pm.nccl_version {
-            // The release that changed the return code (knowledge/nccl-versions.toml).
-            let since = crate::knowledge::bugs::introduced_code("socket-missing-interface-rc");
-            let (rc, name) = if v >= since {
-                (5, "ncclInvalidUsage")
-            } else {
-                (3, "ncclInternalError")
-            };
-            f.fact(
-                Evidence::new(
-                    EvidenceKind::Inference,
-                    format!(
-                        "NCCL {} reports a missing interface as {rc} {name} (ncclInternalError up to 2.23, ncclInvalidUsage from 2.24)",
-                        crate::names::nccl_version_string(v)
-                    ),
-                )
-                .value("nccl_version", crate::names::nccl_version_string(v))
-                .value("rc", rc)
-                .value("rc_name", name)
-                .of(job, p),
-            );
-        }
-        for (i, c) in pm.failed_calls() {
-            if !c.is_cuda
-                && (text_is_entry(c, &["socket-no-interface", "socket-address-family"])
-                    || c.call == Some(ncclshim_format::CallId::NcclGetUniqueId)
-                    || c.is_init())
-            {
-                f.explain(p, i);
-                f.fact(Evidence::call(c).of(job, p));
-            }
-        }
+        no_match_facts(job, p, value, ifs, &mut f);
     }
     if f.process_ids.is_empty() {
-        // The message alone, without the facts to check it against.
-        for (p, pm) in job.processes.iter().enumerate() {
-            for (i, c) in pm.failed_calls() {
-                if text_is_entry(c, &["socket-no-interface"]) {
-                    f.involve(job, p);
-                    f.explain(p, i);
-                    f.confidence = Confidence::Medium;
-                    f.fact(Evidence::call(c).of(job, p));
-                    f.fact(
-                        Evidence::env(
-                            "NCCL_SOCKET_IFNAME",
-                            pm.env_var("NCCL_SOCKET_IFNAME"),
-                            "; no usable interface found by NCCL's default filter",
-                        )
-                        .of(job, p),
-                    );
-                }
-            }
-        }
+        message_alone(job, &mut f);
     }
     if f.process_ids.is_empty() {
         return Vec::new();
     }
     vec![f]
+}
+
+/// Process `p`'s `NCCL_SOCKET_IFNAME` (`value`) selects none of its interfaces `ifs`: the value
+/// and the interfaces, the interface it most likely meant, how its NCCL reports it, and the
+/// calls that failed of it.
+fn no_match_facts(job: &JobModel, p: usize, value: &str, ifs: &[NetIf], f: &mut Finding) {
+    let pm = &job.processes[p];
+    f.involve(job, p);
+    let names: Vec<&str> = ifs.iter().map(|i| i.name.as_str()).collect();
+    f.fact(
+        Evidence::new(
+            EvidenceKind::Env,
+            format!(
+                "NCCL_SOCKET_IFNAME={value}, interfaces on {}: {}",
+                pm.host,
+                names.join(", ")
+            ),
+        )
+        .value("name", "NCCL_SOCKET_IFNAME")
+        .value("value", value)
+        .value("interfaces", &names)
+        .of(job, p),
+    );
+    if let Some((edits, asked, interface)) = closest_interface(value, &names) {
+        f.fact(
+            Evidence::new(
+                EvidenceKind::Inference,
+                format!("`{asked}` is {edits} edit(s) from the interface `{interface}`: a typo?"),
+            )
+            .value("asked", asked)
+            .value("closest_interface", interface)
+            .of(job, p),
+        );
+    }
+    if let Some(v) = pm.nccl_version {
+        // The release that changed the return code (knowledge/nccl-versions.toml).
+        let since = crate::knowledge::bugs::introduced_code("socket-missing-interface-rc");
+        let (rc, name) = if v >= since {
+            (5, "ncclInvalidUsage")
+        } else {
+            (3, "ncclInternalError")
+        };
+        f.fact(
+            Evidence::new(
+                EvidenceKind::Inference,
+                format!(
+                    "NCCL {} reports a missing interface as {rc} {name} (ncclInternalError up to 2.23, ncclInvalidUsage from 2.24)",
+                    crate::names::nccl_version_string(v)
+                ),
+            )
+            .value("nccl_version", crate::names::nccl_version_string(v))
+            .value("rc", rc)
+            .value("rc_name", name)
+            .of(job, p),
+        );
+    }
+    for (i, c) in pm.failed_calls() {
+        if !c.is_cuda
+            && (text_is_entry(c, &["socket-no-interface", "socket-address-family"])
+                || c.call == Some(ncclshim_format::CallId::NcclGetUniqueId)
+                || c.is_init())
+        {
+            f.explain(p, i);
+            f.fact(Evidence::call(c).of(job, p));
+        }
+    }
+}
+
+/// A typo of an existing name (`eht0` for `eth0`): the interface of `names` the filter `value`
+/// most likely meant, as (edits, the name asked for, the interface). NCCL's syntax: `^`
+/// excludes, `=` asks for exact names, commas separate.
+fn closest_interface<'a>(value: &'a str, names: &[&'a str]) -> Option<(usize, &'a str, &'a str)> {
+    let wanted = value.trim_start_matches('^').trim_start_matches('=');
+    wanted
+        .split(',')
+        .filter(|w| !w.is_empty())
+        .flat_map(|w| {
+            // NCCL matches names by prefix (`eth` selects `eth0`): compare with the
+            // whole name and with its prefix of the asked length.
+            names.iter().filter(move |n| **n != "lo").map(move |n| {
+                let prefix: String = n.chars().take(w.chars().count()).collect();
+                let d =
+                    strsim::damerau_levenshtein(w, n).min(strsim::damerau_levenshtein(w, &prefix));
+                (d, w, *n)
+            })
+        })
+        .filter(|(d, w, _)| *d > 0 && *d <= 2 && *d < w.len())
+        .min()
+}
+
+/// The message alone, without the facts to check it against: every call that failed with
+/// NCCL's "no socket interface found".
+fn message_alone(job: &JobModel, f: &mut Finding) {
+    for (p, pm) in job.processes.iter().enumerate() {
+        for (i, c) in pm.failed_calls() {
+            if text_is_entry(c, &["socket-no-interface"]) {
+                f.involve(job, p);
+                f.explain(p, i);
+                f.confidence = Confidence::Medium;
+                f.fact(Evidence::call(c).of(job, p));
+                f.fact(
+                    Evidence::env(
+                        "NCCL_SOCKET_IFNAME",
+                        pm.env_var("NCCL_SOCKET_IFNAME"),
+                        "; no usable interface found by NCCL's default filter",
+                    )
+                    .of(job, p),
+                );
+            }
+        }
+    }
 }
 
 #[cfg(test)]
