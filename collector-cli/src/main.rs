@@ -627,7 +627,7 @@ fn cmd_report(
             );
             ProgressBar(pb)
         });
-    let mut report = ncclshim_diagnose::analyze_run_with(
+    let report = ncclshim_diagnose::analyze_run_with(
         dir,
         &listing,
         progress
@@ -641,7 +641,6 @@ fn cmd_report(
     if let Some(ProgressBar(pb)) = progress {
         pb.finish_and_clear();
     }
-    report.show_all = all;
     if report.job.dumps == 0 {
         // Nothing was read: there is no report to print (and no "no problem found" to claim).
         for p in &report.problems {
@@ -667,7 +666,12 @@ fn cmd_report(
         serde_json::to_writer_pretty(&mut out, &report)?;
         writeln!(out)?;
     } else {
-        write!(out, "{}", report.to_text(use_color(color)))?;
+        // How the text is rendered is the reader's choice, not part of the report.
+        let options = ncclshim_diagnose::report::text::TextOptions {
+            color: use_color(color),
+            all_findings: all,
+        };
+        write!(out, "{}", report.to_text_with(options))?;
         if story {
             writeln!(out)?;
             for line in &report.story {

@@ -628,28 +628,55 @@ pub fn evidence_covering(
 ) -> Vec<Evidence> {
     let mut out = Vec::new();
     for g in groups(fr).values() {
-        let comm = comm_of.get(&g.name).copied();
+        let group = GroupRead::of(fr, g, comm_of.get(&g.name).copied(), cover);
+        out.extend(group.last_collectives_evidence());
+        out.extend(group.disagreement_evidence());
+        out.extend(group.missing_dumps_evidence());
+    }
+    out.extend(unpaired_evidence(fr));
+    out
+}
+
+/// Where ranks stopped in a group: (last seq, op, state, site, the shim's number) → ranks.
+type LastCollectives = BTreeMap<(i64, String, String, String, String), Vec<u32>>;
+
+/// One process group as its read dumps tell it, for its evidence.
+struct GroupRead<'a> {
+    g: &'a ProcessGroup,
+    /// `process group 0:default_pg (communicator 0x...)`.
+    label: String,
+    /// The read dumps that hold the group.
+    members: Vec<&'a RankDump>,
+    /// Ranks without a read dump that a read member stands for (rank → member).
+    stood_for: BTreeMap<u32, u32>,
+}
+
+impl<'a> GroupRead<'a> {
+    fn of(fr: &'a FlightRecorder, g: &'a ProcessGroup, comm: Option<u64>, cover: &Cover) -> Self {
         let label = match comm {
             Some(h) => format!("process group {} (communicator {h:#018x})", g.label()),
             None => format!("process group {}", g.label()),
         };
         let members = members_of(fr, g);
         let stood_for = stood_for(g, &members, comm, cover);
-        let read: HashSet<u32> = members.iter().map(|d| d.rank).collect();
-        let missing: Vec<u32> = g
-            .ranks
-            .iter()
-            .copied()
-            .filter(|r| !read.contains(r) && !stood_for.contains_key(r))
-            .collect();
+        GroupRead {
+            g,
+            label,
+            members,
+            stood_for,
+        }
+    }
+
+    /// Each member's last collective in the group, with the ranks that stopped there (a member
+    /// and the ranks its dump stands for).
+    fn last_collectives(&self) -> LastCollectives {
+        let g = self.g;
         let mut stands_for: HashMap<u32, Vec<u32>> = HashMap::new();
-        for (r, rep) in &stood_for {
+        for (r, rep) in &self.stood_for {
             stands_for.entry(*rep).or_default().push(*r);
         }
-        // (last seq, op, state, site, the shim's number) → ranks.
-        let mut last: BTreeMap<(i64, String, String, String, String), Vec<u32>> = BTreeMap::new();
-        let by_seq = by_seq(&members, g);
-        for d in &members {
+        let mut last = LastCollectives::new();
+        for d in &self.members {
             let mut mine = collectives(d, g).peekable();
             if mine.peek().is_none() {
                 continue;
@@ -677,111 +704,135 @@ pub fn evidence_covering(
         for ranks in last.values_mut() {
             ranks.sort_unstable();
         }
-        let all_done = last.len() == 1 && last.keys().all(|k| k.2 == "completed");
-        if !all_done && !last.is_empty() {
-            let parts: Vec<String> = last
-                .iter()
-                .map(|((seq, op, state, site, shim), ranks)| {
-                    let at = if site.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" at {site}")
-                    };
-                    let at = if at.is_empty() { at } else { format!(",{at}") };
-                    let n = numbered(*seq, shim);
-                    if state == "completed" {
-                        format!("{} last issued {op} {n}, completed{at}", ranks_text(ranks))
-                    } else {
-                        let wait = if ranks.len() == 1 { "waits" } else { "wait" };
-                        format!("{} {wait} in {op} {n}, {state}{at}", ranks_text(ranks))
-                    }
-                })
-                .collect();
-            let mut ranks: Vec<u32> = members.iter().map(|d| d.rank).collect();
-            ranks.extend(stood_for.keys());
-            ranks.sort_unstable();
-            let hung: Vec<serde_json::Value> = last
-                .iter()
-                .map(|((seq, op, state, site, _), ranks)| {
-                    serde_json::json!({"ranks": ranks, "seq": seq, "op": op, "state": state, "site": site})
-                })
-                .collect();
-            out.push(
-                Evidence::new(
-                    EvidenceKind::Progress,
-                    format!("Flight Recorder, {label}: {}", parts.join("; ")),
-                )
-                .value("source", "flight_recorder")
-                .value("process_group", g.label())
-                .value("last_collectives", hung)
-                .value("ranks_with_dump", &ranks),
-            );
-        }
-        // The first sequence number where ranks disagree, with the odd rank named when the
-        // others agree (fr_trace's "culprit").
-        if let Some((seq, groups)) = first_disagreement(&by_seq) {
-            let seq = &seq;
-            // The shim's number as the most common kind's first rank numbers it.
-            let (r0, e0) = groups[0][0];
-            let shim = members.iter().find(|d| d.rank == r0).map_or_else(
-                || format!("shim seq {}", seq.saturating_sub(1)),
-                |d| super::writers::shim_seq_text(d, g, e0),
-            );
-            let parts: Vec<String> = groups
-                .iter()
-                .map(|v| {
-                    let rs: Vec<u32> = v.iter().map(|(r, _)| *r).collect();
-                    format!("{} issued {}", ranks_text(&rs), describe_entry(v[0].1))
-                })
-                .collect();
-            let culprit: Vec<u32> = if groups.len() == 2 && groups[0].len() > groups[1].len() {
-                groups[1].iter().map(|(r, _)| *r).collect()
-            } else {
-                Vec::new()
-            };
-            let what = {
-                let (a, b) = (signature(groups[0][0].1), signature(groups[1][0].1));
-                if a.0 != b.0 {
-                    "collective type"
-                } else if a.1 != b.1 || a.3 != b.3 {
-                    "sizes"
-                } else {
-                    "dtypes"
-                }
-            };
-            out.push(
-                Evidence::new(
-                    EvidenceKind::Progress,
-                    format!(
-                        "Flight Recorder, {label}: ranks disagree on the {what} of collective {}: {}",
-                        numbered(*seq, &shim),
-                        parts.join("; ")
-                    ),
-                )
-                .value("source", "flight_recorder")
-                .value("process_group", g.label())
-                .value("seq", seq)
-                .value("mismatch", what)
-                .value("culprit_ranks", &culprit),
-            );
-        }
-        if !missing.is_empty() && !members.is_empty() {
-            out.push(
-                Evidence::new(
-                    EvidenceKind::Gap,
-                    format!(
-                        "Flight Recorder, {label}: no dump from {} (a rank killed, crashed or exited before its watchdog wrote one)",
-                        ranks_text(&missing)
-                    ),
-                )
-                .value("gap", "flight_recorder_dump_missing")
-                .value("process_group", g.label())
-                .value("ranks_missing", &missing),
-            );
-        }
+        last
     }
-    out.extend(unpaired_evidence(fr));
-    out
+
+    /// Where each rank's last collective was, unless they all completed the same one.
+    fn last_collectives_evidence(&self) -> Option<Evidence> {
+        let last = self.last_collectives();
+        let all_done = last.len() == 1 && last.keys().all(|k| k.2 == "completed");
+        if all_done || last.is_empty() {
+            return None;
+        }
+        let parts: Vec<String> = last
+            .iter()
+            .map(|((seq, op, state, site, shim), ranks)| {
+                let at = if site.is_empty() {
+                    String::new()
+                } else {
+                    format!(" at {site}")
+                };
+                let at = if at.is_empty() { at } else { format!(",{at}") };
+                let n = numbered(*seq, shim);
+                if state == "completed" {
+                    format!("{} last issued {op} {n}, completed{at}", ranks_text(ranks))
+                } else {
+                    let wait = if ranks.len() == 1 { "waits" } else { "wait" };
+                    format!("{} {wait} in {op} {n}, {state}{at}", ranks_text(ranks))
+                }
+            })
+            .collect();
+        let mut ranks: Vec<u32> = self.members.iter().map(|d| d.rank).collect();
+        ranks.extend(self.stood_for.keys());
+        ranks.sort_unstable();
+        let hung: Vec<serde_json::Value> = last
+            .iter()
+            .map(|((seq, op, state, site, _), ranks)| {
+                serde_json::json!({"ranks": ranks, "seq": seq, "op": op, "state": state, "site": site})
+            })
+            .collect();
+        Some(
+            Evidence::new(
+                EvidenceKind::Progress,
+                format!("Flight Recorder, {}: {}", self.label, parts.join("; ")),
+            )
+            .value("source", "flight_recorder")
+            .value("process_group", self.g.label())
+            .value("last_collectives", hung)
+            .value("ranks_with_dump", &ranks),
+        )
+    }
+
+    /// The first sequence number where ranks disagree, with the odd rank named when the
+    /// others agree (fr_trace's "culprit").
+    fn disagreement_evidence(&self) -> Option<Evidence> {
+        let g = self.g;
+        let (seq, groups) = first_disagreement(&by_seq(&self.members, g))?;
+        let seq = &seq;
+        // The shim's number as the most common kind's first rank numbers it.
+        let (r0, e0) = groups[0][0];
+        let shim = self.members.iter().find(|d| d.rank == r0).map_or_else(
+            || format!("shim seq {}", seq.saturating_sub(1)),
+            |d| super::writers::shim_seq_text(d, g, e0),
+        );
+        let parts: Vec<String> = groups
+            .iter()
+            .map(|v| {
+                let rs: Vec<u32> = v.iter().map(|(r, _)| *r).collect();
+                format!("{} issued {}", ranks_text(&rs), describe_entry(v[0].1))
+            })
+            .collect();
+        let culprit: Vec<u32> = if groups.len() == 2 && groups[0].len() > groups[1].len() {
+            groups[1].iter().map(|(r, _)| *r).collect()
+        } else {
+            Vec::new()
+        };
+        let what = {
+            let (a, b) = (signature(groups[0][0].1), signature(groups[1][0].1));
+            if a.0 != b.0 {
+                "collective type"
+            } else if a.1 != b.1 || a.3 != b.3 {
+                "sizes"
+            } else {
+                "dtypes"
+            }
+        };
+        Some(
+            Evidence::new(
+                EvidenceKind::Progress,
+                format!(
+                    "Flight Recorder, {}: ranks disagree on the {what} of collective {}: {}",
+                    self.label,
+                    numbered(*seq, &shim),
+                    parts.join("; ")
+                ),
+            )
+            .value("source", "flight_recorder")
+            .value("process_group", g.label())
+            .value("seq", seq)
+            .value("mismatch", what)
+            .value("culprit_ranks", &culprit),
+        )
+    }
+
+    /// The group's ranks without a dump (read, or stood for by a read one), when some member's
+    /// was read.
+    fn missing_dumps_evidence(&self) -> Option<Evidence> {
+        let read: HashSet<u32> = self.members.iter().map(|d| d.rank).collect();
+        let missing: Vec<u32> = self
+            .g
+            .ranks
+            .iter()
+            .copied()
+            .filter(|r| !read.contains(r) && !self.stood_for.contains_key(r))
+            .collect();
+        if missing.is_empty() || self.members.is_empty() {
+            return None;
+        }
+        Some(
+            Evidence::new(
+                EvidenceKind::Gap,
+                format!(
+                    "Flight Recorder, {}: no dump from {} (a rank killed, crashed or exited before its watchdog wrote one)",
+                    self.label,
+                    ranks_text(&missing)
+                ),
+            )
+            .value("gap", "flight_recorder_dump_missing")
+            .value("process_group", self.g.label())
+            .value("ranks_missing", &missing),
+        )
+    }
 }
 
 /// One line per pair of ranks whose send/recv entries do not pair up under a writer whose

@@ -315,6 +315,72 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
+    /// `DICT`: the items above the mark become a new dict.
+    fn dict_from_mark(&mut self) -> Result<()> {
+        if let Some(&m) = self.marks.last() {
+            if !(self.stack.len() - m.min(self.stack.len())).is_multiple_of(2) {
+                return invalid("the pickle sets a key without a value");
+            }
+        }
+        let mut pairs = Vec::new();
+        let mut it = self.pop_mark()?;
+        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+            pairs.push((k, v));
+        }
+        drop(it);
+        let d = self.out.dicts.len() as u32;
+        self.out.dicts.push(pairs);
+        self.push(Node::Dict(d));
+        Ok(())
+    }
+
+    /// `TUPLE1` to `TUPLE3`: the top `n` items become a tuple.
+    fn tuple_of_top(&mut self, n: usize) -> Result<()> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        if self.stack.len() < floor + n {
+            return invalid("the pickle pops more than it pushed");
+        }
+        let items = self.stack.split_off(self.stack.len() - n);
+        self.push_seq(items, true);
+        Ok(())
+    }
+
+    /// `LONG1` / `LONG4`: an integer of the next `n` bytes.
+    fn long(&mut self, n: usize) -> Result<()> {
+        let b = self.take(n)?;
+        if n > 8 {
+            return invalid(format!("an integer of {n} bytes (more than 64 bits)"));
+        }
+        // Little-endian two's complement of n bytes, sign-extended.
+        let mut v: i64 = if b.last().is_some_and(|x| x & 0x80 != 0) {
+            -1
+        } else {
+            0
+        };
+        for (i, x) in b.iter().enumerate() {
+            v &= !(0xff << (8 * i));
+            v |= i64::from(*x) << (8 * i);
+        }
+        self.push(Node::Int(v));
+        Ok(())
+    }
+
+    /// `INT` / `LONG` (protocol 0): an integer in a line of text, `01` / `00` for a bool.
+    fn int_line(&mut self) -> Result<()> {
+        let l = self.line()?.trim_end_matches('L');
+        let v = match l {
+            "01" => Node::Bool(true),
+            "00" => Node::Bool(false),
+            _ => Node::Int(l.parse().or_else(|_| invalid("an unreadable integer"))?),
+        };
+        self.push(v);
+        Ok(())
+    }
+
+    /// The pickle machine: one opcode at a time until `STOP`, the root object. One `match` over
+    /// the opcodes on purpose (about 130 lines): it is the instruction set, read side by side
+    /// with the pickle format's table (CPython's `Lib/pickletools.py`); each arm is the opcode's
+    /// few lines, and those that take more are methods above.
     fn run(&mut self) -> Result<NodeId> {
         loop {
             let at = self.pos;
@@ -344,36 +410,12 @@ impl<'a> Machine<'a> {
                 b'}' => self.push_dict(),
                 b']' => self.push_seq(Vec::new(), false),
                 b')' => self.push_seq(Vec::new(), true),
-                b'd' => {
-                    // DICT: the items above the mark become a new dict.
-                    if let Some(&m) = self.marks.last() {
-                        if !(self.stack.len() - m.min(self.stack.len())).is_multiple_of(2) {
-                            return invalid("the pickle sets a key without a value");
-                        }
-                    }
-                    let mut pairs = Vec::new();
-                    let mut it = self.pop_mark()?;
-                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                        pairs.push((k, v));
-                    }
-                    drop(it);
-                    let d = self.out.dicts.len() as u32;
-                    self.out.dicts.push(pairs);
-                    self.push(Node::Dict(d));
-                }
+                b'd' => self.dict_from_mark()?,
                 b'l' | b't' => {
                     let items: Vec<NodeId> = self.pop_mark()?.collect();
                     self.push_seq(items, op == b't');
                 }
-                0x85..=0x87 => {
-                    let n = usize::from(op - 0x84);
-                    let floor = self.marks.last().copied().unwrap_or(0);
-                    if self.stack.len() < floor + n {
-                        return invalid("the pickle pops more than it pushed");
-                    }
-                    let items = self.stack.split_off(self.stack.len() - n);
-                    self.push_seq(items, true);
-                }
+                0x85..=0x87 => self.tuple_of_top(usize::from(op - 0x84))?,
                 b's' => {
                     let v = self.pop()?;
                     let k = self.pop()?;
@@ -412,37 +454,15 @@ impl<'a> Machine<'a> {
                     let v = u16::from_le_bytes(self.le()?);
                     self.push(Node::Int(i64::from(v)));
                 }
-                0x8a | 0x8b => {
-                    let n = if op == 0x8a {
-                        usize::from(self.u8()?)
-                    } else {
-                        self.u32()? as usize
-                    };
-                    let b = self.take(n)?;
-                    if n > 8 {
-                        return invalid(format!("an integer of {n} bytes (more than 64 bits)"));
-                    }
-                    // Little-endian two's complement of n bytes, sign-extended.
-                    let mut v: i64 = if b.last().is_some_and(|x| x & 0x80 != 0) {
-                        -1
-                    } else {
-                        0
-                    };
-                    for (i, x) in b.iter().enumerate() {
-                        v &= !(0xff << (8 * i));
-                        v |= i64::from(*x) << (8 * i);
-                    }
-                    self.push(Node::Int(v));
+                0x8a => {
+                    let n = usize::from(self.u8()?);
+                    self.long(n)?;
                 }
-                b'I' | b'L' => {
-                    let l = self.line()?.trim_end_matches('L');
-                    let v = match l {
-                        "01" => Node::Bool(true),
-                        "00" => Node::Bool(false),
-                        _ => Node::Int(l.parse().or_else(|_| invalid("an unreadable integer"))?),
-                    };
-                    self.push(v);
+                0x8b => {
+                    let n = self.u32()? as usize;
+                    self.long(n)?;
                 }
+                b'I' | b'L' => self.int_line()?,
                 b'G' => {
                     let v = f64::from_be_bytes(self.le()?);
                     self.push(Node::Float(v));

@@ -91,6 +91,19 @@ pub struct Node {
     pub part_of: Option<usize>,
 }
 
+impl Node {
+    /// A node at instant `t` whose cause is not yet known.
+    fn located(process: usize, t: u64, kind: NodeKind) -> Self {
+        Node {
+            process,
+            t,
+            kind,
+            cause: None,
+            part_of: None,
+        }
+    }
+}
+
 /// The whole story.
 #[derive(Debug, Clone, Default)]
 pub struct Story {
@@ -241,137 +254,122 @@ impl Story {
         self.comms.iter().find(|c| c.comm == comm)
     }
 
+    /// The failure graph's nodes, ordered by time: every recorded failure, then what explains
+    /// one without an error of its own (ranks behind a stall, mismatches, transport hangs, a
+    /// lone vanished process). Which node explains which is [`Story::link`]'s.
     fn add_nodes(&mut self, job: &JobModel) {
         let mut nodes: Vec<Node> = job
             .failures
             .iter()
-            .map(|f| Node {
-                process: f.process,
-                t: f.t,
-                kind: match f.what {
+            .map(|f| {
+                let kind = match f.what {
                     FailureWhat::Call(i) => NodeKind::Error(i),
                     FailureWhat::AsyncError(i) => NodeKind::AsyncError(i),
                     FailureWhat::Signal(s) => NodeKind::Signal(s),
                     FailureWhat::Died => NodeKind::Vanished,
-                },
-                cause: None,
-                part_of: None,
+                };
+                Node::located(f.process, f.t, kind)
             })
             .collect();
-        // Ranks behind a stalled operation: a laggard (alive, or stopped later) or one that left.
+        self.add_behind(job, &mut nodes);
+        for c in &self.comms {
+            add_mismatches(c, &mut nodes);
+            add_stuck_inside(c, &mut nodes);
+        }
+        self.add_lone_vanished(job, &mut nodes);
+        after_own_failure(job.processes.len(), &mut nodes);
+        // At one instant: what explains before what it explains, whichever process it is on (a
+        // mismatch on rank 1 before rank 0 stuck inside the collective it could not match).
+        nodes.sort_by_key(|n| (n.t, precedence(n.kind), n.process));
+        self.nodes = nodes;
+    }
+
+    /// Ranks behind a stalled operation: a laggard (alive, or stopped later) or one that left.
+    fn add_behind(&self, job: &JobModel, nodes: &mut Vec<Node>) {
         // Which (process, kind) nodes exist, looked up rather than searched (a stall on a
         // 16k-rank communicator adds a node per rank).
         let mut listed: FxHashSet<(usize, NodeKind)> =
             nodes.iter().map(|n| (n.process, n.kind)).collect();
         for c in &self.comms {
             let Some(stall) = &c.stall else { continue };
-            let member_of: FxHashMap<usize, &Member> =
-                c.members.iter().rev().map(|m| (m.process, m)).collect();
-            let waiters: Vec<usize> = stall.waiting.iter().map(|w| w.1).collect();
-            let departure_seen = waiters.iter().any(|&w| saw_peer_leave(job, w));
-            // A vanished rank lived on behind the stall when it showed signs of life (its
-            // framework's async-error polls) well after the waiters issued the operation;
-            // otherwise it ended there (a departure), unless the peers saw no sign of it.
-            let lived_on = |p: usize| match self.ends[p] {
-                Ending::Vanished { last_seen } => {
-                    last_seen > stall.since.saturating_add(1_000_000_000)
-                        || (!departure_seen && job.processes[p].busy_spacing().is_none())
-                }
-                _ => true,
+            self.add_behind_stall(job, c, stall, &mut listed, nodes);
+        }
+    }
+
+    /// The ranks behind `stall` on communicator `c` that explain it, each once (`listed`).
+    fn add_behind_stall(
+        &self,
+        job: &JobModel,
+        c: &CommStory,
+        stall: &progress::Stall,
+        listed: &mut FxHashSet<(usize, NodeKind)>,
+        nodes: &mut Vec<Node>,
+    ) {
+        let member_of: FxHashMap<usize, &Member> =
+            c.members.iter().rev().map(|m| (m.process, m)).collect();
+        let waiters: Vec<usize> = stall.waiting.iter().map(|w| w.1).collect();
+        let departure_seen = waiters.iter().any(|&w| saw_peer_leave(job, w));
+        // A vanished rank lived on behind the stall when it showed signs of life (its
+        // framework's async-error polls) well after the waiters issued the operation;
+        // otherwise it ended there (a departure), unless the peers saw no sign of it.
+        let lived_on = |p: usize| match self.ends[p] {
+            Ending::Vanished { last_seen } => {
+                last_seen > stall.since.saturating_add(1_000_000_000)
+                    || (!departure_seen && job.processes[p].busy_spacing().is_none())
+            }
+            _ => true,
+        };
+        let departed = |p: usize| {
+            matches!(self.ends[p], Ending::Exited { .. } | Ending::Crashed { .. }) || !lived_on(p)
+        };
+        // A rank that left, crashed or died explains the stall: ranks behind it that are
+        // still alive are not located as laggards (they may wait on it elsewhere).
+        let any_departed = stall.behind.iter().any(|b| departed(b.1));
+        for &(_, p, why) in &stall.behind {
+            if why != Behind::NeverIssued {
+                continue;
+            }
+            if any_departed && !departed(p) {
+                continue;
+            }
+            // A rank that never issued the operation here because it is blocked inside NCCL
+            // on another communicator (a receive that never matched, a subgroup's
+            // collective) did not stop on its own: what blocks it there explains it, and
+            // its peers here wait on it through that.
+            let blocked_elsewhere = self
+                .blocked_on
+                .get(&p)
+                .is_some_and(|cs| cs.iter().any(|&other| other != c.comm));
+            if blocked_elsewhere && !departed(p) {
+                continue;
+            }
+            let last = member_of
+                .get(&p)
+                .and_then(|m| m.last_coll.values().map(|x| x.t).max())
+                .unwrap_or(stall.since);
+            let kind = match self.ends[p] {
+                Ending::Exited { .. } => NodeKind::LeftEarly,
+                Ending::Crashed { .. } => continue,
+                Ending::Vanished { .. } if !lived_on(p) => continue,
+                Ending::Running
+                | Ending::Stopped { .. }
+                | Ending::Aborted { .. }
+                | Ending::Vanished { .. } => NodeKind::Behind(c.comm),
             };
-            let departed = |p: usize| {
-                matches!(self.ends[p], Ending::Exited { .. } | Ending::Crashed { .. })
-                    || !lived_on(p)
+            let t = match kind {
+                NodeKind::LeftEarly => self.ends[p].time().unwrap_or(last),
+                _ => last,
             };
-            // A rank that left, crashed or died explains the stall: ranks behind it that are
-            // still alive are not located as laggards (they may wait on it elsewhere).
-            let any_departed = stall.behind.iter().any(|b| departed(b.1));
-            for &(_, p, why) in &stall.behind {
-                if why != Behind::NeverIssued {
-                    continue;
-                }
-                if any_departed && !departed(p) {
-                    continue;
-                }
-                // A rank that never issued the operation here because it is blocked inside NCCL
-                // on another communicator (a receive that never matched, a subgroup's
-                // collective) did not stop on its own: what blocks it there explains it, and
-                // its peers here wait on it through that.
-                let blocked_elsewhere = self
-                    .blocked_on
-                    .get(&p)
-                    .is_some_and(|cs| cs.iter().any(|&other| other != c.comm));
-                if blocked_elsewhere && !departed(p) {
-                    continue;
-                }
-                let last = member_of
-                    .get(&p)
-                    .and_then(|m| m.last_coll.values().map(|x| x.t).max())
-                    .unwrap_or(stall.since);
-                let kind = match self.ends[p] {
-                    Ending::Exited { .. } => NodeKind::LeftEarly,
-                    Ending::Crashed { .. } => continue,
-                    Ending::Vanished { .. } if !lived_on(p) => continue,
-                    Ending::Running
-                    | Ending::Stopped { .. }
-                    | Ending::Aborted { .. }
-                    | Ending::Vanished { .. } => NodeKind::Behind(c.comm),
-                };
-                let t = match kind {
-                    NodeKind::LeftEarly => self.ends[p].time().unwrap_or(last),
-                    _ => last,
-                };
-                if listed.insert((p, kind)) {
-                    nodes.push(Node {
-                        process: p,
-                        t,
-                        kind,
-                        cause: None,
-                        part_of: None,
-                    });
-                }
+            if listed.insert((p, kind)) {
+                nodes.push(Node::located(p, t, kind));
             }
         }
-        for c in &self.comms {
-            for (index, m) in c.mismatches.iter().enumerate() {
-                let Some(&(_, p, _)) = m.sides.iter().find(|s| m.odd.contains(&s.0)) else {
-                    continue;
-                };
-                nodes.push(Node {
-                    process: p,
-                    t: m.t,
-                    kind: NodeKind::Mismatch {
-                        comm: c.comm,
-                        index,
-                        desync: m.field == "collective",
-                    },
-                    cause: None,
-                    part_of: None,
-                });
-            }
-            // Every rank inside an operation (a call that never returned, or a kernel that never
-            // ended: `position`), none behind: the transport hang.
-            if c.stall.is_none()
-                && c.members.len() >= 2
-                && c.members.iter().all(|m| {
-                    matches!(m.place, Place::InOp { .. })
-                        || (m.place == Place::Outside && m.position.inside.is_some())
-                })
-            {
-                let first = &c.members[0];
-                let t = first.position.inside.as_ref().map_or(0, |i| i.since);
-                nodes.push(Node {
-                    process: first.process,
-                    t,
-                    kind: NodeKind::StuckInside(c.comm),
-                    cause: None,
-                    part_of: None,
-                });
-            }
-        }
-        // A process that vanished where nobody outlived it to say so (a one-rank job killed, the
-        // only vanished process of a job whose other ranks exited): no clean exit rules out
-        // "no problem found".
+    }
+
+    /// A process that vanished where nobody outlived it to say so (a one-rank job killed, the
+    /// only vanished process of a job whose other ranks exited): no clean exit rules out
+    /// "no problem found".
+    fn add_lone_vanished(&self, job: &JobModel, nodes: &mut Vec<Node>) {
         let vanished: Vec<usize> = (0..job.processes.len())
             .filter(|&p| matches!(self.ends[p], Ending::Vanished { .. }))
             .collect();
@@ -380,39 +378,13 @@ impl Story {
             let p = vanished[0];
             let blocked = job.processes[p].in_flight_calls().next().is_some();
             if !blocked && !nodes.iter().any(|n| n.process == p) {
-                nodes.push(Node {
-                    process: p,
-                    t: self.ends[p].time().unwrap_or(0),
-                    kind: NodeKind::Vanished,
-                    cause: None,
-                    part_of: None,
-                });
+                nodes.push(Node::located(
+                    p,
+                    self.ends[p].time().unwrap_or(0),
+                    NodeKind::Vanished,
+                ));
             }
         }
-        // A rank that stopped issuing or left after a failure of its own did so because of it:
-        // its Behind / LeftEarly node comes after that failure.
-        // (One pass over the nodes: a scan of all nodes per process was ranks x ranks.)
-        let mut own_failure: Vec<Option<u64>> = vec![None; job.processes.len()];
-        for n in &nodes {
-            if matches!(
-                n.kind,
-                NodeKind::Error(_) | NodeKind::AsyncError(_) | NodeKind::Signal(_)
-            ) {
-                let first = &mut own_failure[n.process];
-                *first = Some(first.map_or(n.t, |t| t.min(n.t)));
-            }
-        }
-        for n in nodes.iter_mut() {
-            if matches!(n.kind, NodeKind::Behind(_) | NodeKind::LeftEarly) {
-                if let Some(t) = own_failure[n.process] {
-                    n.t = n.t.max(t.saturating_add(1));
-                }
-            }
-        }
-        // At one instant: what explains before what it explains, whichever process it is on (a
-        // mismatch on rank 1 before rank 0 stuck inside the collective it could not match).
-        nodes.sort_by_key(|n| (n.t, precedence(n.kind), n.process));
-        self.nodes = nodes;
     }
 
     fn link(&mut self, job: &JobModel) {
@@ -647,6 +619,64 @@ impl Story {
                     .iter()
                     .position(|m| nccl_failure(m) && m.t >= n.t)
             })
+    }
+}
+
+/// Each operation communicator `c`'s ranks issued differently, on the first odd rank.
+fn add_mismatches(c: &CommStory, nodes: &mut Vec<Node>) {
+    for (index, m) in c.mismatches.iter().enumerate() {
+        let Some(&(_, p, _)) = m.sides.iter().find(|s| m.odd.contains(&s.0)) else {
+            continue;
+        };
+        let kind = NodeKind::Mismatch {
+            comm: c.comm,
+            index,
+            desync: m.field == "collective",
+        };
+        nodes.push(Node::located(p, m.t, kind));
+    }
+}
+
+/// Every rank of communicator `c` inside an operation (a call that never returned, or a kernel
+/// that never ended: `position`), none behind: the transport hang.
+fn add_stuck_inside(c: &CommStory, nodes: &mut Vec<Node>) {
+    if c.stall.is_none()
+        && c.members.len() >= 2
+        && c.members.iter().all(|m| {
+            matches!(m.place, Place::InOp { .. })
+                || (m.place == Place::Outside && m.position.inside.is_some())
+        })
+    {
+        let first = &c.members[0];
+        let t = first.position.inside.as_ref().map_or(0, |i| i.since);
+        nodes.push(Node::located(
+            first.process,
+            t,
+            NodeKind::StuckInside(c.comm),
+        ));
+    }
+}
+
+/// A rank that stopped issuing or left after a failure of its own did so because of it: its
+/// Behind / LeftEarly node comes after that failure.
+fn after_own_failure(processes: usize, nodes: &mut [Node]) {
+    // One pass over the nodes: a scan of all nodes per process was ranks x ranks.
+    let mut own_failure: Vec<Option<u64>> = vec![None; processes];
+    for n in nodes.iter() {
+        if matches!(
+            n.kind,
+            NodeKind::Error(_) | NodeKind::AsyncError(_) | NodeKind::Signal(_)
+        ) {
+            let first = &mut own_failure[n.process];
+            *first = Some(first.map_or(n.t, |t| t.min(n.t)));
+        }
+    }
+    for n in nodes.iter_mut() {
+        if matches!(n.kind, NodeKind::Behind(_) | NodeKind::LeftEarly) {
+            if let Some(t) = own_failure[n.process] {
+                n.t = n.t.max(t.saturating_add(1));
+            }
+        }
     }
 }
 
