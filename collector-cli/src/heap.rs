@@ -5,6 +5,9 @@
 //! `report` over 1,024 ranks was page faults and `clear_page` (BENCHMARKS.md, "CLI at scale").
 //! Keeping freed memory in the heap lets the next dump reuse the same, already mapped pages;
 //! peak memory still follows the largest working set, not the number of dumps.
+//!
+//! Since the executable allocates with mimalloc (`main.rs`), this tunes only what C libraries
+//! inside it take from glibc's `malloc` (zstd's decompression contexts, one per summary read).
 
 /// Blocks up to this size come from the heap (glibc: default 128 KB, at most 32 MB).
 const MMAP_THRESHOLD: i32 = 16 << 20;
