@@ -8,12 +8,6 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// mimalloc instead of glibc's malloc for this executable only (never the recorders, which live
-/// in the host's process): reading a large job's summaries, glibc kept about twice the live heap
-/// resident; mimalloc returns what the loading phase frees (BENCHMARKS.md, "Summaries").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "ncclshim",
@@ -170,7 +164,7 @@ macro_rules! say {
 const TOOL_FAILED: u8 = 2;
 
 fn main() -> ExitCode {
-    collector_cli::heap::reuse_freed_memory();
+    collector_cli::heap::tune();
     let cli = Cli::parse();
     let json = matches!(
         cli.command,
