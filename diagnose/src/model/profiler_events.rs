@@ -82,40 +82,38 @@ impl ProfilerEvents {
         // the kernel launch, and the record stays open until a GPU-done record
         // says the kernel ended.
         let launched = r.flags & slot_flags::ENDS_AT_GPU_DONE != 0;
-        let (op, handle) = if p2p {
+        // The two kinds differ only in where the fields lie and in NCCL's sequence number
+        // (collectives have one, point-to-point operations do not).
+        let (seq, func, count, datatype, root_or_peer, parent, handle) = if p2p {
             let a = args::ProfP2p::from_args(&r.args);
-            let op = ProfOp {
-                comm_hash: self.comm(r.comm),
-                p2p,
-                seq: None,
-                func: a.func,
-                count: a.count,
-                datatype: a.datatype,
-                root_or_peer: a.peer,
-                t_start: t,
-                stopped: stopped_in_place,
-                kernel_started: launched,
-                kernel_stopped: false,
-                user_tag: self.api_tags.get(&a.parent).copied().unwrap_or(0),
-            };
-            (op, a.handle)
+            (
+                None, a.func, a.count, a.datatype, a.peer, a.parent, a.handle,
+            )
         } else {
             let a = args::ProfColl::from_args(&r.args);
-            let op = ProfOp {
-                comm_hash: self.comm(r.comm),
-                p2p,
-                seq: Some(a.seq),
-                func: a.func,
-                count: a.count,
-                datatype: a.datatype,
-                root_or_peer: a.root,
-                t_start: t,
-                stopped: stopped_in_place,
-                kernel_started: launched,
-                kernel_stopped: false,
-                user_tag: self.api_tags.get(&a.parent).copied().unwrap_or(0),
-            };
-            (op, a.handle)
+            (
+                Some(a.seq),
+                a.func,
+                a.count,
+                a.datatype,
+                a.root,
+                a.parent,
+                a.handle,
+            )
+        };
+        let op = ProfOp {
+            comm_hash: self.comm(r.comm),
+            p2p,
+            seq,
+            func,
+            count,
+            datatype,
+            root_or_peer,
+            t_start: t,
+            stopped: stopped_in_place,
+            kernel_started: launched,
+            kernel_stopped: false,
+            user_tag: self.api_tags.get(&parent).copied().unwrap_or(0),
         };
         p.prof_ops.push(op);
         let i = p.prof_ops.len() - 1;
