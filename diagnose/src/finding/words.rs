@@ -32,6 +32,15 @@ pub fn rank_list(ranks: &[u32]) -> String {
     out.join(",")
 }
 
+/// `rank 2`, `ranks 0-1`, `ranks 0,3,5`, `ranks 0-31,33-63`: the noun by the number given, the
+/// list in runs (a group of every rank of a large job is one line).
+pub fn ranks_named(ranks: &[u32]) -> String {
+    match ranks {
+        [r] => format!("rank {r}"),
+        _ => format!("ranks {}", rank_list(ranks)),
+    }
+}
+
 /// Names processes by world rank where known, else by host/pid.
 pub fn name_processes(job: &JobModel, ps: &[usize]) -> String {
     let ranks: Vec<u32> = ps
@@ -45,11 +54,7 @@ pub fn name_processes(job: &JobModel, ps: &[usize]) -> String {
         .collect();
     let mut parts = Vec::new();
     if !ranks.is_empty() {
-        parts.push(format!(
-            "{} {}",
-            if ranks.len() == 1 { "rank" } else { "ranks" },
-            rank_list(&ranks)
-        ));
+        parts.push(ranks_named(&ranks));
     }
     parts.extend(unranked);
     parts.join(", ")

@@ -14,6 +14,7 @@
 use super::dumps::{FlightRecorder, ProcessGroup, RankDump};
 use super::format::FrEntry;
 use super::lazy::Cover;
+use crate::finding::words::ranks_named;
 use crate::finding::{Evidence, EvidenceKind};
 use crate::model::{CallEvent, CommProgress, Membership, OpCall, ProcessModel};
 use ncclshim_format::{args, ArgView, CallId};
@@ -449,15 +450,6 @@ fn progress_of(p: &ProcessModel) -> Vec<CommProgress> {
         .collect()
 }
 
-/// `ranks 0-1`, `rank 2`, `ranks 0,3,5`, `ranks 0-31,33-63`.
-fn ranks_text(ranks: &[u32]) -> String {
-    match ranks {
-        [r] => format!("rank {r}"),
-        // In runs (`0-8191,8193-16383`): a group of every rank of a large job is one line.
-        _ => format!("ranks {}", crate::finding::words::rank_list(ranks)),
-    }
-}
-
 /// What fr_trace compares between ranks at one sequence number: type, input sizes, input
 /// dtypes, output sizes, output dtypes.
 type Signature = (
@@ -725,10 +717,10 @@ impl<'a> GroupRead<'a> {
                 let at = if at.is_empty() { at } else { format!(",{at}") };
                 let n = numbered(*seq, shim);
                 if state == "completed" {
-                    format!("{} last issued {op} {n}, completed{at}", ranks_text(ranks))
+                    format!("{} last issued {op} {n}, completed{at}", ranks_named(ranks))
                 } else {
                     let wait = if ranks.len() == 1 { "waits" } else { "wait" };
-                    format!("{} {wait} in {op} {n}, {state}{at}", ranks_text(ranks))
+                    format!("{} {wait} in {op} {n}, {state}{at}", ranks_named(ranks))
                 }
             })
             .collect();
@@ -769,7 +761,7 @@ impl<'a> GroupRead<'a> {
             .iter()
             .map(|v| {
                 let rs: Vec<u32> = v.iter().map(|(r, _)| *r).collect();
-                format!("{} issued {}", ranks_text(&rs), describe_entry(v[0].1))
+                format!("{} issued {}", ranks_named(&rs), describe_entry(v[0].1))
             })
             .collect();
         let culprit: Vec<u32> = if groups.len() == 2 && groups[0].len() > groups[1].len() {
@@ -825,7 +817,7 @@ impl<'a> GroupRead<'a> {
                 format!(
                     "Flight Recorder, {}: no dump from {} (a rank killed, crashed or exited before its watchdog wrote one)",
                     self.label,
-                    ranks_text(&missing)
+                    ranks_named(&missing)
                 ),
             )
             .value("gap", "flight_recorder_dump_missing")
@@ -1014,9 +1006,9 @@ mod tests {
 
     #[test]
     fn rank_ranges() {
-        assert_eq!(ranks_text(&[2]), "rank 2");
-        assert_eq!(ranks_text(&[0, 1]), "ranks 0-1");
-        assert_eq!(ranks_text(&[0, 2]), "ranks 0,2");
-        assert_eq!(ranks_text(&[0, 1, 2, 4, 5, 6]), "ranks 0-2,4-6");
+        assert_eq!(ranks_named(&[2]), "rank 2");
+        assert_eq!(ranks_named(&[0, 1]), "ranks 0-1");
+        assert_eq!(ranks_named(&[0, 2]), "ranks 0,2");
+        assert_eq!(ranks_named(&[0, 1, 2, 4, 5, 6]), "ranks 0-2,4-6");
     }
 }

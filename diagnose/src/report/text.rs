@@ -7,7 +7,7 @@
 //! the terminal, and its JSON has no such field.
 
 use super::{CommSummary, CommTraffic, FailureLine, Report};
-use crate::finding::words::{count, human_bytes, rank_list};
+use crate::finding::words::{count, human_bytes, rank_list, ranks_named};
 use crate::finding::{Finding, Severity};
 // Every value the sections print may quote the dumps (error texts, environment, run ids,
 // files): each goes through `safe`, so no recorded control character reaches the terminal.
@@ -57,14 +57,6 @@ impl Paint {
     fn dim(self, s: &str) -> String {
         self.paint(s, |x| x.dimmed().to_string())
     }
-}
-
-fn ranks_named(ranks: &[u32]) -> String {
-    format!(
-        "{} {}",
-        if ranks.len() == 1 { "rank" } else { "ranks" },
-        rank_list(ranks)
-    )
 }
 
 impl Report {
